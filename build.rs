@@ -1,0 +1,20 @@
+//! Compiles the wire-compatible Envoy RLS protos in `proto/` with protox (pure Rust, no protoc)
+//! and writes the descriptor set next to the generated code for gRPC reflection.
+
+use std::{env, fs, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/envoy/service/ratelimit/v3/rls.proto"];
+    println!("cargo:rerun-if-changed=proto");
+    let fds = protox::compile(protos, ["proto"])?;
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    fs::write(
+        out.join("rls_descriptor.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

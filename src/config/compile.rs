@@ -1,0 +1,368 @@
+//! Raw YAML -> validated, compiled [`RuleSet`]. Collects every error it can find instead of
+//! stopping at the first; a load either yields a whole new rule set or changes nothing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_saphyr::Spanned;
+
+use super::error::{ConfigError, ConfigErrors, Position};
+use super::files::ConfigFile;
+use super::raw::{RawDescriptor, RawFile, RawRateLimit};
+use crate::algorithm::Limit;
+use crate::model::Unit;
+use crate::rules::{
+    content_hash, Branch, Domain, Node, Pattern, Rule, RuleKind, RuleLimit, RuleSet, Source,
+    Wildcard,
+};
+use crate::store::Charge;
+
+/// Options of a load.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// Merge files that name the same domain instead of rejecting them.
+    pub merge_domains: bool,
+}
+
+/// Compiles already-read files into one rule set.
+pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut set = RuleSet::default();
+    let mut first_seen: HashMap<String, Position> = HashMap::new();
+    for file in files {
+        let parsed: Result<Option<RawFile>, _> = serde_saphyr::from_str(&file.content);
+        let raw = match parsed {
+            Ok(Some(raw)) => raw,
+            // An empty file (or one holding only comments) defines nothing.
+            Ok(None) => {
+                errors.push(ConfigError::new(
+                    Position::start_of(&file.path),
+                    "config file cannot have empty domain",
+                ));
+                continue;
+            }
+            Err(e) => {
+                errors.push(yaml_error(&file.path, &e));
+                continue;
+            }
+        };
+        let mut cx = Cx {
+            file: &file.path,
+            errors: &mut errors,
+        };
+        let Some(domain) = raw
+            .domain
+            .as_ref()
+            .filter(|d| !d.value.is_empty())
+            .map(|d| (d.value.clone(), cx.at(d)))
+        else {
+            let pos = raw
+                .domain
+                .as_ref()
+                .map_or_else(|| Position::start_of(cx.file), |d| cx.at(d));
+            cx.err(pos, "config file cannot have empty domain");
+            continue;
+        };
+        let (name, pos) = domain;
+        if let Some(prev) = first_seen.get(&name) {
+            if !opts.merge_domains {
+                cx.err(
+                    pos,
+                    format!(
+                        "duplicate domain '{name}' (first defined at {prev}); pass --merge-domains to merge files of one domain"
+                    ),
+                );
+                continue;
+            }
+        } else {
+            first_seen.insert(name.clone(), pos);
+        }
+        let domain = set.domains.entry(name.clone()).or_insert_with(|| Domain {
+            name: name.as_str().into(),
+            root: Node::default(),
+        });
+        if let Some(descriptors) = &raw.descriptors {
+            cx.descriptors(&mut domain.root, &name, descriptors);
+        }
+        set.sources.push(Source {
+            path: file.path.clone(),
+            domain: name,
+            hash: content_hash(file.content.as_bytes()),
+        });
+    }
+    if errors.is_empty() {
+        Ok(set)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// serde-saphyr's message, without its own location (we print ours in front).
+fn yaml_error(file: &Arc<str>, e: &serde_saphyr::Error) -> ConfigError {
+    let pos = e
+        .location()
+        .map_or_else(|| Position::start_of(file), |l| Position::at(file, l));
+    let text = e.to_string();
+    let mut msg = text.lines().next().unwrap_or("invalid YAML").trim();
+    msg = msg.strip_prefix("error:").unwrap_or(msg).trim();
+    if let Some(rest) = msg.strip_prefix("line ") {
+        // "line N column M: message"
+        if let Some((_, m)) = rest.split_once(": ") {
+            msg = m.trim();
+        }
+    }
+    ConfigError::new(pos, friendlier(msg))
+}
+
+/// Maps serde's wording onto the config's vocabulary.
+fn friendlier(msg: &str) -> String {
+    if let Some(rest) = msg.strip_prefix("unknown field `") {
+        if let Some((name, expected)) = rest.split_once('`') {
+            let expected = expected
+                .trim_start_matches(", ")
+                .replace("expected one of", "expected one of:");
+            return format!("unknown key '{name}' ({expected})");
+        }
+    }
+    match msg {
+        "expected mapping start" => {
+            "expected a map here (descriptors and rate_limit are maps of key: value)".into()
+        }
+        "expected string scalar" => {
+            "expected a string here (keys and values must be strings)".into()
+        }
+        "expected sequence start" => "expected a list here".into(),
+        m if m.starts_with("duplicate mapping key: ") => {
+            let k = m.trim_start_matches("duplicate mapping key: ");
+            let k = k.split(", set DuplicateKeyPolicy").next().unwrap_or(k);
+            format!("duplicate key '{k}' in one map")
+        }
+        m if m.starts_with("invalid u32") => {
+            format!("{m}: expected a whole number from 0 to 4294967295")
+        }
+        m => m
+            .replace("struct RawFile", "a map with `domain` and `descriptors`")
+            .replace("struct RawRateLimit", "a rate_limit map")
+            .replace("struct RawReplaces", "a map with `name`")
+            .replace("struct RawDescriptor", "a descriptor map"),
+    }
+}
+
+struct Cx<'a> {
+    file: &'a Arc<str>,
+    errors: &'a mut Vec<ConfigError>,
+}
+
+impl Cx<'_> {
+    fn at<T>(&self, s: &Spanned<T>) -> Position {
+        Position::at(self.file, s.referenced)
+    }
+
+    fn err(&mut self, pos: Position, msg: impl Into<String>) {
+        self.errors.push(ConfigError::new(pos, msg));
+    }
+
+    fn descriptors(&mut self, parent: &mut Node, path: &str, list: &[Spanned<RawDescriptor>]) {
+        for item in list {
+            self.descriptor(parent, path, item);
+        }
+    }
+
+    fn descriptor(&mut self, parent: &mut Node, path: &str, item: &Spanned<RawDescriptor>) {
+        let d = &item.value;
+        let pos = self.at(item);
+        let key = match &d.key {
+            Some(k) if !k.value.is_empty() => k.value.clone(),
+            Some(k) => {
+                let p = self.at(k);
+                self.err(p, "descriptor has empty key");
+                return;
+            }
+            None => {
+                self.err(pos, "descriptor has empty key");
+                return;
+            }
+        };
+        let value = d
+            .value
+            .as_ref()
+            .map(|v| v.value.clone())
+            .filter(|v| !v.is_empty());
+        let final_key = match &value {
+            Some(v) => format!("{key}_{v}"),
+            None => key.clone(),
+        };
+        let full_key = format!("{path}.{final_key}");
+        let pattern = value
+            .as_deref()
+            .and_then(|v| Pattern::compile(v.as_bytes()));
+        let share = d.share_threshold.as_ref().is_some_and(|s| s.value);
+        if share && pattern.is_none() {
+            let p = d
+                .share_threshold
+                .as_ref()
+                .map_or(pos.clone(), |s| self.at(s));
+            self.err(
+                p,
+                format!("share_threshold can only be used with a wildcard value (containing '*'), but '{full_key}' has none"),
+            );
+        }
+
+        let rule = d
+            .rate_limit
+            .as_ref()
+            .and_then(|rl| self.rule(d, rl, &full_key))
+            .map(Arc::new);
+
+        let mut node = Node {
+            rule,
+            children: HashMap::new(),
+        };
+        if let Some(children) = &d.descriptors {
+            self.descriptors(&mut node, &full_key, children);
+        }
+
+        let branch: &mut Branch = parent.children.entry(key.as_bytes().into()).or_default();
+        let duplicate = match (&value, pattern) {
+            (None, _) => {
+                if branch.default.is_some() {
+                    true
+                } else {
+                    branch.default = Some(Box::new(node));
+                    false
+                }
+            }
+            (Some(_), Some(pattern)) => {
+                if branch
+                    .wildcards
+                    .iter()
+                    .any(|w| w.pattern.source() == pattern.source())
+                {
+                    true
+                } else {
+                    branch.wildcards.push(Wildcard {
+                        pattern,
+                        share_threshold: share,
+                        node,
+                    });
+                    false
+                }
+            }
+            (Some(v), None) => {
+                let k: Box<[u8]> = v.as_bytes().into();
+                if branch.exact.contains_key(&k) {
+                    true
+                } else {
+                    branch.exact.insert(k, node);
+                    false
+                }
+            }
+        };
+        if duplicate {
+            self.err(
+                pos,
+                format!("duplicate descriptor composite key '{full_key}'"),
+            );
+        }
+    }
+
+    fn rule(
+        &mut self,
+        d: &RawDescriptor,
+        spanned: &Spanned<RawRateLimit>,
+        full_key: &str,
+    ) -> Option<Rule> {
+        let rl = &spanned.value;
+        let pos = self.at(spanned);
+        let before = self.errors.len();
+        let name = rl
+            .name
+            .as_ref()
+            .map(|n| n.value.clone())
+            .filter(|n| !n.is_empty());
+        let mut replaces = Vec::new();
+        for r in rl.replaces.iter().flatten() {
+            let rpos = self.at(r);
+            match r.value.name.as_ref().filter(|n| !n.value.is_empty()) {
+                None => self.err(rpos, "replaces entry must have a non-empty name"),
+                Some(n) if Some(&n.value) == name.as_ref() => {
+                    let p = self.at(n);
+                    self.err(p, format!("rate limit '{}' cannot replace itself", n.value))
+                }
+                Some(n) => replaces.push(n.value.clone()),
+            }
+        }
+        let charge = match &rl.charge {
+            None => None,
+            Some(c) => match c.value.as_str() {
+                "always" => Some(Charge::Always),
+                "if_admitted" => Some(Charge::IfAdmitted),
+                other => {
+                    let p = self.at(c);
+                    self.err(
+                        p,
+                        format!("invalid charge '{other}' (expected always or if_admitted)"),
+                    );
+                    None
+                }
+            },
+        };
+        let kind = if rl.unlimited {
+            if let Some(u) = &rl.unit {
+                let p = self.at(u);
+                self.err(p, "should not specify rate limit unit when unlimited");
+            }
+            RuleKind::Unlimited
+        } else {
+            let unit = match &rl.unit {
+                None => {
+                    self.err(
+                        pos.clone(),
+                        "rate_limit needs a unit (second, minute, hour, day, week, month or year)",
+                    );
+                    None
+                }
+                Some(u) => {
+                    let parsed = Unit::parse(&u.value);
+                    if parsed.is_none() {
+                        let p = self.at(u);
+                        self.err(
+                            p,
+                            format!(
+                                "invalid rate limit unit '{}' (expected second, minute, hour, day, week, month or year)",
+                                u.value
+                            ),
+                        );
+                    }
+                    parsed
+                }
+            };
+            // envoyproxy/ratelimit reads a missing requests_per_unit as 0 (block everything).
+            let rpu = rl.requests_per_unit.as_ref().map_or(0, |r| r.value);
+            match unit {
+                Some(unit) => RuleKind::Limited(RuleLimit {
+                    requests_per_unit: rpu,
+                    unit,
+                    limit: Limit::fixed_window(u64::from(rpu), unit.micros()),
+                    charge,
+                }),
+                None => RuleKind::Unlimited,
+            }
+        };
+        if self.errors.len() > before {
+            return None;
+        }
+        Some(Rule {
+            full_key: full_key.to_string(),
+            name,
+            kind,
+            replaces,
+            shadow_mode: d.shadow_mode,
+            quota_mode: d.quota_mode,
+            detailed_metric: d.detailed_metric,
+            value_to_metric: d.value_to_metric,
+            metadata: d.metadata.clone(),
+            position: pos,
+        })
+    }
+}

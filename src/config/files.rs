@@ -1,0 +1,88 @@
+//! Which files a `--config PATH` names: a file, or every `*.yaml` / `*.yml` directly inside a
+//! directory, in name order. Dot-entries are skipped, which also skips the `..data` and
+//! `..2024_01_01...` directories of a mounted Kubernetes ConfigMap, so each of its files loads
+//! once (through the visible symlink).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::error::{ConfigError, Position};
+
+/// A config file read into memory.
+#[derive(Clone, Debug)]
+pub struct ConfigFile {
+    pub path: Arc<str>,
+    pub content: String,
+}
+
+/// Expands `paths` and reads every file; unreadable paths become errors.
+pub fn read_all(paths: &[PathBuf]) -> (Vec<ConfigFile>, Vec<ConfigError>) {
+    let mut files = Vec::new();
+    let mut errors = Vec::new();
+    for path in paths {
+        for file in expand(path, &mut errors) {
+            let name: Arc<str> = file.display().to_string().into();
+            match std::fs::read(&file) {
+                Ok(bytes) => match String::from_utf8(bytes) {
+                    Ok(content) => files.push(ConfigFile {
+                        path: name,
+                        content,
+                    }),
+                    Err(e) => errors.push(ConfigError::new(
+                        Position::start_of(&name),
+                        format!("file is not valid UTF-8: {e}"),
+                    )),
+                },
+                Err(e) => errors.push(ConfigError::new(
+                    Position::start_of(&name),
+                    format!("cannot read file: {e}"),
+                )),
+            }
+        }
+    }
+    (files, errors)
+}
+
+fn expand(path: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
+    let name: Arc<str> = path.display().to_string().into();
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => {
+            errors.push(ConfigError::new(
+                Position::start_of(&name),
+                format!("cannot read config path: {e}"),
+            ));
+            return Vec::new();
+        }
+    };
+    if !meta.is_dir() {
+        return vec![path.to_path_buf()];
+    }
+    let entries = match std::fs::read_dir(path) {
+        Ok(entries) => entries,
+        Err(e) => {
+            errors.push(ConfigError::new(
+                Position::start_of(&name),
+                format!("cannot list directory: {e}"),
+            ));
+            return Vec::new();
+        }
+    };
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| is_config_file(p))
+        .collect();
+    out.sort();
+    out
+}
+
+/// A visible `*.yaml` / `*.yml` regular file (symlinks followed).
+pub fn is_config_file(p: &Path) -> bool {
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    !name.starts_with('.')
+        && (name.ends_with(".yaml") || name.ends_with(".yml"))
+        && std::fs::metadata(p).is_ok_and(|m| m.is_file())
+}

@@ -1,0 +1,16 @@
+//! sluice: a rate-limit service speaking the Envoy Rate Limit Service (RLS) v3 gRPC API.
+//!
+//! The crate is a library with a thin binary (`src/main.rs`) so that tests and the benchmark
+//! tool drive the same code the server runs. See ARCHITECTURE.md for the map.
+
+pub mod algorithm;
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod limiter;
+pub mod model;
+pub mod proto;
+pub mod rules;
+pub mod service;
+pub mod settings;
+pub mod store;

@@ -1,0 +1,463 @@
+//! The per-request policy: descriptors -> matched rules -> store checks -> response.
+//!
+//! Owns the parts of envoyproxy/ratelimit's semantics that do not depend on the store:
+//! matching, `replaces`, unlimited rules, limit overrides, shadow mode (per rule and global),
+//! quota mode, response headers and metadata. The store decides and charges atomically.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+
+use crate::algorithm::{Ask, Limit};
+use crate::clock::Clock;
+use crate::model::{Descriptor, Micros, Request, Unit, MICROS_PER_MILLI, MICROS_PER_SEC};
+use crate::rules::{Match, Rule, RuleKind, RuleLimit, RuleSet, Step};
+use crate::store::{key, Charge, Check, Store, StoreError, Verdict};
+
+/// Names of the `RateLimit-*` response headers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderNames {
+    pub limit: String,
+    pub remaining: String,
+    pub reset: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        HeaderNames {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+/// Server-wide policy switches.
+#[derive(Clone, Debug, Default)]
+pub struct LimiterOptions {
+    /// Turn an OVER_LIMIT overall code into OK (per-descriptor codes are left alone).
+    pub shadow_mode: bool,
+    /// Charge rejected requests unless a rule says otherwise (envoyproxy/ratelimit's way).
+    pub charge_rejected: bool,
+    /// Add `RateLimit-*` headers from the tightest descriptor.
+    pub response_headers: Option<HeaderNames>,
+    /// Prefix of every storage key (`--key-prefix`).
+    pub key_prefix: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    Ok,
+    OverLimit,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurrentLimit {
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    /// Empty when the rule has no name.
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub code: Code,
+    pub current_limit: Option<CurrentLimit>,
+    pub remaining: u32,
+    pub duration_until_reset: Option<Micros>,
+}
+
+impl Status {
+    fn no_limit() -> Self {
+        Status {
+            code: Code::Ok,
+            current_limit: None,
+            remaining: 0,
+            duration_until_reset: None,
+        }
+    }
+    fn unlimited() -> Self {
+        Status {
+            remaining: u32::MAX,
+            ..Status::no_limit()
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Response {
+    pub overall: Code,
+    pub statuses: Vec<Status>,
+    pub headers: Vec<(String, String)>,
+    /// Merged `metadata` of the rules of descriptors within their limits.
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// What one descriptor resolved to.
+enum Resolved<'r> {
+    NoLimit,
+    Unlimited(&'r Arc<Rule>),
+    Limited {
+        rule: Option<&'r Arc<Rule>>,
+        steps: Vec<Step<'r>>,
+        limit: RuleLimit,
+    },
+}
+
+impl Resolved<'_> {
+    fn rule(&self) -> Option<&Arc<Rule>> {
+        match self {
+            Resolved::NoLimit => None,
+            Resolved::Unlimited(r) => Some(r),
+            Resolved::Limited { rule, .. } => *rule,
+        }
+    }
+}
+
+pub struct Limiter<S> {
+    rules: ArcSwapOption<RuleSet>,
+    store: S,
+    clock: Arc<dyn Clock>,
+    opts: LimiterOptions,
+}
+
+impl<S: Store> Limiter<S> {
+    pub fn new(store: S, clock: Arc<dyn Clock>, opts: LimiterOptions) -> Self {
+        Limiter {
+            rules: ArcSwapOption::empty(),
+            store,
+            clock,
+            opts,
+        }
+    }
+
+    /// Publishes a new rule set in one atomic swap; requests in flight finish on the old one.
+    pub fn set_rules(&self, rules: Arc<RuleSet>) {
+        self.rules.store(Some(rules));
+    }
+
+    pub fn rules(&self) -> Option<Arc<RuleSet>> {
+        self.rules.load_full()
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub async fn should_rate_limit(&self, req: &Request) -> Result<Response, LimitError> {
+        let rules = self
+            .rules
+            .load_full()
+            .ok_or_else(|| LimitError::Unavailable("no rate limit configuration loaded".into()))?;
+        let Some(domain) = rules.domain(&req.domain) else {
+            return Ok(Response {
+                overall: Code::Ok,
+                statuses: req.descriptors.iter().map(|_| Status::no_limit()).collect(),
+                headers: Vec::new(),
+                metadata: None,
+            });
+        };
+
+        let mut resolved: Vec<Resolved<'_>> = req
+            .descriptors
+            .iter()
+            .map(|d| resolve(domain.find(&d.entries), d))
+            .collect();
+        apply_replaces(&mut resolved);
+
+        // Build the storage keys first, then borrow them into the checks.
+        let default_charge = if self.opts.charge_rejected {
+            Charge::Always
+        } else {
+            Charge::IfAdmitted
+        };
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        let mut specs: Vec<(usize, &RuleLimit, bool)> = Vec::new();
+        for (i, (r, d)) in resolved.iter().zip(&req.descriptors).enumerate() {
+            if let Resolved::Limited { rule, steps, limit } = r {
+                let mut k = Vec::with_capacity(64);
+                let parts = d
+                    .entries
+                    .iter()
+                    .enumerate()
+                    .map(|(j, e)| match steps.get(j) {
+                        Some(Step::Wildcard {
+                            pattern,
+                            shared: true,
+                        }) => key::Part::Shared {
+                            key: &e.key,
+                            pattern,
+                        },
+                        _ => key::Part::Value {
+                            key: &e.key,
+                            value: &e.value,
+                        },
+                    });
+                key::build(
+                    &mut k,
+                    &self.opts.key_prefix,
+                    &req.domain,
+                    parts,
+                    &limit.limit,
+                    None,
+                );
+                keys.push(k);
+                specs.push((i, limit, rule.is_some_and(|r| r.quota_mode)));
+            }
+        }
+        let checks: Vec<Check<'_>> = specs
+            .iter()
+            .zip(&keys)
+            .map(|(&(i, limit, quota), k)| {
+                let d = &req.descriptors[i];
+                Check {
+                    key: k,
+                    limit: &limit.limit,
+                    ask: Ask {
+                        hits: d.hits,
+                        refund: d.refund,
+                    },
+                    charge: limit.charge.unwrap_or(default_charge),
+                    group: i as u32,
+                    quota,
+                }
+            })
+            .collect();
+        let verdicts = if checks.is_empty() {
+            Vec::new()
+        } else {
+            self.store.decide(&checks, self.clock.now()).await?
+        };
+
+        let mut statuses: Vec<Status> = resolved
+            .iter()
+            .map(|r| match r {
+                Resolved::NoLimit => Status::no_limit(),
+                Resolved::Unlimited(_) => Status::unlimited(),
+                Resolved::Limited { .. } => Status::no_limit(),
+            })
+            .collect();
+        for (&(i, limit, _), v) in specs.iter().zip(&verdicts) {
+            let rule = resolved[i].rule();
+            statuses[i] = status_of(v, limit, rule.and_then(|r| r.name.clone()));
+            if rule.is_some_and(|r| r.shadow_mode) {
+                statuses[i].code = Code::Ok;
+            }
+        }
+
+        let quota = |i: usize| resolved[i].rule().is_some_and(|r| r.quota_mode);
+        let mut overall = overall_code(&statuses, &resolved, quota);
+        let headers = match &self.opts.response_headers {
+            Some(names) => headers(names, &statuses, quota),
+            None => Vec::new(),
+        };
+        let metadata = merged_metadata(&resolved, &statuses);
+        if self.opts.shadow_mode {
+            overall = Code::Ok;
+        }
+        Ok(Response {
+            overall,
+            statuses,
+            headers,
+            metadata,
+        })
+    }
+}
+
+fn resolve<'r>(m: Option<Match<'r>>, d: &Descriptor) -> Resolved<'r> {
+    if let Some(o) = d.limit_override {
+        // envoyproxy/ratelimit: an override applies whether or not a rule matched, with no
+        // name, no shadow mode and nothing to replace. It keeps the matched rule's charging.
+        let charge = m.as_ref().and_then(|m| match &m.rule.kind {
+            RuleKind::Limited(l) => l.charge,
+            RuleKind::Unlimited => None,
+        });
+        return Resolved::Limited {
+            rule: None,
+            steps: m.map(|m| m.steps).unwrap_or_default(),
+            limit: RuleLimit {
+                requests_per_unit: o.requests_per_unit,
+                unit: o.unit,
+                limit: Limit::fixed_window(u64::from(o.requests_per_unit), o.unit.micros()),
+                charge,
+            },
+        };
+    }
+    match m {
+        None => Resolved::NoLimit,
+        Some(m) => match &m.rule.kind {
+            RuleKind::Unlimited => Resolved::Unlimited(m.rule),
+            RuleKind::Limited(limit) => Resolved::Limited {
+                rule: Some(m.rule),
+                steps: m.steps,
+                limit: limit.clone(),
+            },
+        },
+    }
+}
+
+/// A matched limit whose name another matched rule `replaces` is neither reported nor
+/// consumed.
+fn apply_replaces(resolved: &mut [Resolved<'_>]) {
+    let replaced: Vec<String> = resolved
+        .iter()
+        .filter_map(|r| r.rule())
+        .flat_map(|r| r.replaces.iter().cloned())
+        .collect();
+    if replaced.is_empty() {
+        return;
+    }
+    for r in resolved.iter_mut() {
+        let is_replaced = r
+            .rule()
+            .and_then(|rule| rule.name.as_ref())
+            .is_some_and(|n| replaced.contains(n));
+        if is_replaced {
+            *r = Resolved::NoLimit;
+        }
+    }
+}
+
+fn status_of(v: &Verdict, limit: &RuleLimit, name: Option<String>) -> Status {
+    let current_limit = Some(CurrentLimit {
+        requests_per_unit: limit.requests_per_unit,
+        unit: limit.unit,
+        name: name.unwrap_or_default(),
+    });
+    if v.allowed {
+        Status {
+            code: Code::Ok,
+            current_limit,
+            remaining: u32::try_from(v.remaining).unwrap_or(u32::MAX),
+            duration_until_reset: Some(ceil_millis(v.reset)),
+        }
+    } else {
+        Status {
+            code: Code::OverLimit,
+            current_limit,
+            remaining: 0,
+            duration_until_reset: Some(ceil_millis(v.reset)),
+        }
+    }
+}
+
+/// Durations are reported in whole milliseconds, rounded up so that a client waiting that
+/// long is never early.
+fn ceil_millis(us: Micros) -> Micros {
+    ceil_div(us.max(0), MICROS_PER_MILLI) * MICROS_PER_MILLI
+}
+
+/// `a / b` rounded up, for `a >= 0`, `b > 0`.
+fn ceil_div(a: Micros, b: Micros) -> Micros {
+    a / b + Micros::from(a % b != 0)
+}
+
+/// OVER_LIMIT when a descriptor not in quota mode is over its limit, or when there are
+/// quota-mode descriptors and all of them are (envoyproxy/ratelimit's rule).
+fn overall_code(
+    statuses: &[Status],
+    resolved: &[Resolved<'_>],
+    quota: impl Fn(usize) -> bool,
+) -> Code {
+    let mut quota_total = 0;
+    let mut quota_over = 0;
+    for (i, s) in statuses.iter().enumerate() {
+        if matches!(resolved[i], Resolved::Unlimited(_)) {
+            continue;
+        }
+        if quota(i) {
+            quota_total += 1;
+            if s.code == Code::OverLimit {
+                quota_over += 1;
+            }
+        } else if s.code == Code::OverLimit {
+            return Code::OverLimit;
+        }
+    }
+    if quota_total > 0 && quota_over == quota_total {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    }
+}
+
+/// `RateLimit-*` headers from the tightest descriptor: the least remaining (first on a tie),
+/// overridden by the last over-limit descriptor not in quota mode.
+fn headers(
+    names: &HeaderNames,
+    statuses: &[Status],
+    quota: impl Fn(usize) -> bool,
+) -> Vec<(String, String)> {
+    let mut pick: Option<&Status> = None;
+    let mut min = u32::MAX;
+    for s in statuses {
+        if s.current_limit.is_some() && s.remaining < min {
+            min = s.remaining;
+            pick = Some(s);
+        }
+    }
+    for (i, s) in statuses.iter().enumerate() {
+        if s.code == Code::OverLimit && !quota(i) {
+            pick = Some(s);
+        }
+    }
+    let Some(s) = pick else {
+        return Vec::new();
+    };
+    let Some(limit) = &s.current_limit else {
+        return Vec::new();
+    };
+    let reset_secs = ceil_div(s.duration_until_reset.unwrap_or(0).max(0), MICROS_PER_SEC);
+    vec![
+        (names.limit.clone(), limit.requests_per_unit.to_string()),
+        (names.remaining.clone(), s.remaining.to_string()),
+        (names.reset.clone(), reset_secs.to_string()),
+    ]
+}
+
+/// The `metadata` of the rules of descriptors within their limits, merged: earlier
+/// descriptors win on conflicts, nested maps merge, lists do not.
+fn merged_metadata(
+    resolved: &[Resolved<'_>],
+    statuses: &[Status],
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut out = serde_json::Map::new();
+    for (r, s) in resolved.iter().zip(statuses) {
+        if s.code == Code::OverLimit || matches!(r, Resolved::Unlimited(_)) {
+            continue;
+        }
+        if let Some(serde_json::Value::Object(m)) = r.rule().and_then(|r| r.metadata.as_ref()) {
+            merge_into(&mut out, m);
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+fn merge_into(
+    dst: &mut serde_json::Map<String, serde_json::Value>,
+    src: &serde_json::Map<String, serde_json::Value>,
+) {
+    for (k, v) in src {
+        match (dst.get_mut(k), v) {
+            (Some(serde_json::Value::Object(d)), serde_json::Value::Object(s)) => merge_into(d, s),
+            (Some(_), _) => {}
+            (None, v) => {
+                dst.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! Code generated from `proto/` (Envoy RLS v3, wire-compatible; entry key/value as bytes).
+
+#[allow(clippy::all, missing_docs)]
+pub mod envoy {
+    pub mod config {
+        pub mod core {
+            pub mod v3 {
+                tonic::include_proto!("envoy.config.core.v3");
+            }
+        }
+    }
+    pub mod extensions {
+        pub mod common {
+            pub mod ratelimit {
+                pub mod v3 {
+                    tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
+                }
+            }
+        }
+    }
+    pub mod service {
+        pub mod ratelimit {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+    }
+    pub mod r#type {
+        pub mod v3 {
+            tonic::include_proto!("envoy.r#type.v3");
+        }
+    }
+}
+
+pub use envoy::extensions::common::ratelimit::v3::{rate_limit_descriptor, RateLimitDescriptor};
+pub use envoy::service::ratelimit::v3::{
+    rate_limit_response, rate_limit_service_client, rate_limit_service_server, RateLimitRequest,
+    RateLimitResponse,
+};
+
+/// Encoded `FileDescriptorSet` of the RLS protos, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));

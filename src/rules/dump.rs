@@ -1,0 +1,87 @@
+//! A readable listing of a rule set, for `/rlconfig` and `sluice check`.
+
+use std::fmt::Write;
+
+use super::{Node, RuleKind, RuleSet};
+
+impl RuleSet {
+    /// One line per rule, grouped by source file, in a stable order.
+    pub fn dump(&self) -> String {
+        let mut out = String::new();
+        for src in &self.sources {
+            let _ = writeln!(
+                out,
+                "# {} (domain {}, content hash {:016x})",
+                src.path, src.domain, src.hash
+            );
+        }
+        let mut names: Vec<&String> = self.domains.keys().collect();
+        names.sort();
+        for name in names {
+            let mut lines = Vec::new();
+            collect(&self.domains[name].root, &mut lines);
+            lines.sort();
+            for l in lines {
+                out.push_str(&l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Rules per domain, for the summary of `sluice check`.
+    pub fn rule_counts(&self) -> Vec<(String, usize)> {
+        let mut v: Vec<(String, usize)> = self
+            .domains
+            .iter()
+            .map(|(name, d)| {
+                let mut lines = Vec::new();
+                collect(&d.root, &mut lines);
+                (name.clone(), lines.len())
+            })
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn collect(node: &Node, out: &mut Vec<String>) {
+    if let Some(rule) = &node.rule {
+        let mut line = format!("{}:", rule.full_key);
+        match &rule.kind {
+            RuleKind::Unlimited => line.push_str(" unlimited"),
+            RuleKind::Limited(l) => {
+                let _ = write!(
+                    line,
+                    " unit={} requests_per_unit={} algorithm={}",
+                    l.unit,
+                    l.requests_per_unit,
+                    l.limit.algorithm.as_str()
+                );
+            }
+        }
+        if let Some(name) = &rule.name {
+            let _ = write!(line, " name={name}");
+        }
+        if !rule.replaces.is_empty() {
+            let _ = write!(line, " replaces={}", rule.replaces.join(","));
+        }
+        let _ = write!(
+            line,
+            " shadow_mode={} quota_mode={} ({})",
+            rule.shadow_mode, rule.quota_mode, rule.position
+        );
+        out.push(line);
+    }
+    for branch in node.children.values() {
+        for n in branch.exact.values() {
+            collect(n, out);
+        }
+        for w in &branch.wildcards {
+            collect(&w.node, out);
+        }
+        if let Some(n) = &branch.default {
+            collect(n, out);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The compiled rule tree: immutable once built, shared by every request through one
+//! `Arc<RuleSet>`, and replaced whole on reload.
+//!
+//! Per domain, each level maps a descriptor key to a [`Branch`] holding exact values (hashed),
+//! wildcard patterns (in file order) and the key-only default. Matching a descriptor costs one
+//! hash lookup per entry plus the wildcards of that one key, however many rules there are.
+
+pub mod dump;
+pub mod pattern;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::algorithm::Limit;
+use crate::config::Position;
+use crate::model::{Entry, Unit};
+use crate::store::Charge;
+
+pub use pattern::Pattern;
+
+/// Every domain of a loaded configuration.
+#[derive(Debug, Default)]
+pub struct RuleSet {
+    pub domains: HashMap<String, Domain>,
+    /// The files the rules came from, in load order.
+    pub sources: Vec<Source>,
+}
+
+/// A loaded file.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub path: Arc<str>,
+    pub domain: String,
+    /// Content hash (FNV-1a 64) of the file, for `/rlconfig`.
+    pub hash: u64,
+}
+
+#[derive(Debug)]
+pub struct Domain {
+    pub name: Arc<str>,
+    pub root: Node,
+}
+
+#[derive(Debug, Default)]
+pub struct Node {
+    pub rule: Option<Arc<Rule>>,
+    pub children: HashMap<Box<[u8]>, Branch>,
+}
+
+/// The nodes under one descriptor key at one level.
+#[derive(Debug, Default)]
+pub struct Branch {
+    pub exact: HashMap<Box<[u8]>, Node>,
+    pub wildcards: Vec<Wildcard>,
+    pub default: Option<Box<Node>>,
+}
+
+#[derive(Debug)]
+pub struct Wildcard {
+    pub pattern: Pattern,
+    /// All values matching the pattern share one counter.
+    pub share_threshold: bool,
+    pub node: Node,
+}
+
+/// A configured limit at one node of the tree.
+#[derive(Debug)]
+pub struct Rule {
+    /// envoyproxy/ratelimit's key of the rule: `domain.key_value.key2` (stats use it).
+    pub full_key: String,
+    pub name: Option<String>,
+    pub kind: RuleKind,
+    pub replaces: Vec<String>,
+    pub shadow_mode: bool,
+    pub quota_mode: bool,
+    pub detailed_metric: bool,
+    pub value_to_metric: bool,
+    pub metadata: Option<serde_json::Value>,
+    pub position: Position,
+}
+
+#[derive(Debug)]
+pub enum RuleKind {
+    /// Never limited, never counted.
+    Unlimited,
+    Limited(RuleLimit),
+}
+
+/// One limit of a rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleLimit {
+    pub requests_per_unit: u32,
+    /// The unit reported in `current_limit`.
+    pub unit: Unit,
+    pub limit: Limit,
+    /// `None`: the server's default (`--charge-rejected`).
+    pub charge: Option<Charge>,
+}
+
+/// How one request entry was matched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step<'r> {
+    Exact,
+    Wildcard { pattern: &'r [u8], shared: bool },
+    Default,
+}
+
+/// The rule a descriptor matched, and how each entry got there.
+#[derive(Debug)]
+pub struct Match<'r> {
+    pub rule: &'r Arc<Rule>,
+    pub steps: Vec<Step<'r>>,
+}
+
+impl RuleSet {
+    pub fn domain(&self, name: &str) -> Option<&Domain> {
+        self.domains.get(name)
+    }
+}
+
+impl Domain {
+    /// envoyproxy/ratelimit's matching: at each level an exact key+value first, then wildcard
+    /// values in file order, then the key-only default. The limit applies only if the node
+    /// matched at the last entry has one.
+    pub fn find<'r>(&'r self, entries: &[Entry]) -> Option<Match<'r>> {
+        let mut children = &self.root.children;
+        let mut steps = Vec::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            let branch = children.get(&e.key[..])?;
+            let (node, step) = if let Some(n) = branch.exact.get(&e.value[..]) {
+                (n, Step::Exact)
+            } else if let Some(w) = branch
+                .wildcards
+                .iter()
+                .find(|w| w.pattern.matches(&e.value))
+            {
+                (
+                    &w.node,
+                    Step::Wildcard {
+                        pattern: w.pattern.source(),
+                        shared: w.share_threshold,
+                    },
+                )
+            } else if let Some(n) = &branch.default {
+                (&**n, Step::Default)
+            } else {
+                return None;
+            };
+            steps.push(step);
+            if i + 1 == entries.len() {
+                return node.rule.as_ref().map(|rule| Match { rule, steps });
+            }
+            if node.children.is_empty() {
+                return None;
+            }
+            children = &node.children;
+        }
+        None
+    }
+}
+
+/// FNV-1a, 64 bit: a stable content hash for `/rlconfig` (not for security).
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

@@ -1,0 +1,9 @@
+//! The network faces of sluice: the Envoy RLS gRPC service, gRPC health, and the HTTP side
+//! port. Thin: they convert between wire formats and the model and hold no policy.
+
+pub mod convert;
+pub mod http;
+pub mod rls;
+pub mod state;
+
+pub use state::ServiceState;

@@ -1,0 +1,179 @@
+//! The command line: every flag also reads an environment variable (`SLUICE_*`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "A rate-limit service for Envoy: speaks the Envoy Rate Limit Service (RLS) v3 gRPC API \
+             and reads envoyproxy/ratelimit's YAML configuration.",
+    long_about = None,
+    after_help = "Examples:\n  sluice serve --config config/\n  sluice check config/\n\nEvery flag can also be set \
+                  through the environment variable shown in its help, e.g. SLUICE_GRPC_ADDR=0.0.0.0:9000."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the RLS gRPC API (and the HTTP side port) with the rules in --config.
+    Serve(ServeArgs),
+    /// Validate config files without serving: prints every error as file:line:column: message
+    /// and exits 1, or a one-line summary per domain and exits 0.
+    Check(CheckArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// Embedded in-memory store: one instance enforces the whole limit.
+    Memory,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// A YAML config file, or a directory whose *.yaml / *.yml files are loaded (dot-files and
+    /// Kubernetes `..data` entries skipped). Repeat for several; SLUICE_CONFIG takes a
+    /// comma-separated list.
+    #[arg(
+        long = "config",
+        value_name = "PATH",
+        env = "SLUICE_CONFIG",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub config: Vec<PathBuf>,
+
+    /// Address of the gRPC listener (RLS and grpc.health.v1).
+    #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
+    pub grpc_addr: SocketAddr,
+
+    /// Address of the HTTP side port (/healthcheck, /rlconfig).
+    #[arg(long, env = "SLUICE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+
+    /// Where counters live.
+    #[arg(long, env = "SLUICE_BACKEND", value_enum, default_value_t = Backend::Memory)]
+    pub backend: Backend,
+
+    /// Merge config files that name the same domain instead of rejecting them.
+    #[arg(long, env = "SLUICE_MERGE_DOMAINS")]
+    pub merge_domains: bool,
+
+    /// Global shadow mode: an OVER_LIMIT overall answer becomes OK (descriptor statuses keep
+    /// their codes, counting goes on).
+    #[arg(long, env = "SLUICE_SHADOW_MODE")]
+    pub shadow_mode: bool,
+
+    /// Charge rejected requests too, as envoyproxy/ratelimit does (the default for rules
+    /// without `charge:`). Without it a rejected request consumes nothing.
+    #[arg(long, env = "SLUICE_CHARGE_REJECTED")]
+    pub charge_rejected: bool,
+
+    /// Add RateLimit-Limit / -Remaining / -Reset response headers from the tightest descriptor.
+    #[arg(long, env = "SLUICE_RESPONSE_HEADERS")]
+    pub response_headers: bool,
+
+    /// Name of the limit header.
+    #[arg(long, env = "SLUICE_HEADER_LIMIT", default_value = "RateLimit-Limit")]
+    pub header_limit: String,
+
+    /// Name of the remaining header.
+    #[arg(
+        long,
+        env = "SLUICE_HEADER_REMAINING",
+        default_value = "RateLimit-Remaining"
+    )]
+    pub header_remaining: String,
+
+    /// Name of the reset header (seconds until reset).
+    #[arg(long, env = "SLUICE_HEADER_RESET", default_value = "RateLimit-Reset")]
+    pub header_reset: String,
+
+    /// Prefix of every storage key, so several installations can share one store.
+    #[arg(long, env = "SLUICE_KEY_PREFIX", default_value = "")]
+    pub key_prefix: String,
+
+    /// Most keys the in-memory store holds; past it, expired keys are reclaimed first and
+    /// evictions are logged and counted.
+    #[arg(long, env = "SLUICE_MEMORY_MAX_ENTRIES", default_value_t = 1_000_000)]
+    pub memory_max_entries: usize,
+
+    /// How long SIGTERM waits for in-flight requests before exiting anyway.
+    #[arg(long, env = "SLUICE_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// Config files or directories, as for `serve --config`.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+
+    /// Merge files that name the same domain.
+    #[arg(long, env = "SLUICE_MERGE_DOMAINS")]
+    pub merge_domains: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LogArgs {
+    /// Log filter, e.g. `info` or `sluice=debug`.
+    #[arg(long, env = "SLUICE_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// Log line format.
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// `250ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration '{s}' (use e.g. 250ms, 10s, 2m, 1h)"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!(
+            "invalid duration unit in '{s}' (use ms, s, m or h)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3 weeks").is_err());
+    }
+}

@@ -1,0 +1,162 @@
+//! Storage keys, built in one place for every store.
+//!
+//! `[prefix]sluice:v1:{<domain>|<k>=<v>|...}:<shape>`
+//!
+//! * Every user-supplied byte outside `[A-Za-z0-9._/@-]` is percent-encoded, `%` included, so
+//!   the encoding is injective and the separators `|`, `=`, `~`, `:`, `{`, `}` never come from
+//!   user data: two different descriptors can never share a key (envoyproxy/ratelimit's
+//!   `key_value` joining can), and the `{...}` Redis Cluster hash tag always covers exactly the
+//!   descriptor, so all limits of one descriptor share a slot.
+//! * An entry counted per pattern rather than per value (`share_threshold`) is written
+//!   `<k>~<pattern>`.
+//! * The shape (algorithm, window, and the limit's name inside `rate_limits`) is part of the
+//!   key so a changed algorithm never misreads old state; the numbers (requests per unit) are
+//!   not, so raising a limit keeps the count.
+
+use crate::algorithm::Limit;
+
+/// The version of the key layout; bump it when the layout or a state encoding changes.
+pub const VERSION: &str = "v1";
+
+/// One entry of a descriptor as it enters a key.
+#[derive(Clone, Copy, Debug)]
+pub enum Part<'a> {
+    /// Counted per value.
+    Value { key: &'a [u8], value: &'a [u8] },
+    /// Counted per wildcard pattern, shared by every value matching it.
+    Shared { key: &'a [u8], pattern: &'a [u8] },
+}
+
+/// Builds the key of one limit of one descriptor into `out` (cleared first).
+pub fn build<'a>(
+    out: &mut Vec<u8>,
+    prefix: &[u8],
+    domain: &str,
+    parts: impl IntoIterator<Item = Part<'a>>,
+    limit: &Limit,
+    limit_name: Option<&str>,
+) {
+    out.clear();
+    out.extend_from_slice(prefix);
+    out.extend_from_slice(b"sluice:");
+    out.extend_from_slice(VERSION.as_bytes());
+    out.extend_from_slice(b":{");
+    escape_into(out, domain.as_bytes());
+    for part in parts {
+        out.push(b'|');
+        match part {
+            Part::Value { key, value } => {
+                escape_into(out, key);
+                out.push(b'=');
+                escape_into(out, value);
+            }
+            Part::Shared { key, pattern } => {
+                escape_into(out, key);
+                out.push(b'~');
+                escape_into(out, pattern);
+            }
+        }
+    }
+    out.extend_from_slice(b"}:");
+    out.extend_from_slice(limit.algorithm.as_str().as_bytes());
+    out.push(b':');
+    push_decimal(out, limit.window as u64);
+    if let Some(name) = limit_name {
+        out.push(b':');
+        escape_into(out, name.as_bytes());
+    }
+}
+
+fn is_plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'@' | b'-')
+}
+
+fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in bytes {
+        if is_plain(b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+        }
+    }
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key(domain: &str, entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        build(
+            &mut out,
+            b"",
+            domain,
+            entries
+                .iter()
+                .map(|&(key, value)| Part::Value { key, value }),
+            &Limit::fixed_window(1, 1_000_000),
+            None,
+        );
+        out
+    }
+
+    #[test]
+    fn layout() {
+        assert_eq!(
+            key("d", &[(b"k", b"v w"), (b"ip", b"{1}")]),
+            b"sluice:v1:{d|k=v%20w|ip=%7B1%7D}:fixed_window:1000000".to_vec()
+        );
+    }
+
+    #[test]
+    fn joining_that_collides_in_envoyproxy_ratelimit_does_not_here() {
+        assert_ne!(key("d", &[(b"a_b", b"c")]), key("d", &[(b"a", b"b_c")]));
+        assert_ne!(
+            key("d", &[(b"a", b"b|c=d")]),
+            key("d", &[(b"a", b"b"), (b"c", b"d")])
+        );
+    }
+
+    fn hash_tag(k: &[u8]) -> &[u8] {
+        let open = k.iter().position(|&b| b == b'{').unwrap();
+        let close = open + k[open..].iter().position(|&b| b == b'}').unwrap();
+        &k[open + 1..close]
+    }
+
+    proptest! {
+        #[test]
+        fn distinct_descriptors_give_distinct_keys(
+            a in proptest::collection::vec((any::<Vec<u8>>(), any::<Vec<u8>>()), 1..4),
+            b in proptest::collection::vec((any::<Vec<u8>>(), any::<Vec<u8>>()), 1..4),
+        ) {
+            let ka = key("d", &a.iter().map(|(k, v)| (&k[..], &v[..])).collect::<Vec<_>>());
+            let kb = key("d", &b.iter().map(|(k, v)| (&k[..], &v[..])).collect::<Vec<_>>());
+            prop_assert_eq!(a == b, ka == kb);
+        }
+
+        #[test]
+        fn hash_tag_covers_the_whole_descriptor(v in any::<Vec<u8>>()) {
+            let k = key("d", &[(b"k", &v)]);
+            let tag = hash_tag(&k);
+            prop_assert!(tag.starts_with(b"d|k="));
+            prop_assert!(k.ends_with(b"}:fixed_window:1000000"), "suffix");
+            prop_assert_eq!(tag.len() + "sluice:v1:{}:fixed_window:1000000".len(), k.len());
+        }
+    }
+}
