@@ -2,8 +2,10 @@
 //! check of a request and applies the charging policy atomically (see [`batch`]).
 
 pub mod batch;
+pub mod fallback;
 pub mod key;
 pub mod memory;
+pub mod redis;
 
 use std::future::Future;
 
@@ -11,7 +13,9 @@ use crate::algorithm::{Ask, Limit};
 use crate::model::Micros;
 
 pub use batch::{Charge, Verdict};
+pub use fallback::{FailurePolicy, Fallback};
 pub use memory::MemoryStore;
+pub use redis::RedisStore;
 
 /// One limit to decide for one descriptor of a request.
 #[derive(Clone, Debug)]

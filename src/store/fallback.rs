@@ -1,0 +1,141 @@
+//! What a request gets when its store fails (`--on-store-error`).
+
+use std::sync::Arc;
+
+use crate::model::Micros;
+
+use super::{Check, MemoryStore, Store, StoreError, Verdict};
+
+/// The failure policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// The error goes to the caller (gRPC UNAVAILABLE; Envoy's `failure_mode_deny` decides).
+    Unavailable,
+    /// Every check is allowed, nothing is counted.
+    Allow,
+    /// Every check is over its limit.
+    Deny,
+    /// An in-memory store decides with the same rules (each instance counting on its own)
+    /// until the primary store answers again.
+    Local,
+}
+
+/// A store that applies a [`FailurePolicy`] when `primary` fails.
+pub struct Fallback<S> {
+    primary: S,
+    policy: FailurePolicy,
+    local: Option<Arc<MemoryStore>>,
+}
+
+impl<S: Store> Fallback<S> {
+    /// `local` is used (and required) by [`FailurePolicy::Local`]; without it that policy
+    /// answers like [`FailurePolicy::Unavailable`].
+    pub fn new(primary: S, policy: FailurePolicy, local: Option<Arc<MemoryStore>>) -> Self {
+        Fallback {
+            primary,
+            policy,
+            local,
+        }
+    }
+
+    pub fn primary(&self) -> &S {
+        &self.primary
+    }
+
+    async fn decide_or_fall_back(
+        &self,
+        checks: &[Check<'_>],
+        now: Micros,
+    ) -> Result<Vec<Verdict>, StoreError> {
+        let err = match self.primary.decide(checks, now).await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let until_end = |c: &Check<'_>| (c.limit.frame(now).window_end - now).max(0);
+        match (self.policy, &self.local) {
+            (FailurePolicy::Allow, _) => Ok(checks
+                .iter()
+                .map(|c| Verdict {
+                    allowed: true,
+                    remaining: c.limit.requests,
+                    reset: until_end(c),
+                    charged: false,
+                })
+                .collect()),
+            (FailurePolicy::Deny, _) => Ok(checks
+                .iter()
+                .map(|c| Verdict {
+                    allowed: false,
+                    remaining: 0,
+                    reset: until_end(c),
+                    charged: false,
+                })
+                .collect()),
+            (FailurePolicy::Local, Some(local)) => Ok(local.decide_now(checks, now)),
+            (FailurePolicy::Unavailable, _) | (FailurePolicy::Local, None) => Err(err),
+        }
+    }
+}
+
+impl<S: Store> Store for Fallback<S> {
+    fn decide(
+        &self,
+        checks: &[Check<'_>],
+        now: Micros,
+    ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
+        self.decide_or_fall_back(checks, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{Ask, Limit};
+    use crate::store::Charge;
+
+    /// A store that always fails, as a Redis that is down.
+    struct Down;
+
+    impl Store for Down {
+        async fn decide(&self, _: &[Check<'_>], _: Micros) -> Result<Vec<Verdict>, StoreError> {
+            Err(StoreError::Unavailable {
+                backend: "down",
+                message: "down".into(),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn each_policy() {
+        let l = Limit::fixed_window(1, 60_000_000);
+        let c = [Check {
+            key: b"k",
+            limit: &l,
+            ask: Ask::take(1),
+            charge: Charge::IfAdmitted,
+            group: 0,
+            quota: false,
+        }];
+        let now = 30_000_000;
+        let unavailable = Fallback::new(Down, FailurePolicy::Unavailable, None);
+        assert!(unavailable.decide(&c, now).await.is_err());
+        let v = Fallback::new(Down, FailurePolicy::Allow, None)
+            .decide(&c, now)
+            .await
+            .unwrap();
+        assert!(v[0].allowed && !v[0].charged);
+        assert_eq!(v[0].reset, 30_000_000);
+        let v = Fallback::new(Down, FailurePolicy::Deny, None)
+            .decide(&c, now)
+            .await
+            .unwrap();
+        assert!(!v[0].allowed);
+        let local = Arc::new(MemoryStore::new(100));
+        let f = Fallback::new(Down, FailurePolicy::Local, Some(local));
+        assert!(f.decide(&c, now).await.unwrap()[0].allowed);
+        assert!(
+            !f.decide(&c, now).await.unwrap()[0].allowed,
+            "the local limit holds"
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! From `--redis-url` and friends to a fred client pool.
+//!
+//! The URL's scheme chooses the topology: `redis://` / `rediss://` (standalone, TLS),
+//! `redis-sentinel://h:p[,h:p]?sentinelServiceName=name` (Sentinel),
+//! `redis-cluster://h:p[,h:p]` (Cluster); `rediss-` variants use TLS. Credentials
+//! (`user:password@`) authenticate with ACL. Several comma-separated hosts become fred's
+//! `node=` query parameters.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, ServerConfig, TlsConnector};
+
+/// How the store reaches Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    Standalone,
+    Sentinel,
+    Cluster,
+}
+
+/// Connection settings (the `--redis-*` flags).
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    pub url: String,
+    /// PEM file of CA certificates to trust instead of the system's (TLS URLs only).
+    pub tls_ca: Option<std::path::PathBuf>,
+    pub pool_size: usize,
+    /// TCP connect plus TLS handshake, and the connection's own commands (AUTH, CLUSTER SLOTS).
+    pub connect_timeout: Duration,
+}
+
+/// A configuration error: the settings can never work, so start-up fails.
+#[derive(Debug, thiserror::Error)]
+#[error("redis: {0}")]
+pub struct ConfigError(String);
+
+/// Rewrites `scheme://[cred@]h1:p1,h2:p2[/db][?q]` into fred's `scheme://[cred@]h1:p1[/db]?node=h2:p2[&q]`.
+pub fn normalize_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(auth_end);
+    let (cred, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let mut hosts = hosts.split(',').filter(|h| !h.is_empty());
+    let Some(first) = hosts.next() else {
+        return url.to_string();
+    };
+    let nodes: Vec<String> = hosts.map(|h| format!("node={h}")).collect();
+    if nodes.is_empty() {
+        return url.to_string();
+    }
+    let (path, query) = match tail.find('?') {
+        Some(q) => (&tail[..q], &tail[q + 1..]),
+        None => (tail, ""),
+    };
+    let mut query_parts = nodes;
+    if !query.is_empty() {
+        query_parts.push(query.to_string());
+    }
+    format!(
+        "{}{cred}{first}{path}?{}",
+        &url[..scheme_end + 3],
+        query_parts.join("&")
+    )
+}
+
+fn uses_tls(url: &str) -> bool {
+    let scheme = url.split("://").next().unwrap_or("");
+    scheme.starts_with("rediss") || scheme.starts_with("valkeys")
+}
+
+/// Builds the client pool (not connected yet) and tells its topology.
+pub fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), ConfigError> {
+    let url = normalize_url(&opts.url);
+    let mut config = Config::from_url(&url)
+        .map_err(|e| ConfigError(format!("invalid --redis-url: {}", e.details())))?;
+    let topology = match &config.server {
+        ServerConfig::Centralized { .. } => Topology::Standalone,
+        ServerConfig::Clustered { .. } => Topology::Cluster,
+        ServerConfig::Sentinel { .. } => Topology::Sentinel,
+        #[allow(unreachable_patterns)]
+        _ => return Err(ConfigError("unsupported --redis-url".into())),
+    };
+    if let Some(ca) = &opts.tls_ca {
+        if !uses_tls(&opts.url) {
+            return Err(ConfigError(
+                "--redis-tls-ca needs a TLS URL (rediss://, rediss-cluster://, rediss-sentinel://)"
+                    .into(),
+            ));
+        }
+        config.tls = Some(tls_with_ca(ca)?.into());
+    }
+    // A start with Redis down must not fail: connect in the background and keep retrying.
+    config.fail_fast = false;
+    let pool_size = opts.pool_size.max(1);
+    let pool = Builder::from_config(config)
+        .with_connection_config(|c| {
+            c.connection_timeout = opts.connect_timeout;
+            c.internal_command_timeout = opts.connect_timeout.max(Duration::from_millis(100));
+            // An EVALSHA whose connection dropped may have run: never send it twice.
+            c.max_command_attempts = 1;
+            // A stalled server is noticed and the connection replaced.
+            c.unresponsive.max_timeout = Some(opts.connect_timeout.max(Duration::from_secs(1)));
+            c.unresponsive.interval = Duration::from_millis(250);
+        })
+        .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+        .build_pool(pool_size)
+        .map_err(|e| ConfigError(e.details().to_string()))?;
+    Ok((pool, topology))
+}
+
+fn tls_with_ca(path: &Path) -> Result<TlsConnector, ConfigError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(path).map_err(|e| {
+        ConfigError(format!(
+            "cannot read --redis-tls-ca {}: {e}",
+            path.display()
+        ))
+    })?;
+    for cert in certs {
+        let cert = cert.map_err(|e| {
+            ConfigError(format!(
+                "invalid PEM in --redis-tls-ca {}: {e}",
+                path.display()
+            ))
+        })?;
+        roots.add(cert).map_err(|e| {
+            ConfigError(format!("invalid CA certificate in {}: {e}", path.display()))
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(ConfigError(format!(
+            "--redis-tls-ca {}: no certificate found",
+            path.display()
+        )));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConfigError(format!("TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comma_separated_hosts_become_nodes() {
+        assert_eq!(
+            normalize_url("redis-cluster://u:p@a:1,b:2,c:3"),
+            "redis-cluster://u:p@a:1?node=b:2&node=c:3"
+        );
+        assert_eq!(
+            normalize_url("redis-sentinel://a:1,b:2/0?sentinelServiceName=m"),
+            "redis-sentinel://a:1/0?node=b:2&sentinelServiceName=m"
+        );
+        assert_eq!(normalize_url("redis://h:1/2"), "redis://h:1/2");
+    }
+
+    fn opts(url: &str) -> ConnectOptions {
+        ConnectOptions {
+            url: url.into(),
+            tls_ca: None,
+            pool_size: 1,
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn scheme_chooses_topology() {
+        let t = |u: &str| build_pool(&opts(u)).map(|(_, t)| t).unwrap();
+        assert_eq!(t("redis://127.0.0.1:7000"), Topology::Standalone);
+        assert_eq!(
+            t("redis-cluster://127.0.0.1:7000,127.0.0.1:7001"),
+            Topology::Cluster
+        );
+        assert_eq!(
+            t("redis-sentinel://127.0.0.1:26379?sentinelServiceName=m"),
+            Topology::Sentinel
+        );
+        assert!(build_pool(&opts("redis-sentinel://127.0.0.1:26379")).is_err());
+        let mut o = opts("redis://127.0.0.1:7000");
+        o.tls_ca = Some("/nonexistent".into());
+        assert!(build_pool(&o).is_err(), "a CA needs a TLS URL");
+    }
+}

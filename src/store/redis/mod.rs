@@ -1,0 +1,500 @@
+//! The Redis store: every decision is one Lua script (`decide.lua`) run with `EVALSHA`, so a
+//! request's checks are checked and charged atomically by Redis itself, shared by any number
+//! of sluice instances.
+//!
+//! # Guarantees per topology
+//!
+//! * **Standalone and Sentinel**: one `EVALSHA` carries every check of the request; the script
+//!   applies the [`batch`](super::batch) policy exactly (the same verdicts as the in-memory
+//!   store given the same states and time), atomically: no other request interleaves.
+//! * **Cluster**: each descriptor's keys share one hash slot (the `{...}` tag of
+//!   [`key`](super::key)), but different descriptors usually live on different slots and
+//!   nodes, and a script can touch only one slot. So the checks are split by slot and each
+//!   part runs as one `EVALSHA` (concurrently: pipelined per node, nodes in parallel). Each
+//!   part is atomic and decided as if the descriptors elsewhere pass ("optimistic"). When the
+//!   request turns out rejected by a descriptor elsewhere, the hits charged optimistically are
+//!   given back by a second `EVALSHA` per slot (the `undo` mode of the same script): a second
+//!   round trip only on that path. Consequences, and only these: (1) between the two round
+//!   trips, other requests see the optimistic charge and may be rejected early, never
+//!   admitted wrongly; (2) the verdicts of checks given back report the allowance after the
+//!   refund; (3) if the window ends between the two round trips the refund lands in the new
+//!   window, where it floors at zero. Checks whose policy charges anyway (`charge: always`,
+//!   refunds) are exact as on one node. If every check lands in one slot (e.g. a single
+//!   descriptor), the decision is exact as on one node.
+//! * **Every topology**: keys expire by themselves (the state's expiry, as a TTL relative to
+//!   the deciding clock, plus one second of grace for instances whose clocks run behind), so
+//!   memory is bounded by the active keys. Hit counts and limits are clamped to 2^53 - 1
+//!   (Lua numbers are doubles); below that the arithmetic is identical to Rust's.
+//! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
+//!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
+//!   sluice's clock instead.
+//! * **Failures**: a call that fails or exceeds `--redis-command-timeout` is an error (the
+//!   caller's failure policy decides); an `EVALSHA` is never retried on another connection,
+//!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
+//!   the script on every primary and retries once. A [`breaker`] stops calling Redis after
+//!   consecutive failures and probes until it answers again.
+
+pub mod breaker;
+pub mod connect;
+pub mod script;
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use fred::prelude::{ClientLike, LuaInterface, Options, Pool};
+use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::util::redis_keyslot;
+use futures::future::join_all;
+use tokio::task::JoinHandle;
+
+use self::breaker::{Breaker, BreakerOptions, Permit};
+pub use self::connect::{ConfigError, ConnectOptions, Topology};
+use self::script::{Answer, Scope};
+use super::batch::admission;
+use super::{Charge, Check, Store, StoreError, Verdict};
+use crate::model::Micros;
+
+const BACKEND: &str = "redis";
+
+/// Whose clock decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockSource {
+    /// The script reads Redis' `TIME`.
+    Redis,
+    /// The `now` given to [`Store::decide`] (sluice's clock, or a test's).
+    Local,
+}
+
+/// Everything the Redis store is configured with.
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    pub connect: ConnectOptions,
+    /// The longest one round trip may take; then the call fails.
+    pub command_timeout: Duration,
+    pub clock: ClockSource,
+    pub breaker: BreakerOptions,
+}
+
+/// What metrics and health report about the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RedisStatus {
+    /// At least one pooled connection is up.
+    pub connected: bool,
+    /// The circuit breaker is open: calls fail at once.
+    pub breaker_open: bool,
+}
+
+/// A Redis-backed [`Store`]; cheap to clone (clones share the connections).
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    topology: Topology,
+    sha: Value,
+    command_timeout: Duration,
+    clock: ClockSource,
+    breaker: Breaker,
+    tasks: Vec<JoinHandle<()>>,
+    connections: Vec<JoinHandle<Result<(), fred::error::Error>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The connection tasks would otherwise reconnect forever.
+        for t in &self.tasks {
+            t.abort();
+        }
+        for c in &self.connections {
+            c.abort();
+        }
+    }
+}
+
+fn unavailable(message: impl Into<String>) -> StoreError {
+    StoreError::Unavailable {
+        backend: BACKEND,
+        message: message.into(),
+    }
+}
+
+fn from_fred(e: &fred::error::Error) -> StoreError {
+    unavailable(format!("{:?}: {}", e.kind(), e.details()))
+}
+
+impl RedisStore {
+    /// Starts connecting in the background and returns at once: Redis being down is not an
+    /// error here (calls fail, per the breaker, until it is up); an invalid configuration is.
+    /// Must be called within a Tokio runtime.
+    pub fn connect(opts: RedisOptions) -> Result<RedisStore, ConfigError> {
+        let (pool, topology) = connect::build_pool(&opts.connect)?;
+        let connections = pool.connect_pool();
+        let sha = Value::from(fred::util::sha1_hash(script::LUA));
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+            let monitor = tokio::spawn(monitor(weak.clone(), pool.clone()));
+            Inner {
+                pool,
+                topology,
+                sha,
+                command_timeout: opts.command_timeout,
+                clock: opts.clock,
+                breaker: Breaker::new(opts.breaker),
+                tasks: vec![monitor],
+                connections,
+            }
+        });
+        Ok(RedisStore { inner })
+    }
+
+    pub fn topology(&self) -> Topology {
+        self.inner.topology
+    }
+
+    /// Connection and breaker state, for metrics and tests.
+    pub fn status(&self) -> RedisStatus {
+        RedisStatus {
+            connected: self.inner.pool.clients().iter().any(|c| c.is_connected()),
+            breaker_open: self.inner.breaker.is_open(),
+        }
+    }
+
+    /// Decides and charges `checks` (see the module docs for the guarantees).
+    pub async fn decide_checks(
+        &self,
+        checks: &[Check<'_>],
+        now: Micros,
+    ) -> Result<Vec<Verdict>, StoreError> {
+        let inner = &*self.inner;
+        let permit = inner.breaker.permit();
+        if permit == Permit::Reject {
+            return Err(unavailable("circuit breaker open (redis failing)"));
+        }
+        let mut probe = ProbeGuard {
+            breaker: &inner.breaker,
+            armed: permit == Permit::Probe,
+        };
+        let now = match inner.clock {
+            ClockSource::Redis => None,
+            ClockSource::Local => Some(now),
+        };
+        let result = match inner.topology {
+            Topology::Cluster => inner.decide_cluster(checks, now).await,
+            Topology::Standalone | Topology::Sentinel => inner.decide_one(checks, now).await,
+        };
+        probe.armed = false;
+        match &result {
+            Ok(_) => inner.breaker.success(),
+            Err(e) => {
+                tracing::debug!(target: "sluice::store::redis", error = %e, "redis call failed");
+                inner.breaker.failure(permit == Permit::Probe);
+            }
+        }
+        result
+    }
+}
+
+/// Hands a probe permit back if the request is cancelled mid-call (a gRPC deadline).
+struct ProbeGuard<'a> {
+    breaker: &'a Breaker,
+    armed: bool,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.breaker.release_probe();
+        }
+    }
+}
+
+impl Inner {
+    /// Standalone and Sentinel: the whole request in one `EVALSHA`.
+    async fn decide_one(
+        &self,
+        checks: &[Check<'_>],
+        now: Option<Micros>,
+    ) -> Result<Vec<Verdict>, StoreError> {
+        let all: Vec<&Check<'_>> = checks.iter().collect();
+        let reply = self.run(&all, Scope::All, now, None).await?;
+        Ok(reply.answers.into_iter().map(|a| a.verdict).collect())
+    }
+
+    /// Cluster: one `EVALSHA` per slot, concurrently; an optimistic charge undone when the
+    /// request is rejected elsewhere.
+    async fn decide_cluster(
+        &self,
+        checks: &[Check<'_>],
+        now: Option<Micros>,
+    ) -> Result<Vec<Verdict>, StoreError> {
+        // Parts by slot, each in request order; `index` maps back to the request.
+        let mut parts: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, c) in checks.iter().enumerate() {
+            let slot = redis_keyslot(c.key);
+            match parts.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, idx)) => idx.push(i),
+                None => parts.push((slot, vec![i])),
+            }
+        }
+        if parts.len() <= 1 {
+            // One slot: the exact policy in one call.
+            let all: Vec<&Check<'_>> = checks.iter().collect();
+            let slot = parts.first().map(|(s, _)| *s);
+            let reply = self.run(&all, Scope::All, now, slot).await?;
+            return Ok(reply.answers.into_iter().map(|a| a.verdict).collect());
+        }
+
+        let calls = parts.iter().map(|(slot, idx)| {
+            let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
+            async move { self.run(&part, Scope::Part, now, Some(*slot)).await }
+        });
+        let replies = join_all(calls).await;
+
+        let mut answers: Vec<Option<Answer>> = vec![None; checks.len()];
+        let mut part_now: Vec<Option<Micros>> = vec![None; parts.len()];
+        let mut failure = None;
+        for (p, reply) in replies.into_iter().enumerate() {
+            match reply {
+                Ok(r) => {
+                    part_now[p] = Some(r.now);
+                    for (&i, a) in parts[p].1.iter().zip(r.answers) {
+                        answers[i] = Some(a);
+                    }
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        let forced = |c: &Check<'_>| c.charge == Charge::Always || c.ask.refund;
+        let admitted = match &failure {
+            // Some part did not answer: the request fails, so give back whatever the others
+            // charged on its behalf (without waiting for it).
+            Some(_) => false,
+            None => admission(checks, |i| answers[i].is_some_and(|a| a.first_allowed)).0,
+        };
+        if admitted {
+            return Ok(answers
+                .into_iter()
+                .map(|a| a.map(|a| a.verdict).unwrap_or(REJECTED))
+                .collect());
+        }
+
+        // Rejected: every charge the policy would not have made is an optimistic one.
+        let mut undo: Vec<(u16, Micros, Vec<usize>)> = Vec::new();
+        for (p, (slot, idx)) in parts.iter().enumerate() {
+            let Some(part_now) = part_now[p] else {
+                continue;
+            };
+            let give_back: Vec<usize> = idx
+                .iter()
+                .copied()
+                .filter(|&i| answers[i].is_some_and(|a| a.verdict.charged) && !forced(&checks[i]))
+                .collect();
+            if !give_back.is_empty() {
+                undo.push((*slot, part_now, give_back));
+            }
+        }
+        if let Some(e) = failure {
+            if !undo.is_empty() {
+                self.spawn_undo(checks, undo);
+            }
+            return Err(e);
+        }
+        let calls = undo.iter().map(|(slot, part_now, idx)| {
+            let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
+            async move {
+                self.run(&part, Scope::Undo, Some(*part_now), Some(*slot))
+                    .await
+            }
+        });
+        let undone = join_all(calls).await;
+        for ((_, _, idx), reply) in undo.iter().zip(undone) {
+            match reply {
+                Ok(r) => {
+                    for (&i, a) in idx.iter().zip(r.answers) {
+                        answers[i] = Some(a);
+                    }
+                }
+                Err(e) => {
+                    // The verdict stands; the hits stay charged until the window ends.
+                    tracing::warn!(
+                        target: "sluice::store::redis",
+                        error = %e,
+                        "could not give back an optimistic charge"
+                    );
+                    for &i in idx {
+                        if let Some(a) = &mut answers[i] {
+                            a.verdict.charged = true;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.map(|a| a.verdict).unwrap_or(REJECTED))
+            .collect())
+    }
+
+    /// Gives back optimistic charges in the background (the request already failed).
+    fn spawn_undo(&self, checks: &[Check<'_>], undo: Vec<(u16, Micros, Vec<usize>)>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let pool = self.pool.clone();
+        let sha = self.sha.clone();
+        let timeout = self.command_timeout;
+        let calls: Vec<(u16, Vec<&[u8]>, Vec<Value>)> = undo
+            .into_iter()
+            .map(|(slot, now, idx)| {
+                let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
+                let (keys, args) = script::encode(&part, Scope::Undo, Some(now));
+                (slot, keys, args)
+            })
+            .collect();
+        let calls: Vec<(u16, Vec<Value>)> = calls
+            .into_iter()
+            .map(|(slot, keys, args)| (slot, evalsha_args(&sha, &keys, args)))
+            .collect();
+        rt.spawn(async move {
+            for (slot, args) in calls {
+                let client = pool.next_connected();
+                let _ = eval(client, Some(slot), args, timeout).await;
+            }
+        });
+    }
+
+    /// One `EVALSHA` of the script over `checks`, loading the script on `NOSCRIPT`.
+    async fn run(
+        &self,
+        checks: &[&Check<'_>],
+        scope: Scope,
+        now: Option<Micros>,
+        slot: Option<u16>,
+    ) -> Result<script::Reply, StoreError> {
+        let (keys, args) = script::encode(checks, scope, now);
+        let args = evalsha_args(&self.sha, &keys, args);
+        let client = self.pool.next_connected();
+        let reply = match eval(client, slot, args.clone(), self.command_timeout).await {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                load_script(client, self.command_timeout.max(LOAD_TIMEOUT_MIN)).await?;
+                eval(client, slot, args, self.command_timeout).await
+            }
+            r => r,
+        }
+        .map_err(|e| from_fred(&e))?;
+        script::decode(reply, checks.len())
+    }
+}
+
+/// A verdict for a check with no answer (its part failed): never reached on success paths.
+const REJECTED: Verdict = Verdict {
+    allowed: false,
+    remaining: 0,
+    reset: 0,
+    charged: false,
+};
+
+/// Loading the script is rare and larger than a decision: allow it at least this long.
+const LOAD_TIMEOUT_MIN: Duration = Duration::from_millis(500);
+
+fn evalsha_args(sha: &Value, keys: &[&[u8]], args: Vec<Value>) -> Vec<Value> {
+    let mut out = Vec::with_capacity(2 + keys.len() + args.len());
+    out.push(sha.clone());
+    out.push(Value::from(keys.len() as i64));
+    out.extend(keys.iter().map(|k| Value::from(*k)));
+    out.extend(args);
+    out
+}
+
+async fn eval(
+    client: &fred::prelude::Client,
+    slot: Option<u16>,
+    args: Vec<Value>,
+    timeout: Duration,
+) -> Result<Vec<i64>, fred::error::Error> {
+    // fred routes by the slot (Cluster); elsewhere the hash is ignored.
+    let hash = match slot {
+        Some(s) => ClusterHash::Custom(s),
+        None => ClusterHash::Offset(2),
+    };
+    let cmd = CustomCommand::new_static("EVALSHA", hash, false);
+    let opts = Options {
+        timeout: Some(timeout),
+        // Not connected: fail now rather than queue until the timeout.
+        fail_fast: true,
+        ..Options::default()
+    };
+    client.with_options(&opts).custom(cmd, args).await
+}
+
+/// `SCRIPT LOAD` on every primary (all nodes of a cluster).
+async fn load_script(client: &fred::prelude::Client, timeout: Duration) -> Result<(), StoreError> {
+    match tokio::time::timeout(timeout, client.script_load_cluster::<(), _>(script::LUA)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(from_fred(&e)),
+        Err(_) => Err(unavailable("SCRIPT LOAD timed out")),
+    }
+}
+
+/// Background care: load the script once connected, and while the breaker is open probe with
+/// `PING` so the store recovers even when no request comes.
+async fn monitor(store: Weak<Inner>, pool: Pool) {
+    // First connection: wait for it (fred keeps retrying with back-off), then load the script.
+    loop {
+        if pool.clients().iter().all(|c| c.is_connected()) {
+            break;
+        }
+        if let Err(e) = pool.wait_for_connect().await {
+            tracing::warn!(
+                target: "sluice::store::redis",
+                error = %e.details(),
+                "redis not reachable yet; retrying in the background"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if store.strong_count() == 0 {
+            return;
+        }
+    }
+    tracing::info!(target: "sluice::store::redis", "connected to redis");
+    if let Err(e) = load_script(pool.next(), Duration::from_secs(5)).await {
+        tracing::warn!(target: "sluice::store::redis", error = %e, "cannot load the script yet");
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = store.upgrade() else {
+            return;
+        };
+        if inner.breaker.permit() != Permit::Probe {
+            continue;
+        }
+        let client = inner.pool.next_connected().clone();
+        let timeout = inner.command_timeout.max(LOAD_TIMEOUT_MIN);
+        drop(inner);
+        let ok = matches!(
+            tokio::time::timeout(timeout, client.ping::<String>(None)).await,
+            Ok(Ok(_))
+        );
+        let Some(inner) = store.upgrade() else {
+            return;
+        };
+        if ok {
+            inner.breaker.success();
+        } else {
+            inner.breaker.failure(true);
+        }
+    }
+}
+
+impl Store for RedisStore {
+    fn decide(
+        &self,
+        checks: &[Check<'_>],
+        now: Micros,
+    ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
+        self.decide_checks(checks, now)
+    }
+}

@@ -1,0 +1,191 @@
+//! The decision script (`decide.lua`): its argument layout and its reply.
+//!
+//! One script decides every check it is given atomically; the layout is documented at the top
+//! of `decide.lua` and written only here. Adding an algorithm means a Lua port next to
+//! `fixed_window` in the script and a code in [`algorithm_code`].
+
+use fred::types::Value;
+
+use crate::algorithm::{Algorithm, Limit};
+use crate::model::Micros;
+use crate::store::{Charge, Check, StoreError, Verdict};
+
+/// The Lua source; its SHA-1 names it in `EVALSHA`.
+pub const LUA: &str = include_str!("decide.lua");
+
+/// Values per check in `ARGV` (must match `FIELDS` in the script).
+const FIELDS: usize = 11;
+
+/// The largest integer a Lua number holds exactly; larger inputs are clamped to it (such a
+/// limit or hit count is unreachable in practice, and saturates in Rust too).
+pub const MAX_SAFE: u64 = (1 << 53) - 1;
+
+/// What the script is asked to do with the checks it gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The checks are the whole request: the exact [`batch`](crate::store::batch) policy.
+    All,
+    /// Some descriptors of a request spread over Redis Cluster slots: decide them as if every
+    /// descriptor elsewhere passes; the caller undoes the charges if the request is rejected.
+    Part,
+    /// Give back the hits of every check (charged earlier by a [`Scope::Part`] call).
+    Undo,
+}
+
+impl Scope {
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::All => "all",
+            Scope::Part => "part",
+            Scope::Undo => "undo",
+        }
+    }
+}
+
+/// The script's code for an algorithm.
+pub fn algorithm_code(a: Algorithm) -> i64 {
+    match a {
+        Algorithm::FixedWindow => 1,
+    }
+}
+
+/// Window bounds computed by the caller for a limit, when the script must not align the
+/// window to the epoch itself (calendar windows, later). `None`: the script computes it.
+fn window_bounds(_limit: &Limit) -> Option<(Micros, Micros)> {
+    None
+}
+
+fn clamp(n: u64) -> i64 {
+    n.min(MAX_SAFE) as i64
+}
+
+/// `KEYS` and `ARGV` of one call over `checks` (a subset of a request, in request order).
+/// `now`: `None` to let the script read the Redis clock.
+pub fn encode<'k>(
+    checks: &[&Check<'k>],
+    scope: Scope,
+    now: Option<Micros>,
+) -> (Vec<&'k [u8]>, Vec<Value>) {
+    let mut keys: Vec<&'k [u8]> = Vec::with_capacity(checks.len());
+    let mut args: Vec<Value> = Vec::with_capacity(3 + checks.len() * FIELDS);
+    args.push(Value::from(scope.as_str()));
+    args.push(match now {
+        Some(t) => Value::from(t),
+        None => Value::from(""),
+    });
+    args.push(Value::from(checks.len() as i64));
+    for c in checks {
+        // Requests carry a handful of keys: a linear search beats a map.
+        let index = match keys.iter().position(|k| *k == c.key) {
+            Some(i) => i,
+            None => {
+                keys.push(c.key);
+                keys.len() - 1
+            }
+        };
+        args.push(Value::from(index as i64 + 1));
+        args.push(Value::from(algorithm_code(c.limit.algorithm)));
+        args.push(Value::from(clamp(c.limit.requests)));
+        args.push(Value::from(c.limit.window.clamp(1, MAX_SAFE as i64)));
+        args.push(Value::from(clamp(c.ask.hits)));
+        args.push(Value::from(i64::from(c.ask.refund)));
+        args.push(Value::from(i64::from(c.charge == Charge::Always)));
+        args.push(Value::from(i64::from(c.group)));
+        args.push(Value::from(i64::from(c.quota)));
+        match window_bounds(c.limit) {
+            Some((start, end)) => {
+                args.push(Value::from(start));
+                args.push(Value::from(end));
+            }
+            None => {
+                args.push(Value::from(""));
+                args.push(Value::from(""));
+            }
+        }
+    }
+    (keys, args)
+}
+
+/// One check's answer from the script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub verdict: Verdict,
+    /// Whether the check was allowed in the policy's first pass (what admission is computed
+    /// from).
+    pub first_allowed: bool,
+}
+
+/// The script's reply: the time it decided at, and one answer per check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub now: Micros,
+    pub answers: Vec<Answer>,
+}
+
+/// Parses the flat integer reply for `n` checks.
+pub fn decode(reply: Vec<i64>, n: usize) -> Result<Reply, StoreError> {
+    if reply.len() != 1 + n * 5 {
+        return Err(StoreError::Unavailable {
+            backend: "redis",
+            message: format!(
+                "decision script answered {} values for {n} checks",
+                reply.len()
+            ),
+        });
+    }
+    let answers = reply[1..]
+        .chunks_exact(5)
+        .map(|a| Answer {
+            verdict: Verdict {
+                allowed: a[0] != 0,
+                remaining: u64::try_from(a[1]).unwrap_or(0),
+                reset: a[2],
+                charged: a[3] != 0,
+            },
+            first_allowed: a[4] != 0,
+        })
+        .collect();
+    Ok(Reply {
+        now: reply[0],
+        answers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Ask;
+
+    #[test]
+    fn repeated_keys_share_an_index_and_fields_line_up() {
+        let l = Limit::fixed_window(u64::MAX, 60_000_000);
+        let mk = |key: &'static [u8], group| Check {
+            key,
+            limit: &l,
+            ask: Ask::take(2),
+            charge: Charge::Always,
+            group,
+            quota: true,
+        };
+        let (a, b, c) = (mk(b"a", 0), mk(b"b", 1), mk(b"a", 2));
+        let (keys, args) = encode(&[&a, &b, &c], Scope::All, Some(7));
+        assert_eq!(keys, [b"a".as_slice(), b"b".as_slice()]);
+        assert_eq!(args.len(), 3 + 3 * FIELDS);
+        let ints: Vec<Option<i64>> = args.iter().map(|v| v.as_i64()).collect();
+        assert_eq!(ints[1], Some(7));
+        // third check: key index 1 again, limit clamped to 2^53 - 1, group 2
+        let third = &ints[3 + 2 * FIELDS..];
+        assert_eq!(third[0], Some(1));
+        assert_eq!(third[2], Some(MAX_SAFE as i64));
+        assert_eq!(third[7], Some(2));
+    }
+
+    #[test]
+    fn reply_of_the_wrong_length_is_an_error() {
+        assert!(decode(vec![0, 1, 2], 1).is_err());
+        let r = decode(vec![5, 1, 3, 10, 1, 1], 1).unwrap();
+        assert_eq!(r.now, 5);
+        assert!(r.answers[0].verdict.allowed && r.answers[0].first_allowed);
+        assert_eq!(r.answers[0].verdict.remaining, 3);
+    }
+}
