@@ -17,8 +17,10 @@ use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::service::http::{self, HttpContext};
 use crate::service::rls::RlsService;
 use crate::service::ServiceState;
-use crate::settings::{Backend, ServeArgs};
-use crate::store::{MemoryStore, Store};
+use crate::settings::{Backend, ClockArg, OnStoreError, RedisArgs, ServeArgs};
+use crate::store::redis::breaker::BreakerOptions;
+use crate::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStatus};
+use crate::store::{FailurePolicy, Fallback, MemoryStore, RedisStore, Store};
 
 /// How often expired in-memory entries are reclaimed.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -30,6 +32,7 @@ pub struct Server {
     reload: Arc<dyn Fn() -> bool + Send + Sync>,
     stop: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<()>>,
+    redis: Option<RedisStore>,
 }
 
 impl Server {
@@ -42,6 +45,11 @@ impl Server {
     /// requests finish.
     pub fn shutdown(&self) {
         let _ = self.stop.send(true);
+    }
+
+    /// Connection and circuit-breaker state of the Redis backend (`None` with another backend).
+    pub fn redis_status(&self) -> Option<RedisStatus> {
+        self.redis.as_ref().map(RedisStore::status)
     }
 
     /// Waits until both servers have stopped.
@@ -61,17 +69,58 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
     match args.backend {
         Backend::Memory => {
             let store = Arc::new(MemoryStore::new(args.memory_max_entries));
-            let sweeper = store.clone();
-            let sweep_clock = clock.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(SWEEP_EVERY);
-                loop {
-                    tick.tick().await;
-                    sweeper.sweep(sweep_clock.now());
-                }
-            });
-            run(args, clock, store, grpc, http).await
+            spawn_sweeper(store.clone(), clock.clone());
+            run(args, clock, store, grpc, http, None).await
         }
+        Backend::Redis => {
+            // Redis being down is not an error here (the store connects in the background);
+            // an invalid URL or CA file is.
+            let redis = RedisStore::connect(redis_options(&args.redis))?;
+            let (policy, local) = match args.redis.on_store_error {
+                OnStoreError::Unavailable => (FailurePolicy::Unavailable, None),
+                OnStoreError::Allow => (FailurePolicy::Allow, None),
+                OnStoreError::Deny => (FailurePolicy::Deny, None),
+                OnStoreError::Local => {
+                    let local = Arc::new(MemoryStore::new(args.memory_max_entries));
+                    spawn_sweeper(local.clone(), clock.clone());
+                    (FailurePolicy::Local, Some(local))
+                }
+            };
+            let store = Fallback::new(redis.clone(), policy, local);
+            run(args, clock, store, grpc, http, Some(redis)).await
+        }
+    }
+}
+
+fn spawn_sweeper(store: Arc<MemoryStore>, clock: Arc<dyn Clock>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        loop {
+            tick.tick().await;
+            store.sweep(clock.now());
+        }
+    });
+}
+
+/// The Redis store's options from the `--redis-*` flags.
+pub fn redis_options(args: &RedisArgs) -> RedisOptions {
+    RedisOptions {
+        connect: ConnectOptions {
+            url: args.redis_url.clone(),
+            tls_ca: args.redis_tls_ca.clone(),
+            pool_size: args.redis_pool_size,
+            connect_timeout: args.redis_connect_timeout,
+        },
+        command_timeout: args.redis_command_timeout,
+        clock: match args.clock {
+            ClockArg::Redis => ClockSource::Redis,
+            ClockArg::Local => ClockSource::Local,
+        },
+        breaker: BreakerOptions {
+            threshold: args.redis_breaker_failures.max(1),
+            backoff: args.redis_breaker_backoff,
+            max_backoff: args.redis_breaker_backoff * 10,
+        },
     }
 }
 
@@ -93,6 +142,7 @@ async fn run<S: Store>(
     store: S,
     grpc: TcpListener,
     http: TcpListener,
+    redis: Option<RedisStore>,
 ) -> anyhow::Result<Server> {
     let grpc_addr = grpc.local_addr()?;
     let http_addr = http.local_addr()?;
@@ -198,5 +248,6 @@ async fn run<S: Store>(
         reload,
         stop,
         task,
+        redis,
     })
 }

@@ -34,6 +34,30 @@ pub enum Command {
 pub enum Backend {
     /// Embedded in-memory store: one instance enforces the whole limit.
     Memory,
+    /// Redis (standalone, Sentinel or Cluster, per --redis-url): instances share the limit.
+    Redis,
+}
+
+/// Whose clock decides with the Redis backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ClockArg {
+    /// Redis' TIME: instances with skewed clocks agree.
+    Redis,
+    /// This instance's clock.
+    Local,
+}
+
+/// What a request gets when the store fails or its circuit breaker is open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnStoreError {
+    /// gRPC UNAVAILABLE (Envoy's failure_mode_deny then decides).
+    Unavailable,
+    /// OK: let the request through, count nothing.
+    Allow,
+    /// OVER_LIMIT for every limited descriptor.
+    Deny,
+    /// Decide with an in-memory store (same rules, counted per instance) until Redis is back.
+    Local,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -111,12 +135,65 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_MEMORY_MAX_ENTRIES", default_value_t = 1_000_000)]
     pub memory_max_entries: usize,
 
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
     /// How long SIGTERM waits for in-flight requests before exiting anyway.
     #[arg(long, env = "SLUICE_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+/// Settings of `--backend redis`.
+#[derive(Debug, Clone, Args)]
+pub struct RedisArgs {
+    /// Where Redis is; the scheme chooses the topology: redis:// or rediss:// (TLS) for one
+    /// server, redis-sentinel://h:p[,h:p]?sentinelServiceName=NAME for Sentinel,
+    /// redis-cluster://h:p[,h:p] for Cluster (rediss-sentinel://, rediss-cluster:// with TLS).
+    /// user:password@ before the host authenticates (ACL).
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        value_name = "URL"
+    )]
+    pub redis_url: String,
+
+    /// PEM file of CA certificates to trust for TLS instead of the system's.
+    #[arg(long, env = "SLUICE_REDIS_TLS_CA", value_name = "PATH")]
+    pub redis_tls_ca: Option<PathBuf>,
+
+    /// Connections to Redis (commands are pipelined on each).
+    #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]
+    pub redis_pool_size: usize,
+
+    /// Timeout of connecting (TCP and TLS) to a Redis node.
+    #[arg(long, env = "SLUICE_REDIS_CONNECT_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub redis_connect_timeout: Duration,
+
+    /// Timeout of one decision round trip; keep it below Envoy's rate-limit filter timeout
+    /// (20ms by default). A request's gRPC deadline, when shorter, wins.
+    #[arg(long, env = "SLUICE_REDIS_COMMAND_TIMEOUT", default_value = "15ms", value_parser = parse_duration)]
+    pub redis_command_timeout: Duration,
+
+    /// Consecutive Redis failures that open the circuit breaker (calls then fail at once).
+    #[arg(long, env = "SLUICE_REDIS_BREAKER_FAILURES", default_value_t = 5)]
+    pub redis_breaker_failures: u32,
+
+    /// How long the open breaker waits before probing Redis again (doubling while Redis keeps
+    /// failing, up to ten times this).
+    #[arg(long, env = "SLUICE_REDIS_BREAKER_BACKOFF", default_value = "200ms", value_parser = parse_duration)]
+    pub redis_breaker_backoff: Duration,
+
+    /// Whose clock decides windows.
+    #[arg(long, env = "SLUICE_CLOCK", value_enum, default_value_t = ClockArg::Redis)]
+    pub clock: ClockArg,
+
+    /// What a request gets when Redis fails or does not answer in time.
+    #[arg(long, env = "SLUICE_ON_STORE_ERROR", value_enum, default_value_t = OnStoreError::Unavailable)]
+    pub on_store_error: OnStoreError,
 }
 
 #[derive(Debug, Clone, Args)]

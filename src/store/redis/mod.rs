@@ -38,13 +38,14 @@ pub mod breaker;
 pub mod connect;
 pub mod script;
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use fred::prelude::{ClientLike, LuaInterface, Options, Pool};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
 use futures::future::join_all;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::breaker::{Breaker, BreakerOptions, Permit};
@@ -97,15 +98,17 @@ struct Inner {
     command_timeout: Duration,
     clock: ClockSource,
     breaker: Breaker,
-    tasks: Vec<JoinHandle<()>>,
+    /// Turns true once connected with the script loaded (or its loading attempted).
+    ready: watch::Receiver<bool>,
+    monitor: OnceLock<JoinHandle<()>>,
     connections: Vec<JoinHandle<Result<(), fred::error::Error>>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // The connection tasks would otherwise reconnect forever.
-        for t in &self.tasks {
-            t.abort();
+        if let Some(m) = self.monitor.get() {
+            m.abort();
         }
         for c in &self.connections {
             c.abort();
@@ -132,20 +135,29 @@ impl RedisStore {
         let (pool, topology) = connect::build_pool(&opts.connect)?;
         let connections = pool.connect_pool();
         let sha = Value::from(fred::util::sha1_hash(script::LUA));
-        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
-            let monitor = tokio::spawn(monitor(weak.clone(), pool.clone()));
-            Inner {
-                pool,
-                topology,
-                sha,
-                command_timeout: opts.command_timeout,
-                clock: opts.clock,
-                breaker: Breaker::new(opts.breaker),
-                tasks: vec![monitor],
-                connections,
-            }
+        let (ready_tx, ready) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            pool: pool.clone(),
+            topology,
+            sha,
+            command_timeout: opts.command_timeout,
+            clock: opts.clock,
+            breaker: Breaker::new(opts.breaker),
+            ready,
+            monitor: OnceLock::new(),
+            connections,
         });
+        // Spawned once the store exists: the task holds it weakly and ends with it.
+        let monitor = tokio::spawn(monitor(Arc::downgrade(&inner), pool, ready_tx));
+        let _ = inner.monitor.set(monitor);
         Ok(RedisStore { inner })
+    }
+
+    /// Waits until the first connection is up and the script loaded on it. Never needed for
+    /// correctness (calls fail, or load the script, until then); useful to start cleanly.
+    pub async fn ready(&self) {
+        let mut rx = self.inner.ready.clone();
+        let _ = rx.wait_for(|r| *r).await;
     }
 
     pub fn topology(&self) -> Topology {
@@ -439,28 +451,28 @@ async fn load_script(client: &fred::prelude::Client, timeout: Duration) -> Resul
 
 /// Background care: load the script once connected, and while the breaker is open probe with
 /// `PING` so the store recovers even when no request comes.
-async fn monitor(store: Weak<Inner>, pool: Pool) {
-    // First connection: wait for it (fred keeps retrying with back-off), then load the script.
-    loop {
-        if pool.clients().iter().all(|c| c.is_connected()) {
-            break;
-        }
-        if let Err(e) = pool.wait_for_connect().await {
-            tracing::warn!(
-                target: "sluice::store::redis",
-                error = %e.details(),
-                "redis not reachable yet; retrying in the background"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+async fn monitor(store: Weak<Inner>, pool: Pool, ready: watch::Sender<bool>) {
+    // First connection: fred keeps retrying with back-off; poll for it (waiting on fred's
+    // connect event could miss one that happens just before the wait starts).
+    let mut waited = 0u32;
+    while !pool.clients().iter().any(|c| c.is_connected()) {
         if store.strong_count() == 0 {
             return;
         }
+        waited += 1;
+        if waited % 100 == 0 {
+            tracing::warn!(
+                target: "sluice::store::redis",
+                "redis not reachable yet; retrying in the background"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tracing::info!(target: "sluice::store::redis", "connected to redis");
-    if let Err(e) = load_script(pool.next(), Duration::from_secs(5)).await {
+    if let Err(e) = load_script(pool.next_connected(), Duration::from_secs(5)).await {
         tracing::warn!(target: "sluice::store::redis", error = %e, "cannot load the script yet");
     }
+    let _ = ready.send(true);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -1,0 +1,346 @@
+//! Real `redis-server` processes for tests: a single node, a 6-node cluster (3 primaries, 3
+//! replicas) and a primary watched by one Sentinel. Each runs in its own temp dir on a free
+//! loopback port (never 6379) and is killed on drop. Admin commands go through `redis-cli`.
+//!
+//! Readiness is polled (PING, CLUSTER INFO, SENTINEL get-master-addr-by-name), never slept for.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The longest any readiness wait may take before the test fails (a bound, not a timing).
+const READY_WITHIN: Duration = Duration::from_secs(60);
+
+/// Polls `cond` until it holds; panics with `what` if it does not within [`READY_WITHIN`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < READY_WITHIN, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An async [`wait_until`].
+pub async fn wait_until_async<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !cond().await {
+        assert!(start.elapsed() < READY_WITHIN, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A free loopback port whose cluster bus port (+10000) is free too.
+fn free_port() -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = l.local_addr().unwrap().port();
+        if port == 6379 || port > 55_000 {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Sends PING over a raw connection; true on +PONG.
+pub fn ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    if s.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// Runs `redis-cli -p port args...` and returns its trimmed standard output.
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// One `redis-server` process.
+pub struct RedisNode {
+    pub port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+    child: Option<Child>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl RedisNode {
+    /// A standalone node with `DEBUG` enabled (for `DEBUG SLEEP`).
+    pub fn start() -> RedisNode {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> RedisNode {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let mut node = RedisNode {
+            port: 0,
+            dir: tmp.path().to_path_buf(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            _tmp: Some(tmp),
+        };
+        // A port taken between our probe and Redis' bind: try another.
+        for _ in 0..10 {
+            node.port = free_port();
+            if node.spawn() {
+                return node;
+            }
+        }
+        panic!("redis-server did not start: {}", node.log());
+    }
+
+    fn spawn(&mut self) -> bool {
+        let port = self.port.to_string();
+        let child = Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--daemonize", "no"])
+            .args(["--enable-debug-command", "local"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join(format!("redis-{port}.log")))
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        self.child = Some(child);
+        let start = Instant::now();
+        loop {
+            if ping(self.port) {
+                return true;
+            }
+            if let Some(c) = &mut self.child {
+                if let Ok(Some(_)) = c.try_wait() {
+                    self.child = None;
+                    return false;
+                }
+            }
+            assert!(
+                start.elapsed() < READY_WITHIN,
+                "redis-server not ready: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join(format!("redis-{}.log", self.port)))
+            .unwrap_or_default()
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        cli(self.port, args)
+    }
+
+    /// Kills the process (SIGKILL: no chance to answer anything) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the process again on the same port and dir (empty: nothing is saved).
+    pub fn restart(&mut self) {
+        self.kill();
+        // The port was ours a moment ago; it may take a few tries to get it back.
+        wait_until("redis-server to restart on its port", || self.spawn());
+    }
+
+    /// `calls` of a command in `INFO commandstats` (0 when never called).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info = self.cli(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for RedisNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Six cluster-enabled nodes joined by `redis-cli --cluster create` with one replica each.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisNode>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisNode> = (0..6)
+            .map(|i| {
+                RedisNode::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &format!("nodes-{i}.conf"),
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for n in &nodes {
+            wait_until("cluster_state:ok on every node", || {
+                n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+            });
+        }
+        RedisCluster { nodes }
+    }
+
+    /// `redis-cluster://h:p,h:p,...` over every node.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis-cluster://{}", hosts.join(","))
+    }
+
+    /// `CLUSTER KEYSLOT key`.
+    pub fn keyslot(&self, key: &[u8]) -> u16 {
+        let key = String::from_utf8(key.to_vec()).expect("sluice keys are ASCII");
+        self.nodes[0]
+            .cli(&["CLUSTER", "KEYSLOT", &key])
+            .parse()
+            .expect("a slot number")
+    }
+
+    /// `GET key` following redirections (`redis-cli -c`).
+    pub fn get(&self, key: &[u8]) -> String {
+        let key = String::from_utf8(key.to_vec()).expect("sluice keys are ASCII");
+        self.nodes[0].cli(&["-c", "GET", &key])
+    }
+
+    /// Sum of `calls` of a command over the nodes.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        self.nodes.iter().map(|n| n.command_calls(command)).sum()
+    }
+}
+
+/// A primary and one Sentinel watching it as `mymaster`.
+pub struct RedisSentinel {
+    pub master: RedisNode,
+    pub sentinel: RedisNode,
+}
+
+pub const SENTINEL_SERVICE: &str = "mymaster";
+
+impl RedisSentinel {
+    pub fn start() -> RedisSentinel {
+        let master = RedisNode::start();
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let mut sentinel = None;
+        for _ in 0..10 {
+            let port = free_port();
+            let conf = tmp.path().join(format!("sentinel-{port}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\n\
+                     sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 1\n\
+                     sentinel down-after-milliseconds {SENTINEL_SERVICE} 5000\n",
+                    tmp.path().display(),
+                    tmp.path().join(format!("redis-{port}.log")).display(),
+                    master.port
+                ),
+            )
+            .expect("write sentinel.conf");
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server on PATH");
+            let mut node = RedisNode {
+                port,
+                dir: tmp.path().to_path_buf(),
+                extra: Vec::new(),
+                child: Some(child),
+                _tmp: None,
+            };
+            let start = Instant::now();
+            while !ping(port) && start.elapsed() < READY_WITHIN {
+                if let Some(Ok(Some(_))) = node.child.as_mut().map(|c| c.try_wait()) {
+                    node.child = None;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if node.child.is_some() && ping(port) {
+                sentinel = Some(node);
+                break;
+            }
+        }
+        let mut sentinel = sentinel.expect("sentinel starts");
+        sentinel._tmp = Some(tmp);
+        let want = master.port.to_string();
+        wait_until("the sentinel to know the master", || {
+            sentinel
+                .cli(&["SENTINEL", "get-master-addr-by-name", SENTINEL_SERVICE])
+                .contains(&want)
+        });
+        RedisSentinel { master, sentinel }
+    }
+
+    pub fn url(&self) -> String {
+        format!(
+            "redis-sentinel://127.0.0.1:{}?sentinelServiceName={SENTINEL_SERVICE}",
+            self.sentinel.port
+        )
+    }
+}
