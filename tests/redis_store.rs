@@ -241,8 +241,14 @@ async fn a_request_of_five_descriptors_is_one_evalsha() {
     let v = store.decide_checks(&checks, 0).await.unwrap();
     assert_eq!(redis.command_calls("evalsha") - before, 1);
     assert!(!v[2].allowed);
-    assert!(v.iter().all(|v| !v.charged), "a rejected request charges nothing");
-    assert_eq!(v[0].remaining, 1, "uncharged checks show their unchanged allowance");
+    assert!(
+        v.iter().all(|v| !v.charged),
+        "a rejected request charges nothing"
+    );
+    assert_eq!(
+        v[0].remaining, 1,
+        "uncharged checks show their unchanged allowance"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -288,12 +294,18 @@ async fn the_redis_clock_decides_by_default() {
     assert!(v[0].reset > 0 && v[0].reset <= 3_600 * SEC);
     let stored = redis.cli(&["GET", std::str::from_utf8(c[0].key).unwrap()]);
     let window_start: i64 = stored.split(' ').next().unwrap().parse().unwrap();
-    assert!(window_start > T0, "the window comes from Redis' TIME: {stored}");
+    assert!(
+        window_start > T0,
+        "the window comes from Redis' TIME: {stored}"
+    );
     let ttl: i64 = redis
         .cli(&["PTTL", std::str::from_utf8(c[0].key).unwrap()])
         .parse()
         .unwrap();
-    assert!(ttl > 0 && ttl <= 3_601_000, "keys expire by themselves: {ttl}");
+    assert!(
+        ttl > 0 && ttl <= 3_601_000,
+        "keys expire by themselves: {ttl}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -324,7 +336,10 @@ async fn outage_allow_policy_breaker_and_recovery_with_noscript() {
     let k = key_of("outage:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
     assert!(f.decide(&c, T0).await.unwrap()[0].charged);
-    assert!(!f.decide(&c, T0).await.unwrap()[0].allowed, "the limit of 1 holds");
+    assert!(
+        !f.decide(&c, T0).await.unwrap()[0].allowed,
+        "the limit of 1 holds"
+    );
 
     redis.kill();
     // While down, the policy answers: allowed, nothing charged. The breaker opens.
@@ -354,7 +369,10 @@ async fn outage_allow_policy_breaker_and_recovery_with_noscript() {
         store.decide_checks(&c, T0).await.is_ok()
     })
     .await;
-    assert!(noscript_errors(&redis) > noscript_before, "the script was reloaded");
+    assert!(
+        noscript_errors(&redis) > noscript_before,
+        "the script was reloaded"
+    );
     let status = store.status();
     assert!(status.connected && !status.breaker_open, "{status:?}");
     // The restarted Redis is empty: the key counts from zero again, in Redis.
@@ -525,4 +543,3 @@ async fn server_starts_with_redis_down_then_decides_in_redis() {
     server.shutdown();
     server.wait().await.unwrap();
 }
-

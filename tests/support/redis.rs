@@ -19,7 +19,10 @@ const READY_WITHIN: Duration = Duration::from_secs(60);
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < READY_WITHIN, "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < READY_WITHIN,
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -32,7 +35,10 @@ where
 {
     let start = Instant::now();
     while !cond().await {
-        assert!(start.elapsed() < READY_WITHIN, "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < READY_WITHIN,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -262,6 +268,21 @@ impl RedisCluster {
     pub fn get(&self, key: &[u8]) -> String {
         let key = String::from_utf8(key.to_vec()).expect("sluice keys are ASCII");
         self.nodes[0].cli(&["-c", "GET", &key])
+    }
+
+    /// The port of the primary that owns `key`'s slot (asking a node without following).
+    pub fn owner(&self, key: &[u8]) -> u16 {
+        let key = String::from_utf8(key.to_vec()).expect("sluice keys are ASCII");
+        let first = &self.nodes[0];
+        let answer = first.cli(&["GET", &key]);
+        match answer.strip_prefix("MOVED ") {
+            Some(rest) => rest
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .expect("MOVED slot host:port"),
+            None => first.port,
+        }
     }
 
     /// Sum of `calls` of a command over the nodes.

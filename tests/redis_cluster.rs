@@ -1,0 +1,260 @@
+//! The Redis store on a real 6-node Redis Cluster (3 primaries, 3 replicas): keys of one
+//! descriptor share a slot whatever its values, requests spanning several slots are decided
+//! with one EVALSHA per slot, and the optimistic charge is given back when another descriptor
+//! rejects. One test function: a cluster takes seconds to form on this small box.
+
+#[path = "support/redis.rs"]
+mod redis_support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+
+use redis_support::RedisCluster;
+use sluice::algorithm::{Ask, Limit, State};
+use sluice::model::Micros;
+use sluice::store::batch::{self, StateTable};
+use sluice::store::key::{self, Part};
+use sluice::store::redis::breaker::BreakerOptions;
+use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore, Topology};
+use sluice::store::{Charge, Check};
+
+const SEC: Micros = 1_000_000;
+const T0: Micros = 1_700_000_000 * SEC;
+
+fn key_of(prefix: &str, entries: &[(&[u8], &[u8])], limit: &Limit, name: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::new();
+    key::build(
+        &mut out,
+        prefix.as_bytes(),
+        "d",
+        entries
+            .iter()
+            .map(|&(key, value)| Part::Value { key, value }),
+        limit,
+        name,
+    );
+    out
+}
+
+fn check<'a>(key: &'a [u8], limit: &'a Limit, hits: u64, group: u32) -> Check<'a> {
+    Check {
+        key,
+        limit,
+        ask: Ask::take(hits),
+        charge: Charge::IfAdmitted,
+        group,
+        quota: false,
+    }
+}
+
+/// The stored count of a fixed_window key (0 when absent).
+fn count(cluster: &RedisCluster, key: &[u8]) -> u64 {
+    let v = cluster.get(key);
+    v.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[derive(Default)]
+struct Table(HashMap<Vec<u8>, State>);
+
+impl StateTable for Table {
+    fn get(&self, key: &[u8]) -> Option<&State> {
+        self.0.get(key)
+    }
+    fn put(&mut self, key: &[u8], state: State, _: Micros) {
+        self.0.insert(key.to_vec(), state);
+    }
+}
+
+#[test]
+fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
+    let cluster = RedisCluster::start();
+
+    // Hostile values never break the hash tag: every key of a descriptor is in one slot,
+    // the one fred computes, and different descriptors have different keys.
+    let long = vec![b'x'; 5_000];
+    let hostile: Vec<Vec<(&[u8], &[u8])>> = vec![
+        vec![(b"k", b"a:b")],
+        vec![(b"k", b"{a}")],
+        vec![(b"k", b"}{")],
+        vec![(b"k_x", b"y"), (b"k", b"x_y")],
+        vec![(b"k", &long)],
+        vec![(b"k", b"\xff\xfe{\x00}")],
+        vec![(b"{", b"}"), (b"}", b"{")],
+    ];
+    let windows = [
+        Limit::fixed_window(1, SEC),
+        Limit::fixed_window(5, 3_600 * SEC),
+    ];
+    let mut all_keys = HashSet::new();
+    for entries in &hostile {
+        let mut slots = HashSet::new();
+        for limit in &windows {
+            for name in [None, Some("a{b}:c")] {
+                let k = key_of("", entries, limit, name);
+                let slot = cluster.keyslot(&k);
+                assert_eq!(slot, fred::util::redis_keyslot(&k));
+                slots.insert(slot);
+                assert!(all_keys.insert(k), "no two keys collide");
+            }
+        }
+        assert_eq!(slots.len(), 1, "one slot per descriptor: {entries:?}");
+    }
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rt.block_on(async {
+        let store = RedisStore::connect(RedisOptions {
+            connect: ConnectOptions {
+                url: cluster.url(),
+                tls_ca: None,
+                pool_size: 2,
+                connect_timeout: Duration::from_secs(2),
+            },
+            command_timeout: Duration::from_secs(2),
+            clock: ClockSource::Local,
+            breaker: BreakerOptions::default(),
+        })
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(60), store.ready())
+            .await
+            .expect("connects to the cluster");
+        store
+    });
+    assert_eq!(store.topology(), Topology::Cluster);
+
+    // Four descriptors on four slots (on more than one primary).
+    let limit = Limit::fixed_window(3, 3_600 * SEC);
+    let tight = Limit::fixed_window(1, 3_600 * SEC);
+    let values = ["alpha", "bravo", "charlie", "delta"];
+    let keys: Vec<Vec<u8>> = values
+        .iter()
+        .map(|v| key_of("c:", &[(b"k", v.as_bytes())], &limit, None))
+        .collect();
+    let tight_key = key_of("c:", &[(b"k", b"echo")], &tight, None);
+    let slots: HashSet<u16> = keys.iter().map(|k| cluster.keyslot(k)).collect();
+    assert_eq!(slots.len(), 4);
+    let owners: HashSet<u16> = keys.iter().map(|k| cluster.owner(k)).collect();
+    assert!(owners.len() >= 2, "the request spans several primaries");
+
+    // All admitted: one EVALSHA per slot, every count charged.
+    let checks: Vec<Check<'_>> = (0..4)
+        .map(|i| check(&keys[i], &limit, 1, i as u32))
+        .collect();
+    let before = cluster.command_calls("evalsha");
+    let v = rt.block_on(store.decide_checks(&checks, T0)).unwrap();
+    assert_eq!(cluster.command_calls("evalsha") - before, 4);
+    assert!(v.iter().all(|v| v.allowed && v.charged && v.remaining == 2));
+    assert!(keys.iter().all(|k| count(&cluster, k) == 1));
+
+    // One descriptor rejects: the others were charged optimistically and are given back.
+    let mut checks: Vec<Check<'_>> = checks;
+    checks.push(check(&tight_key, &tight, 2, 4));
+    let v = rt.block_on(store.decide_checks(&checks, T0)).unwrap();
+    assert!(!v[4].allowed && !v[4].charged);
+    for v in &v[..4] {
+        assert!(v.allowed && !v.charged, "{v:?}");
+        assert_eq!(v.remaining, 2, "the allowance without this request");
+    }
+    assert!(
+        keys.iter().all(|k| count(&cluster, k) == 1),
+        "counts restored"
+    );
+
+    // `charge: always` stays charged when the request is rejected.
+    checks[0].charge = Charge::Always;
+    let v = rt.block_on(store.decide_checks(&checks, T0)).unwrap();
+    assert!(v[0].charged && !v[1].charged);
+    assert_eq!(count(&cluster, &keys[0]), 2);
+    assert_eq!(count(&cluster, &keys[1]), 1);
+
+    // Quota mode across slots: one quota descriptor within its limit admits the request.
+    let mut quota: Vec<Check<'_>> = vec![
+        check(&keys[2], &limit, 1, 0),
+        check(&tight_key, &tight, 2, 1),
+    ];
+    quota.iter_mut().for_each(|c| c.quota = true);
+    let v = rt.block_on(store.decide_checks(&quota, T0)).unwrap();
+    assert!(v[0].allowed && v[0].charged && !v[1].allowed);
+    assert_eq!(count(&cluster, &keys[2]), 2);
+    // Every quota descriptor over: rejected, and the optimistic charge given back.
+    quota[0].ask = Ask::take(5);
+    quota.push(check(&keys[3], &limit, 1, 2));
+    let v = rt.block_on(store.decide_checks(&quota, T0)).unwrap();
+    assert!(!v[0].allowed && !v[1].allowed);
+    assert!(v[2].allowed && !v[2].charged);
+    assert_eq!(count(&cluster, &keys[3]), 1, "given back");
+
+    // Random timelines: with no concurrent request, the cluster answers as one node would.
+    let case = std::sync::atomic::AtomicU64::new(0);
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let step = (
+        0..(90 * SEC),
+        prop::collection::vec(
+            (
+                0..6u64,
+                0..4u64,
+                prop::bool::weighted(0.15),
+                prop::bool::weighted(0.2),
+                prop::bool::weighted(0.3),
+            ),
+            4,
+        ),
+        prop::sample::subsequence(vec![0usize, 1, 2, 3], 1..=4),
+    );
+    runner
+        .run(&prop::collection::vec(step, 1..8), |steps| {
+            let prefix = format!(
+                "p{}:",
+                case.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            let limits: Vec<Limit> = (0..6).map(|r| Limit::fixed_window(r, 60 * SEC)).collect();
+            let keys: Vec<Vec<u8>> = values
+                .iter()
+                .map(|v| key_of(&prefix, &[(b"k", v.as_bytes())], &limits[0], None))
+                .collect();
+            let mut table = Table::default();
+            let mut now = T0;
+            for (dt, specs, present) in &steps {
+                now += dt;
+                // Each descriptor (and so each slot) at most once per request.
+                let checks: Vec<Check<'_>> = present
+                    .iter()
+                    .map(|&d| {
+                        let (requests, hits, refund, always, quota) = specs[d];
+                        Check {
+                            key: &keys[d],
+                            limit: &limits[requests as usize],
+                            ask: Ask { hits, refund },
+                            charge: if always {
+                                Charge::Always
+                            } else {
+                                Charge::IfAdmitted
+                            },
+                            group: d as u32,
+                            quota,
+                        }
+                    })
+                    .collect();
+                let want = batch::decide(&mut table, &checks, now);
+                let got = rt
+                    .block_on(store.decide_checks(&checks, now))
+                    .map_err(|e| TestCaseError::fail(format!("redis: {e}")))?;
+                prop_assert_eq!(got, want, "at {}: {:?}", now, checks);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
