@@ -250,11 +250,12 @@ impl Cx<'_> {
             }
             (Some(v), None) => {
                 let k: Box<[u8]> = v.as_bytes().into();
-                if branch.exact.contains_key(&k) {
-                    true
-                } else {
-                    branch.exact.insert(k, node);
-                    false
+                match branch.exact.entry(k) {
+                    std::collections::hash_map::Entry::Occupied(_) => true,
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(node);
+                        false
+                    }
                 }
             }
         };

@@ -356,17 +356,13 @@ impl Inner {
         let pool = self.pool.clone();
         let sha = self.sha.clone();
         let timeout = self.command_timeout;
-        let calls: Vec<(u16, Vec<&[u8]>, Vec<Value>)> = undo
+        let calls: Vec<(u16, Vec<Value>)> = undo
             .into_iter()
             .map(|(slot, now, idx)| {
                 let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
                 let (keys, args) = script::encode(&part, Scope::Undo, Some(now));
-                (slot, keys, args)
+                (slot, evalsha_args(&sha, &keys, args))
             })
-            .collect();
-        let calls: Vec<(u16, Vec<Value>)> = calls
-            .into_iter()
-            .map(|(slot, keys, args)| (slot, evalsha_args(&sha, &keys, args)))
             .collect();
         rt.spawn(async move {
             for (slot, args) in calls {
@@ -460,7 +456,7 @@ async fn monitor(store: Weak<Inner>, pool: Pool, ready: watch::Sender<bool>) {
             return;
         }
         waited += 1;
-        if waited % 100 == 0 {
+        if waited.is_multiple_of(100) {
             tracing::warn!(
                 target: "sluice::store::redis",
                 "redis not reachable yet; retrying in the background"
