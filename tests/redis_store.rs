@@ -543,3 +543,56 @@ async fn server_starts_with_redis_down_then_decides_in_redis() {
     server.shutdown();
     server.wait().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// TLS with a custom CA, and ACL credentials.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_custom_ca() {
+    let redis = RedisNode::start_tls();
+    let url = format!("rediss://127.0.0.1:{}", redis.port);
+    let mut opts = options(&url, ClockSource::Local);
+    opts.connect.tls_ca = Some(redis.tls_ca().unwrap().to_path_buf());
+    let store = connected(opts).await;
+    let limit = Limit::fixed_window(1, 3_600 * SEC);
+    let k = key_of("tls:", "x", &limit);
+    let c = [take(&k, &limit, 1, 0)];
+    assert!(store.decide_checks(&c, T0).await.unwrap()[0].allowed);
+    assert!(!store.decide_checks(&c, T0).await.unwrap()[0].allowed);
+    assert!(redis
+        .cli(&["GET", std::str::from_utf8(&k).unwrap()])
+        .ends_with(" 1"));
+
+    // A CA file without certificates is a configuration error, not an outage.
+    let empty = redis.dir().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let mut opts = options(&url, ClockSource::Local);
+    opts.connect.tls_ca = Some(empty);
+    assert!(RedisStore::connect(opts).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_username_and_password_from_the_url() {
+    let redis = RedisNode::start_with(&[
+        "--user", "default", "off", "--user", "sluice", "on", ">s3cret", "~*", "&*", "+@all",
+    ]);
+    let url = format!("redis://sluice:s3cret@127.0.0.1:{}", redis.port);
+    let store = connected(options(&url, ClockSource::Local)).await;
+    let limit = Limit::fixed_window(1, 3_600 * SEC);
+    let k = key_of("acl:", "x", &limit);
+    let c = [take(&k, &limit, 1, 0)];
+    assert!(store.decide_checks(&c, T0).await.unwrap()[0].allowed);
+    assert!(!store.decide_checks(&c, T0).await.unwrap()[0].allowed);
+    // The default user is off: the state was written by `sluice`.
+    let got = redis.cli(&[
+        "--user",
+        "sluice",
+        "--pass",
+        "s3cret",
+        "--no-auth-warning",
+        "GET",
+        std::str::from_utf8(&k).unwrap(),
+    ]);
+    assert!(got.ends_with(" 1"), "{got}");
+}

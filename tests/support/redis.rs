@@ -57,7 +57,8 @@ fn free_port() -> u16 {
     }
 }
 
-/// Sends PING over a raw connection; true on +PONG.
+/// Sends PING over a raw connection; true when the server answers anything (+PONG, or an
+/// error such as NOAUTH: it is up and not stalled).
 pub fn ping(port: u16) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
@@ -66,8 +67,8 @@ pub fn ping(port: u16) -> bool {
     if s.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
         return false;
     }
-    let mut buf = [0u8; 7];
-    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    let mut buf = [0u8; 1];
+    s.read_exact(&mut buf).is_ok() && matches!(buf[0], b'+' | b'-')
 }
 
 /// Runs `redis-cli -p port args...` and returns its trimmed standard output.
@@ -86,6 +87,8 @@ pub struct RedisNode {
     pub port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// The CA file of a TLS-only node (its admin commands go over TLS too).
+    tls_ca: Option<PathBuf>,
     child: Option<Child>,
     _tmp: Option<tempfile::TempDir>,
 }
@@ -102,23 +105,116 @@ impl RedisNode {
             port: 0,
             dir: tmp.path().to_path_buf(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls_ca: None,
             child: None,
             _tmp: Some(tmp),
         };
+        node.start_on_a_free_port();
+        node
+    }
+
+    /// A TLS-only node with a certificate for 127.0.0.1 signed by a fresh CA (made with the
+    /// `openssl` command); [`Self::tls_ca`] is the CA file to trust.
+    pub fn start_tls() -> RedisNode {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().to_path_buf();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .output()
+                .expect("openssl on PATH");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+        let ca = format!("req -x509 {ec} -keyout ca.key -out ca.crt -days 2");
+        let csr = format!("req {ec} -keyout server.key -out server.csr");
+        let ca_args: Vec<&str> = ca
+            .split(' ')
+            .chain(["-subj", "/CN=sluice test CA"])
+            .collect();
+        openssl(&ca_args);
+        let csr_args: Vec<&str> = csr.split(' ').chain(["-subj", "/CN=127.0.0.1"]).collect();
+        openssl(&csr_args);
+        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ]);
+        let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
+        let mut node = RedisNode {
+            port: 0,
+            dir: dir.clone(),
+            extra: Vec::new(),
+            tls_ca: Some(dir.join("ca.crt")),
+            child: None,
+            _tmp: Some(tmp),
+        };
+        node.extra = vec![
+            "--tls-cert-file".into(),
+            path("server.crt"),
+            "--tls-key-file".into(),
+            path("server.key"),
+            "--tls-ca-cert-file".into(),
+            path("ca.crt"),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ];
+        node.start_on_a_free_port();
+        node
+    }
+
+    pub fn tls_ca(&self) -> Option<&Path> {
+        self.tls_ca.as_deref()
+    }
+
+    fn start_on_a_free_port(&mut self) {
+        let node = self;
         // A port taken between our probe and Redis' bind: try another.
         for _ in 0..10 {
             node.port = free_port();
             if node.spawn() {
-                return node;
+                return;
             }
         }
         panic!("redis-server did not start: {}", node.log());
     }
 
+    /// PING answered (over TLS for a TLS node).
+    pub fn answers(&self) -> bool {
+        match &self.tls_ca {
+            None => ping(self.port),
+            Some(_) => self.cli(&["PING"]) == "PONG",
+        }
+    }
+
     fn spawn(&mut self) -> bool {
         let port = self.port.to_string();
+        let ports: [&str; 4] = match self.tls_ca {
+            None => ["--port", &port, "--tls-port", "0"],
+            Some(_) => ["--port", "0", "--tls-port", &port],
+        };
         let child = Command::new("redis-server")
-            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(ports)
+            .args(["--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--daemonize", "no"])
             .args(["--enable-debug-command", "local"])
             .arg("--dir")
@@ -134,7 +230,7 @@ impl RedisNode {
         self.child = Some(child);
         let start = Instant::now();
         loop {
-            if ping(self.port) {
+            if self.answers() {
                 return true;
             }
             if let Some(c) = &mut self.child {
@@ -162,7 +258,14 @@ impl RedisNode {
     }
 
     pub fn cli(&self, args: &[&str]) -> String {
-        cli(self.port, args)
+        match &self.tls_ca {
+            None => cli(self.port, args),
+            Some(ca) => {
+                let ca = ca.to_string_lossy();
+                let tls = [&["--tls", "--cacert", &ca][..], args].concat();
+                cli(self.port, &tls)
+            }
+        }
     }
 
     /// Kills the process (SIGKILL: no chance to answer anything) and waits for it.
@@ -331,6 +434,7 @@ impl RedisSentinel {
                 port,
                 dir: tmp.path().to_path_buf(),
                 extra: Vec::new(),
+                tls_ca: None,
                 child: Some(child),
                 _tmp: None,
             };
