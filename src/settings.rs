@@ -152,8 +152,8 @@ pub struct ServeArgs {
 #[derive(Debug, Clone, Args)]
 pub struct RedisArgs {
     /// Where Redis is; the scheme chooses the topology: redis:// or rediss:// (TLS) for one
-    /// server, redis-sentinel://h:p[,h:p]?sentinelServiceName=NAME for Sentinel,
-    /// redis-cluster://h:p[,h:p] for Cluster (rediss-sentinel://, rediss-cluster:// with TLS).
+    /// server, redis-sentinel://h:p,h:p?sentinelServiceName=NAME for Sentinel,
+    /// redis-cluster://h:p,h:p for Cluster (rediss-sentinel://, rediss-cluster:// with TLS).
     /// user:password@ before the host authenticates (ACL).
     #[arg(
         long,

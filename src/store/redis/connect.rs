@@ -1,8 +1,8 @@
 //! From `--redis-url` and friends to a fred client pool.
 //!
 //! The URL's scheme chooses the topology: `redis://` / `rediss://` (standalone, TLS),
-//! `redis-sentinel://h:p[,h:p]?sentinelServiceName=name` (Sentinel),
-//! `redis-cluster://h:p[,h:p]` (Cluster); `rediss-` variants use TLS. Credentials
+//! `redis-sentinel://h:p,h:p?sentinelServiceName=name` (Sentinel),
+//! `redis-cluster://h:p,h:p` (Cluster); `rediss-` variants use TLS. Credentials
 //! (`user:password@`) authenticate with ACL. Several comma-separated hosts become fred's
 //! `node=` query parameters.
 

@@ -17,13 +17,22 @@
 //!   round trip only on that path. Consequences, and only these: (1) between the two round
 //!   trips, other requests see the optimistic charge and may be rejected early, never
 //!   admitted wrongly; (2) the verdicts of checks given back report the allowance after the
-//!   refund; (3) if the window ends between the two round trips the refund lands in the new
-//!   window, where it floors at zero. Checks whose policy charges anyway (`charge: always`,
-//!   refunds) are exact as on one node. If every check lands in one slot (e.g. a single
-//!   descriptor), the decision is exact as on one node.
-//! * **Every topology**: keys expire by themselves (the state's expiry, as a TTL relative to
-//!   the deciding clock, plus one second of grace for instances whose clocks run behind), so
-//!   memory is bounded by the active keys. Hit counts and limits are clamped to 2^53 - 1
+//!   refund (with no concurrent request, exactly what one node reports); (3) if the window
+//!   ends between the two round trips the refund lands in the new window, where it floors at
+//!   zero; (4) a check charged anyway (`charge: always`, a refund) that shares its key with a
+//!   check given back in the same request reports a verdict computed on top of the
+//!   optimistic charge (the stored count is right after the refund); (5) if a part fails, the
+//!   request fails (the failure policy answers) and the charges of the parts that answered
+//!   are given back in the background, best effort; (6) if giving back fails, the hits stay
+//!   charged until their window ends (over-counting, never under) and the verdicts say
+//!   `charged`. Checks charged anyway are otherwise exact, admission (quota mode included)
+//!   is computed over all descriptors exactly as on one node, and if every check lands in
+//!   one slot (e.g. a single descriptor) the decision is exact as on one node.
+//! * **Every topology**: keys expire by themselves, so memory is bounded by the active keys:
+//!   `SET .. PX` with the state's expiry taken relative to the time of the decision (equal to
+//!   `PEXPIREAT expires_at` with the Redis clock, and unlike it still right when sluice's
+//!   clock and Redis' differ), plus one second of grace for instances whose clocks run behind.
+//!   A call that times out may still run in Redis later (its charge stands, unseen). Hit counts and limits are clamped to 2^53 - 1
 //!   (Lua numbers are doubles); below that the arithmetic is identical to Rust's.
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
