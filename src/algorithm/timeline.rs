@@ -206,7 +206,68 @@ mod tests {
         assert_eq!(max_in_span(&admitted, 5 * S), 6);
     }
 
+    fn any_limit() -> impl Strategy<Value = Limit> {
+        (
+            proptest::sample::select(Algorithm::ALL.to_vec()),
+            0u64..6,
+            1i64..8,
+            1u64..6,
+        )
+            .prop_map(|(a, n, w, b)| {
+                let mut l = Limit::new(a, n, w * S);
+                l.precision = 4;
+                if a.has_burst() && n > 0 {
+                    l.burst = b;
+                }
+                l
+            })
+    }
+
     proptest! {
+        /// The memory store forgets a state at its `expires_at`: from then on it must decide
+        /// exactly as no state would, debt included.
+        #[test]
+        fn an_expired_state_is_equivalent_to_no_state(
+            l in any_limit(), events in events(30, 2 * S), after in 0i64..(20 * S), hits in 0u64..3,
+        ) {
+            let (state, last) = final_state(&l, &events, true);
+            let Some(state) = state else { return Ok(()) };
+            let o = evaluate(&l, Some(&state), l.frame(last), Ask::peek());
+            let at = o.expires_at.max(last) + after;
+            let ask = Ask { value: 7, ..Ask::take(hits) };
+            let with = evaluate(&l, Some(&state), l.frame(at), ask);
+            let without = evaluate(&l, None, l.frame(at), ask);
+            prop_assert_eq!(
+                (with.allowed, with.remaining, with.reset, with.expires_at),
+                (without.allowed, without.remaining, without.reset, without.expires_at)
+            );
+        }
+
+        /// A clock behind the state (skew between instances) never grants more than the
+        /// state's own time would.
+        #[test]
+        fn a_clock_behind_grants_nothing_extra(
+            l in any_limit(), events in events(30, 2 * S), back in 0i64..(30 * S), hits in 0u64..3,
+        ) {
+            let (state, last) = final_state(&l, &events, true);
+            let ask = Ask::take(hits);
+            let behind = evaluate(&l, state.as_ref(), l.frame(last - back), ask);
+            let on_time = evaluate(&l, state.as_ref(), l.frame(last), ask);
+            prop_assert!(!behind.allowed || on_time.allowed);
+            prop_assert!(behind.remaining <= on_time.remaining);
+        }
+
+        /// Hits of 0 look without changing anything.
+        #[test]
+        fn a_look_changes_nothing(l in any_limit(), events in events(30, 2 * S), gap in 0i64..S) {
+            let (state, last) = final_state(&l, &events, true);
+            let at = last + gap;
+            let o = evaluate(&l, state.as_ref(), l.frame(at), Ask::peek());
+            let again = evaluate(&l, Some(&o.charged), l.frame(at), Ask::take(1));
+            let direct = evaluate(&l, state.as_ref(), l.frame(at), Ask::take(1));
+            prop_assert_eq!((again.allowed, again.remaining, again.reset), (direct.allowed, direct.remaining, direct.reset));
+        }
+
         #[test]
         fn fixed_window_never_more_than_twice_the_limit(
             n in 1u64..8, events in events(80, 3 * S),
