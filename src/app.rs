@@ -61,13 +61,17 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
     match args.backend {
         Backend::Memory => {
             let store = Arc::new(MemoryStore::new(args.memory_max_entries));
-            let sweeper = store.clone();
+            // Weak, so the sweeper ends with the server instead of keeping the store alive.
+            let sweeper = Arc::downgrade(&store);
             let sweep_clock = clock.clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(SWEEP_EVERY);
                 loop {
                     tick.tick().await;
-                    sweeper.sweep(sweep_clock.now());
+                    match sweeper.upgrade() {
+                        Some(store) => store.sweep(sweep_clock.now()),
+                        None => break,
+                    };
                 }
             });
             run(args, clock, store, grpc, http).await
@@ -98,6 +102,7 @@ async fn run<S: Store>(
     let http_addr = http.local_addr()?;
     let opts = LimiterOptions {
         shadow_mode: args.shadow_mode,
+        quota_mode: args.quota_mode,
         charge_rejected: args.charge_rejected,
         response_headers: args.response_headers.then(|| HeaderNames {
             limit: args.header_limit.clone(),

@@ -38,6 +38,8 @@ impl Default for HeaderNames {
 pub struct LimiterOptions {
     /// Turn an OVER_LIMIT overall code into OK (per-descriptor codes are left alone).
     pub shadow_mode: bool,
+    /// Put every limited descriptor in quota mode (envoyproxy/ratelimit's `QUOTA_MODE`).
+    pub quota_mode: bool,
     /// Charge rejected requests unless a rule says otherwise (envoyproxy/ratelimit's way).
     pub charge_rejected: bool,
     /// Add `RateLimit-*` headers from the tightest descriptor.
@@ -252,7 +254,7 @@ impl<S: Store> Limiter<S> {
                     Some(e) if distinct => distinct::hash(&e.value),
                     _ => 0,
                 };
-                specs.push((i, limit, rule.is_some_and(|r| r.quota_mode), value));
+                specs.push((i, limit, self.is_quota(rule.map(|r| &**r)), value));
             }
         }
         let checks: Vec<Check<'_>> = specs
@@ -301,7 +303,11 @@ impl<S: Store> Limiter<S> {
             from = to;
         }
 
-        let quota = |i: usize| resolved[i].rule().is_some_and(|r| r.quota_mode);
+        // Only limited descriptors take part in quota mode (as in the store's admission).
+        let quota = |i: usize| {
+            matches!(resolved[i], Resolved::Limited { .. })
+                && self.is_quota(resolved[i].rule().map(|r| &**r))
+        };
         let mut overall = overall_code(&statuses, &resolved, quota);
         let headers = match &self.opts.response_headers {
             Some(names) => headers(names, &statuses, quota),
@@ -317,6 +323,13 @@ impl<S: Store> Limiter<S> {
             headers,
             metadata,
         })
+    }
+}
+
+impl<S> Limiter<S> {
+    /// Global quota mode applies to override limits too (they have no rule), as upstream.
+    fn is_quota(&self, rule: Option<&Rule>) -> bool {
+        self.opts.quota_mode || rule.is_some_and(|r| r.quota_mode)
     }
 }
 

@@ -21,6 +21,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at start-up: the size of the serve variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the RLS gRPC API (and the HTTP side port) with the rules in --config.
@@ -76,6 +78,12 @@ pub struct ServeArgs {
     /// their codes, counting goes on).
     #[arg(long, env = "SLUICE_SHADOW_MODE")]
     pub shadow_mode: bool,
+
+    /// Global quota mode: every limited descriptor is in quota mode, as envoyproxy/ratelimit's
+    /// QUOTA_MODE (the request is rejected only when a descriptor not in quota mode is over its
+    /// limit, or all quota-mode descriptors are).
+    #[arg(long, env = "SLUICE_QUOTA_MODE")]
+    pub quota_mode: bool,
 
     /// Charge rejected requests too, as envoyproxy/ratelimit does (the default for rules
     /// without `charge:`). Without it a rejected request consumes nothing.

@@ -30,6 +30,7 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
     let mut set = RuleSet::default();
     let mut first_seen: HashMap<String, Position> = HashMap::new();
     for file in files {
+        let first_error = errors.len();
         let parsed: Result<Option<RawFile>, _> = serde_saphyr::from_str(&file.content);
         let raw = match parsed {
             Ok(Some(raw)) => raw,
@@ -87,6 +88,8 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
         if let Some(descriptors) = &raw.descriptors {
             cx.descriptors(&mut domain.root, &name, descriptors);
         }
+        // A node's own errors are found after its children's: report them in file order.
+        errors[first_error..].sort_by_key(|e| (e.position.line, e.position.column));
         set.sources.push(Source {
             path: file.path.clone(),
             domain: name,
@@ -211,6 +214,11 @@ impl Cx<'_> {
             );
         }
 
+        if let Some(m) = d.metadata.as_ref().filter(|m| !m.value.is_object()) {
+            let p = self.at(m);
+            self.err(p, "metadata must be a map of key: value");
+        }
+
         let rule = match (&d.rate_limit, &d.rate_limits) {
             (Some(_), Some(list)) => {
                 let p = self.at(list);
@@ -260,15 +268,13 @@ impl Cx<'_> {
                     false
                 }
             }
-            (Some(v), None) => {
-                let k: Box<[u8]> = v.as_bytes().into();
-                if branch.exact.contains_key(&k) {
-                    true
-                } else {
-                    branch.exact.insert(k, node);
+            (Some(v), None) => match branch.exact.entry(v.as_bytes().into()) {
+                std::collections::hash_map::Entry::Occupied(_) => true,
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(node);
                     false
                 }
-            }
+            },
         };
         if duplicate {
             self.err(
@@ -332,7 +338,7 @@ impl Cx<'_> {
             quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
             value_to_metric: d.value_to_metric,
-            metadata: d.metadata.clone(),
+            metadata: d.metadata.as_ref().map(|m| m.value.clone()),
             position: pos,
         })
     }
@@ -419,7 +425,7 @@ impl Cx<'_> {
             quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
             value_to_metric: d.value_to_metric,
-            metadata: d.metadata.clone(),
+            metadata: d.metadata.as_ref().map(|m| m.value.clone()),
             position: pos,
         })
     }

@@ -35,7 +35,7 @@ pub struct RawDescriptor {
     #[serde(default)]
     pub quota_mode: bool,
     /// Returned in the response's dynamic metadata when the descriptor is within its limit.
-    pub metadata: Option<serde_json::Value>,
+    pub metadata: Option<Spanned<serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
