@@ -419,8 +419,8 @@ async fn calendar_days_end_at_local_midnight() {
 fn the_sample_config_shows_every_algorithm_and_loads() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let path = root.join("config/algorithms.yaml");
-    let rules =
-        sluice::config::load(&[path.clone()], Default::default()).unwrap_or_else(|e| panic!("{e}"));
+    let rules = sluice::config::load(std::slice::from_ref(&path), Default::default())
+        .unwrap_or_else(|e| panic!("{e}"));
     let dump = rules.dump();
     for a in sluice::algorithm::Algorithm::ALL {
         assert!(

@@ -16,13 +16,14 @@ const CASES: &[(&str, &[&str])] = &[
     (
         "unknown_key.yaml",
         &[
-            "5:5: unknown key 'ratelimit' (expected one of: key, value, rate_limit, descriptors, \
-           shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata)",
+            "5:5: unknown key 'ratelimit' (expected one of: key, value, rate_limit, rate_limits, \
+           descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, \
+           metadata)",
         ],
     ),
     (
         "unknown_top_level_key.yaml",
-        &["2:1: unknown key 'descriptor' (expected one of: domain, descriptors)"],
+        &["2:1: unknown key 'descriptor' (expected one of: domain, descriptors, allow_refunds)"],
     ),
     (
         "empty_domain.yaml",

@@ -351,7 +351,7 @@ pub fn is_over_limit(limit: &Limit, state: &State, frame: Frame) -> bool {
 /// `a / b` rounded up, for `a >= 0`, `b > 0` (Lua: `math.ceil` of an exact quotient is not
 /// exact above 2^53; ports compute `floor` and correct).
 pub(crate) fn ceil_div(a: u64, b: u64) -> u64 {
-    a / b + u64::from(a % b != 0)
+    a / b + u64::from(!a.is_multiple_of(b))
 }
 
 #[cfg(test)]
