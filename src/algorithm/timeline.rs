@@ -150,13 +150,17 @@ impl StateTable for Table {
 pub fn check_rejections_are_free(limit: &Limit, events: &[Event]) {
     let mut table = Table::default();
     let mut now = START;
-    for e in events {
+    for (i, e) in events.iter().enumerate() {
         now += e.advance;
         let before = table.0.get(&b"k"[..]).cloned();
         let check = Check {
             key: b"k",
             limit,
-            ask: Ask::take(e.hits),
+            // distinct: a handful of values that come back (others ignore it).
+            ask: Ask {
+                value: i as u64 % 7,
+                ..Ask::take(e.hits)
+            },
             charge: Charge::IfAdmitted,
             group: 0,
             quota: false,
