@@ -10,10 +10,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
+use crate::algorithm::Algorithm;
 use crate::clock::Clock;
-use crate::config::{self, LoadOptions};
+use crate::config::{self, ConfigError, ConfigErrors, LoadOptions};
 use crate::limiter::{HeaderNames, Limiter, LimiterOptions};
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
+use crate::rules::RuleSet;
 use crate::service::http::{self, HttpContext};
 use crate::service::rls::RlsService;
 use crate::service::ServiceState;
@@ -93,11 +95,18 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
 }
 
 fn spawn_sweeper(store: Arc<MemoryStore>, clock: Arc<dyn Clock>) {
+    // Weak, so the sweeper ends with the server instead of keeping the store alive.
+    let store = Arc::downgrade(&store);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(SWEEP_EVERY);
         loop {
             tick.tick().await;
-            store.sweep(clock.now());
+            match store.upgrade() {
+                Some(store) => {
+                    store.sweep(clock.now());
+                }
+                None => break,
+            }
         }
     });
 }
@@ -124,18 +133,6 @@ pub fn redis_options(args: &RedisArgs) -> RedisOptions {
     }
 }
 
-impl<S: Store> Store for Arc<S> {
-    fn decide(
-        &self,
-        checks: &[crate::store::Check<'_>],
-        now: crate::model::Micros,
-    ) -> impl std::future::Future<
-        Output = Result<Vec<crate::store::Verdict>, crate::store::StoreError>,
-    > + Send {
-        (**self).decide(checks, now)
-    }
-}
-
 async fn run<S: Store>(
     args: ServeArgs,
     clock: Arc<dyn Clock>,
@@ -148,6 +145,7 @@ async fn run<S: Store>(
     let http_addr = http.local_addr()?;
     let opts = LimiterOptions {
         shadow_mode: args.shadow_mode,
+        quota_mode: args.quota_mode,
         charge_rejected: args.charge_rejected,
         response_headers: args.response_headers.then(|| HeaderNames {
             limit: args.header_limit.clone(),
@@ -168,24 +166,32 @@ async fn run<S: Store>(
         let opts = LoadOptions {
             merge_domains: args.merge_domains,
         };
-        Arc::new(move || match config::load(&paths, opts) {
-            Ok(rules) => {
-                let domains = rules.domains.len();
-                let files = rules.sources.len();
-                limiter.set_rules(Arc::new(rules));
-                state.mark_config_loaded();
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    let state = state.clone();
-                    rt.spawn(async move { state.publish().await });
+        let store_supports = {
+            let limiter = limiter.clone();
+            move |a| limiter.store().supports(a)
+        };
+        Arc::new(move || {
+            match config::load(&paths, opts)
+                .and_then(|rules| unsupported_algorithms(&rules, &store_supports).map(|()| rules))
+            {
+                Ok(rules) => {
+                    let domains = rules.domains.len();
+                    let files = rules.sources.len();
+                    limiter.set_rules(Arc::new(rules));
+                    state.mark_config_loaded();
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        let state = state.clone();
+                        rt.spawn(async move { state.publish().await });
+                    }
+                    tracing::info!(domains, files, "config loaded");
+                    true
                 }
-                tracing::info!(domains, files, "config loaded");
-                true
-            }
-            Err(errors) => {
-                for e in &errors.0 {
-                    tracing::error!(error = %e, "config rejected; keeping the running rules");
+                Err(errors) => {
+                    for e in &errors.0 {
+                        tracing::error!(error = %e, "config rejected; keeping the running rules");
+                    }
+                    false
                 }
-                false
             }
         })
     };
@@ -250,4 +256,37 @@ async fn run<S: Store>(
         task,
         redis,
     })
+}
+
+/// Rejects a rule set that uses an algorithm the store cannot decide (the Redis store does not
+/// have every algorithm in Lua yet), naming each rule.
+fn unsupported_algorithms(
+    rules: &RuleSet,
+    supports: &impl Fn(Algorithm) -> bool,
+) -> Result<(), ConfigErrors> {
+    let errors: Vec<ConfigError> = rules
+        .all_rules()
+        .into_iter()
+        .flat_map(|rule| {
+            rule.kind
+                .limits()
+                .iter()
+                .filter(|l| !supports(l.limit.algorithm))
+                .map(move |l| {
+                    ConfigError::new(
+                        rule.position.clone(),
+                        format!(
+                            "algorithm {} is not supported by this store yet (rule '{}')",
+                            l.limit.algorithm.as_str(),
+                            rule.full_key
+                        ),
+                    )
+                })
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors(errors))
+    }
 }

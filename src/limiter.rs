@@ -2,13 +2,14 @@
 //!
 //! Owns the parts of envoyproxy/ratelimit's semantics that do not depend on the store:
 //! matching, `replaces`, unlimited rules, limit overrides, shadow mode (per rule and global),
-//! quota mode, response headers and metadata. The store decides and charges atomically.
+//! quota mode, several limits per descriptor (`rate_limits`), refund permission, response
+//! headers and metadata. The store decides and charges atomically.
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
-use crate::algorithm::{Ask, Limit};
+use crate::algorithm::{distinct, Algorithm, Ask, Calendar, Limit};
 use crate::clock::Clock;
 use crate::model::{Descriptor, Micros, Request, Unit, MICROS_PER_MILLI, MICROS_PER_SEC};
 use crate::rules::{Match, Rule, RuleKind, RuleLimit, RuleSet, Step};
@@ -37,6 +38,8 @@ impl Default for HeaderNames {
 pub struct LimiterOptions {
     /// Turn an OVER_LIMIT overall code into OK (per-descriptor codes are left alone).
     pub shadow_mode: bool,
+    /// Put every limited descriptor in quota mode (envoyproxy/ratelimit's `QUOTA_MODE`).
+    pub quota_mode: bool,
     /// Charge rejected requests unless a rule says otherwise (envoyproxy/ratelimit's way).
     pub charge_rejected: bool,
     /// Add `RateLimit-*` headers from the tightest descriptor.
@@ -49,6 +52,9 @@ pub struct LimiterOptions {
 pub enum LimitError {
     #[error("{0}")]
     InvalidArgument(String),
+    /// The request asks for something its domain does not allow (refunds).
+    #[error("{0}")]
+    PermissionDenied(String),
     #[error("{0}")]
     Unavailable(String),
     #[error(transparent)]
@@ -110,7 +116,10 @@ enum Resolved<'r> {
     Limited {
         rule: Option<&'r Arc<Rule>>,
         steps: Vec<Step<'r>>,
-        limit: RuleLimit,
+        /// Every one must allow the request (one unless `rate_limits`).
+        limits: Vec<RuleLimit>,
+        /// The limits come from `rate_limits`: their names are part of their storage keys.
+        named: bool,
     },
 }
 
@@ -172,11 +181,21 @@ impl<S: Store> Limiter<S> {
             });
         };
 
+        if !domain.allow_refunds {
+            if let Some(i) = req.descriptors.iter().position(|d| d.refund) {
+                return Err(LimitError::PermissionDenied(format!(
+                    "descriptor {i}: is_negative_hits refunds are not allowed for domain '{}' (set `allow_refunds: true` in its config to accept them)",
+                    req.domain
+                )));
+            }
+        }
+
         let mut resolved: Vec<Resolved<'_>> = req
             .descriptors
             .iter()
-            .map(|d| resolve(domain.find(&d.entries), d))
-            .collect();
+            .enumerate()
+            .map(|(i, d)| resolve(domain.find(&d.entries), d, i))
+            .collect::<Result<_, _>>()?;
         apply_replaces(&mut resolved);
 
         // Build the storage keys first, then borrow them into the checks.
@@ -186,15 +205,29 @@ impl<S: Store> Limiter<S> {
             Charge::IfAdmitted
         };
         let mut keys: Vec<Vec<u8>> = Vec::new();
-        let mut specs: Vec<(usize, &RuleLimit, bool)> = Vec::new();
+        // (descriptor, limit, quota mode, distinct value hash), grouped by descriptor.
+        let mut specs: Vec<(usize, &RuleLimit, bool, u64)> = Vec::new();
         for (i, (r, d)) in resolved.iter().zip(&req.descriptors).enumerate() {
-            if let Resolved::Limited { rule, steps, limit } = r {
+            let Resolved::Limited {
+                rule,
+                steps,
+                limits,
+                named,
+            } = r
+            else {
+                continue;
+            };
+            let last = d.entries.len().saturating_sub(1);
+            for limit in limits {
+                // distinct counts the values of the last entry: its value stays out of the key.
+                let distinct = limit.limit.algorithm == Algorithm::Distinct;
                 let mut k = Vec::with_capacity(64);
                 let parts = d
                     .entries
                     .iter()
                     .enumerate()
                     .map(|(j, e)| match steps.get(j) {
+                        _ if distinct && j == last => key::Part::Counted { key: &e.key },
                         Some(Step::Wildcard {
                             pattern,
                             shared: true,
@@ -207,22 +240,27 @@ impl<S: Store> Limiter<S> {
                             value: &e.value,
                         },
                     });
+                let name = if *named { limit.name.as_deref() } else { None };
                 key::build(
                     &mut k,
                     &self.opts.key_prefix,
                     &req.domain,
                     parts,
                     &limit.limit,
-                    None,
+                    name,
                 );
                 keys.push(k);
-                specs.push((i, limit, rule.is_some_and(|r| r.quota_mode)));
+                let value = match d.entries.get(last) {
+                    Some(e) if distinct => distinct::hash(&e.value),
+                    _ => 0,
+                };
+                specs.push((i, limit, self.is_quota(rule.map(|r| &**r)), value));
             }
         }
         let checks: Vec<Check<'_>> = specs
             .iter()
             .zip(&keys)
-            .map(|(&(i, limit, quota), k)| {
+            .map(|(&(i, limit, quota, value), k)| {
                 let d = &req.descriptors[i];
                 Check {
                     key: k,
@@ -230,6 +268,7 @@ impl<S: Store> Limiter<S> {
                     ask: Ask {
                         hits: d.hits,
                         refund: d.refund,
+                        value,
                     },
                     charge: limit.charge.unwrap_or(default_charge),
                     group: i as u32,
@@ -251,15 +290,24 @@ impl<S: Store> Limiter<S> {
                 Resolved::Limited { .. } => Status::no_limit(),
             })
             .collect();
-        for (&(i, limit, _), v) in specs.iter().zip(&verdicts) {
-            let rule = resolved[i].rule();
-            statuses[i] = status_of(v, limit, rule.and_then(|r| r.name.clone()));
-            if rule.is_some_and(|r| r.shadow_mode) {
+        let mut from = 0;
+        while from < specs.len() {
+            let i = specs[from].0;
+            let to = from + specs[from..].iter().take_while(|s| s.0 == i).count();
+            let pick = from + reported(&verdicts[from..to]);
+            let limit = specs[pick].1;
+            statuses[i] = status_of(&verdicts[pick], limit, limit.name.clone());
+            if resolved[i].rule().is_some_and(|r| r.shadow_mode) {
                 statuses[i].code = Code::Ok;
             }
+            from = to;
         }
 
-        let quota = |i: usize| resolved[i].rule().is_some_and(|r| r.quota_mode);
+        // Only limited descriptors take part in quota mode (as in the store's admission).
+        let quota = |i: usize| {
+            matches!(resolved[i], Resolved::Limited { .. })
+                && self.is_quota(resolved[i].rule().map(|r| &**r))
+        };
         let mut overall = overall_code(&statuses, &resolved, quota);
         let headers = match &self.opts.response_headers {
             Some(names) => headers(names, &statuses, quota),
@@ -278,40 +326,103 @@ impl<S: Store> Limiter<S> {
     }
 }
 
-fn resolve<'r>(m: Option<Match<'r>>, d: &Descriptor) -> Resolved<'r> {
+impl<S> Limiter<S> {
+    /// Global quota mode applies to override limits too (they have no rule), as upstream.
+    fn is_quota(&self, rule: Option<&Rule>) -> bool {
+        self.opts.quota_mode || rule.is_some_and(|r| r.quota_mode)
+    }
+}
+
+fn resolve<'r>(
+    m: Option<Match<'r>>,
+    d: &Descriptor,
+    index: usize,
+) -> Result<Resolved<'r>, LimitError> {
     if let Some(o) = d.limit_override {
         // envoyproxy/ratelimit: an override applies whether or not a rule matched, with no
-        // name, no shadow mode and nothing to replace. It keeps the matched rule's charging.
-        let charge = m.as_ref().and_then(|m| match &m.rule.kind {
-            RuleKind::Limited(l) => l.charge,
-            RuleKind::Unlimited => None,
-        });
-        return Resolved::Limited {
+        // name, no shadow mode and nothing to replace. It keeps the matched rule's algorithm
+        // (with `rate_limits`, the first limit's), precision, calendar alignment and charging;
+        // the burst becomes the new requests_per_unit.
+        let base = m.as_ref().and_then(|m| m.rule.kind.limits().first());
+        let rpu = u64::from(o.requests_per_unit);
+        let window = o.unit.micros();
+        let limit = match base {
+            Some(b) => Limit {
+                requests: rpu,
+                window,
+                burst: rpu,
+                calendar: b
+                    .limit
+                    .calendar
+                    .filter(|_| o.unit >= Unit::Hour)
+                    .map(|c| Calendar { unit: o.unit, ..c }),
+                ..b.limit.clone()
+            },
+            None => Limit::fixed_window(rpu, window),
+        };
+        if let Err(e) = limit.validate() {
+            return Err(LimitError::InvalidArgument(format!(
+                "descriptor {index}: the limit override of {} per {} cannot be used with algorithm {}: {e}",
+                o.requests_per_unit,
+                o.unit,
+                limit.algorithm.as_str()
+            )));
+        }
+        return Ok(Resolved::Limited {
             rule: None,
-            steps: m.map(|m| m.steps).unwrap_or_default(),
-            limit: RuleLimit {
+            limits: vec![RuleLimit {
+                name: None,
                 requests_per_unit: o.requests_per_unit,
                 unit: o.unit,
-                limit: Limit::fixed_window(u64::from(o.requests_per_unit), o.unit.micros()),
-                charge,
-            },
-        };
+                limit,
+                charge: base.and_then(|b| b.charge),
+            }],
+            steps: m.map(|m| m.steps).unwrap_or_default(),
+            named: false,
+        });
     }
-    match m {
+    Ok(match m {
         None => Resolved::NoLimit,
         Some(m) => match &m.rule.kind {
             RuleKind::Unlimited => Resolved::Unlimited(m.rule),
             RuleKind::Limited(limit) => Resolved::Limited {
                 rule: Some(m.rule),
                 steps: m.steps,
-                limit: limit.clone(),
+                limits: vec![limit.clone()],
+                named: false,
+            },
+            RuleKind::Several(limits) => Resolved::Limited {
+                rule: Some(m.rule),
+                steps: m.steps,
+                limits: limits.clone(),
+                named: true,
             },
         },
+    })
+}
+
+/// Which of a descriptor's verdicts its status reports: the rejecting limit with the longest
+/// retry-after (the first on a tie), or when all allow, the one with the least remaining.
+fn reported(verdicts: &[Verdict]) -> usize {
+    let mut pick = 0;
+    let rejected = verdicts.iter().any(|v| !v.allowed);
+    for (j, v) in verdicts.iter().enumerate() {
+        let p = &verdicts[pick];
+        let better = if rejected {
+            !v.allowed && (p.allowed || v.reset > p.reset)
+        } else {
+            v.remaining < p.remaining
+        };
+        if better {
+            pick = j;
+        }
     }
+    pick
 }
 
 /// A matched limit whose name another matched rule `replaces` is neither reported nor
-/// consumed.
+/// consumed; inside `rate_limits` each limit is replaced on its own, and a descriptor whose
+/// limits are all replaced has no limit.
 fn apply_replaces(resolved: &mut [Resolved<'_>]) {
     let replaced: Vec<String> = resolved
         .iter()
@@ -321,12 +432,18 @@ fn apply_replaces(resolved: &mut [Resolved<'_>]) {
     if replaced.is_empty() {
         return;
     }
+    let is_replaced = |name: Option<&String>| name.is_some_and(|n| replaced.contains(n));
     for r in resolved.iter_mut() {
-        let is_replaced = r
-            .rule()
-            .and_then(|rule| rule.name.as_ref())
-            .is_some_and(|n| replaced.contains(n));
-        if is_replaced {
+        let gone = match r {
+            Resolved::NoLimit => false,
+            Resolved::Unlimited(rule) => is_replaced(rule.name.as_ref()),
+            Resolved::Limited { rule: None, .. } => false,
+            Resolved::Limited { limits, .. } => {
+                limits.retain(|l| !is_replaced(l.name.as_ref()));
+                limits.is_empty()
+            }
+        };
+        if gone {
             *r = Resolved::NoLimit;
         }
     }

@@ -88,8 +88,8 @@ impl Unit {
         Unit::ALL.into_iter().find(|u| u.proto_value() == v)
     }
 
-    /// The largest unit whose length divides `window` evenly, else the largest unit not longer
-    /// than it (at least SECOND): what `current_limit.unit` reports for an arbitrary window.
+    /// The largest unit not longer than `window` (at least SECOND): what `current_limit.unit`
+    /// reports for an arbitrary window (`requests_per_unit` stays per the exact window).
     pub fn nearest(window: Micros) -> Unit {
         let mut best = Unit::Second;
         for u in Unit::ALL {

@@ -103,6 +103,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_SHADOW_MODE")]
     pub shadow_mode: bool,
 
+    /// Global quota mode: every limited descriptor is in quota mode, as envoyproxy/ratelimit's
+    /// QUOTA_MODE (the request is rejected only when a descriptor not in quota mode is over its
+    /// limit, or all quota-mode descriptors are).
+    #[arg(long, env = "SLUICE_QUOTA_MODE")]
+    pub quota_mode: bool,
+
     /// Charge rejected requests too, as envoyproxy/ratelimit does (the default for rules
     /// without `charge:`). Without it a rejected request consumes nothing.
     #[arg(long, env = "SLUICE_CHARGE_REJECTED")]

@@ -237,7 +237,11 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
                         Check {
                             key: &keys[d],
                             limit: &limits[requests as usize],
-                            ask: Ask { hits, refund },
+                            ask: Ask {
+                                hits,
+                                refund,
+                                value: 0,
+                            },
                             charge: if always {
                                 Charge::Always
                             } else {

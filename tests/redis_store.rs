@@ -190,6 +190,7 @@ fn lua_script_matches_the_in_memory_policy() {
                         ask: Ask {
                             hits: c.hits,
                             refund: c.refund,
+                            value: 0,
                         },
                         charge: if c.always {
                             Charge::Always
@@ -595,4 +596,53 @@ async fn acl_username_and_password_from_the_url() {
         std::str::from_utf8(&k).unwrap(),
     ]);
     assert!(got.ends_with(" 1"), "{got}");
+}
+
+/// Algorithms without a Lua port yet are refused when the config loads (naming the rule),
+/// not when a request arrives; the running rules stay in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_with_an_algorithm_the_redis_store_lacks_is_rejected() {
+    let redis = RedisNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+    )
+    .unwrap();
+    let cli = Cli::try_parse_from([
+        "sluice",
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--backend",
+        "redis",
+        "--redis-url",
+        &redis.url(),
+    ])
+    .unwrap();
+    let Command::Serve(args) = cli.command else {
+        panic!("serve")
+    };
+    let server = sluice::app::start(args, Arc::new(ManualClock::new(T0)))
+        .await
+        .expect("starts");
+    std::fs::write(
+        &config,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_log}\n",
+    )
+    .unwrap();
+    assert!(!server.reload(), "sliding_log has no Lua port yet");
+    std::fs::write(
+        &config,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n",
+    )
+    .unwrap();
+    assert!(server.reload(), "fixed_window is supported");
+    server.shutdown();
+    server.wait().await.unwrap();
 }

@@ -3,9 +3,10 @@
 //!
 //! Allowed when `count + hits <= limit`. A rejected request leaves the count alone unless the
 //! store charges it anyway (`charge: always`), in which case the count goes past the limit as a
-//! debt that lasts until the window ends. A refund lowers the count, never below zero.
+//! debt that lasts until the window ends (saturating at [`COUNT_CAP`]). A refund lowers the
+//! count, never below zero.
 
-use super::{Ask, Frame, Outcome};
+use super::{Ask, Frame, Outcome, COUNT_CAP};
 use crate::model::Micros;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +36,7 @@ pub fn evaluate(limit: u64, prev: Option<&State>, frame: Frame, ask: Ask) -> Out
             allowed: true,
             remaining: limit.saturating_sub(count),
             reset: until_end,
+            debt_reset: until_end,
             charged: super::State::FixedWindow(State {
                 window_start: start,
                 count,
@@ -43,13 +45,14 @@ pub fn evaluate(limit: u64, prev: Option<&State>, frame: Frame, ask: Ask) -> Out
         };
     }
 
-    let after = count.saturating_add(ask.hits);
+    let after = count.saturating_add(ask.hits).min(COUNT_CAP.max(count));
     let allowed = count.checked_add(ask.hits).is_some_and(|a| a <= limit);
     Outcome {
         allowed,
         remaining: if allowed { limit - after } else { 0 },
         // Rejected or not, the count starts again from zero when the window ends.
         reset: until_end,
+        debt_reset: until_end,
         charged: super::State::FixedWindow(State {
             window_start: start,
             count: after,
@@ -72,6 +75,7 @@ mod tests {
     fn count_of(o: &Outcome) -> u64 {
         match &o.charged {
             super::super::State::FixedWindow(s) => s.count,
+            other => panic!("unexpected state {other:?}"),
         }
     }
 
@@ -89,6 +93,7 @@ mod tests {
             (0, None, 1, false, 0),
             (0, None, 0, true, 0),
             (u64::MAX, Some(u64::MAX - 1), 5, false, 0),
+            (u64::from(u32::MAX), Some(0), u64::from(u32::MAX), true, 0),
         ];
         for &(limit, prev, hits, allowed, remaining) in cases {
             let f = frame(100 * S + 5);
@@ -136,15 +141,7 @@ mod tests {
             window_start: 0,
             count: 2,
         };
-        let o = evaluate(
-            10,
-            Some(&st),
-            f,
-            Ask {
-                hits: 5,
-                refund: true,
-            },
-        );
+        let o = evaluate(10, Some(&st), f, Ask::refund(5));
         assert!(o.allowed);
         assert_eq!(count_of(&o), 0);
         assert_eq!(o.remaining, 10);

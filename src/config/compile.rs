@@ -9,8 +9,8 @@ use serde_saphyr::Spanned;
 use super::error::{ConfigError, ConfigErrors, Position};
 use super::files::ConfigFile;
 use super::raw::{RawDescriptor, RawFile, RawRateLimit};
-use crate::algorithm::Limit;
-use crate::model::Unit;
+use crate::algorithm::{Algorithm, Calendar, Limit, MAX_WINDOW};
+use crate::model::{Micros, Unit, MICROS_PER_MILLI, MICROS_PER_SEC};
 use crate::rules::{
     content_hash, Branch, Domain, Node, Pattern, Rule, RuleKind, RuleLimit, RuleSet, Source,
     Wildcard,
@@ -30,6 +30,7 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
     let mut set = RuleSet::default();
     let mut first_seen: HashMap<String, Position> = HashMap::new();
     for file in files {
+        let first_error = errors.len();
         let parsed: Result<Option<RawFile>, _> = serde_saphyr::from_str(&file.content);
         let raw = match parsed {
             Ok(Some(raw)) => raw,
@@ -80,10 +81,15 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
         let domain = set.domains.entry(name.clone()).or_insert_with(|| Domain {
             name: name.as_str().into(),
             root: Node::default(),
+            allow_refunds: false,
         });
+        // Merged files: refunds are allowed when any file of the domain allows them.
+        domain.allow_refunds |= raw.allow_refunds;
         if let Some(descriptors) = &raw.descriptors {
             cx.descriptors(&mut domain.root, &name, descriptors);
         }
+        // A node's own errors are found after its children's: report them in file order.
+        errors[first_error..].sort_by_key(|e| (e.position.line, e.position.column));
         set.sources.push(Source {
             path: file.path.clone(),
             domain: name,
@@ -208,11 +214,25 @@ impl Cx<'_> {
             );
         }
 
-        let rule = d
-            .rate_limit
-            .as_ref()
-            .and_then(|rl| self.rule(d, rl, &full_key))
-            .map(Arc::new);
+        if let Some(m) = d.metadata.as_ref().filter(|m| !m.value.is_object()) {
+            let p = self.at(m);
+            self.err(p, "metadata must be a map of key: value");
+        }
+
+        let rule = match (&d.rate_limit, &d.rate_limits) {
+            (Some(_), Some(list)) => {
+                let p = self.at(list);
+                self.err(
+                    p,
+                    "a descriptor has either rate_limit or rate_limits, not both (put every limit in rate_limits)",
+                );
+                None
+            }
+            (Some(rl), None) => self.rule(d, rl, &full_key),
+            (None, Some(list)) => self.several(d, list, &full_key),
+            (None, None) => None,
+        }
+        .map(Arc::new);
 
         let mut node = Node {
             rule,
@@ -248,16 +268,13 @@ impl Cx<'_> {
                     false
                 }
             }
-            (Some(v), None) => {
-                let k: Box<[u8]> = v.as_bytes().into();
-                match branch.exact.entry(k) {
-                    std::collections::hash_map::Entry::Occupied(_) => true,
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(node);
-                        false
-                    }
+            (Some(v), None) => match branch.exact.entry(v.as_bytes().into()) {
+                std::collections::hash_map::Entry::Occupied(_) => true,
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(node);
+                    false
                 }
-            }
+            },
         };
         if duplicate {
             self.err(
@@ -293,60 +310,19 @@ impl Cx<'_> {
                 Some(n) => replaces.push(n.value.clone()),
             }
         }
-        let charge = match &rl.charge {
-            None => None,
-            Some(c) => match c.value.as_str() {
-                "always" => Some(Charge::Always),
-                "if_admitted" => Some(Charge::IfAdmitted),
-                other => {
-                    let p = self.at(c);
-                    self.err(
-                        p,
-                        format!("invalid charge '{other}' (expected always or if_admitted)"),
-                    );
-                    None
-                }
-            },
-        };
         let kind = if rl.unlimited {
             if let Some(u) = &rl.unit {
                 let p = self.at(u);
                 self.err(p, "should not specify rate limit unit when unlimited");
             }
+            if let Some(w) = &rl.window {
+                let p = self.at(w);
+                self.err(p, "should not specify a window when unlimited");
+            }
             RuleKind::Unlimited
         } else {
-            let unit = match &rl.unit {
-                None => {
-                    self.err(
-                        pos.clone(),
-                        "rate_limit needs a unit (second, minute, hour, day, week, month or year)",
-                    );
-                    None
-                }
-                Some(u) => {
-                    let parsed = Unit::parse(&u.value);
-                    if parsed.is_none() {
-                        let p = self.at(u);
-                        self.err(
-                            p,
-                            format!(
-                                "invalid rate limit unit '{}' (expected second, minute, hour, day, week, month or year)",
-                                u.value
-                            ),
-                        );
-                    }
-                    parsed
-                }
-            };
-            // envoyproxy/ratelimit reads a missing requests_per_unit as 0 (block everything).
-            let rpu = rl.requests_per_unit.as_ref().map_or(0, |r| r.value);
-            match unit {
-                Some(unit) => RuleKind::Limited(RuleLimit {
-                    requests_per_unit: rpu,
-                    unit,
-                    limit: Limit::fixed_window(u64::from(rpu), unit.micros()),
-                    charge,
-                }),
+            match self.limit(rl, pos.clone(), name.clone()) {
+                Some(limit) => RuleKind::Limited(limit),
                 None => RuleKind::Unlimited,
             }
         };
@@ -362,8 +338,303 @@ impl Cx<'_> {
             quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
             value_to_metric: d.value_to_metric,
-            metadata: d.metadata.clone(),
+            metadata: d.metadata.as_ref().map(|m| m.value.clone()),
             position: pos,
         })
+    }
+    /// `rate_limits`: several named limits, all of which must pass.
+    fn several(
+        &mut self,
+        d: &RawDescriptor,
+        list: &Spanned<Vec<Spanned<RawRateLimit>>>,
+        full_key: &str,
+    ) -> Option<Rule> {
+        let before = self.errors.len();
+        let pos = self.at(list);
+        if list.value.is_empty() {
+            self.err(pos.clone(), "rate_limits needs at least one limit");
+        }
+        let mut names: Vec<(String, Position)> = Vec::new();
+        for item in &list.value {
+            match item.value.name.as_ref().filter(|n| !n.value.is_empty()) {
+                None => {
+                    let p = self.at(item);
+                    self.err(
+                        p,
+                        "each limit in rate_limits needs a name (it tells the limits apart in statuses, replaces and storage keys)",
+                    );
+                }
+                Some(n) => {
+                    let p = self.at(n);
+                    if let Some((_, first)) = names.iter().find(|(m, _)| *m == n.value) {
+                        let msg = format!(
+                            "duplicate limit name '{}' in rate_limits (first at {first})",
+                            n.value
+                        );
+                        self.err(p, msg);
+                    } else {
+                        names.push((n.value.clone(), p));
+                    }
+                }
+            }
+        }
+        let mut limits = Vec::new();
+        let mut replaces = Vec::new();
+        for item in &list.value {
+            let rl = &item.value;
+            let ipos = self.at(item);
+            for r in rl.replaces.iter().flatten() {
+                let rpos = self.at(r);
+                match r.value.name.as_ref().filter(|n| !n.value.is_empty()) {
+                    None => self.err(rpos, "replaces entry must have a non-empty name"),
+                    Some(n) if names.iter().any(|(m, _)| *m == n.value) => {
+                        let p = self.at(n);
+                        self.err(
+                            p,
+                            format!("rate limit '{}' is on this same descriptor and cannot be replaced by it", n.value),
+                        )
+                    }
+                    Some(n) => replaces.push(n.value.clone()),
+                }
+            }
+            if rl.unlimited {
+                self.err(
+                    ipos,
+                    "unlimited cannot be used inside rate_limits; write `rate_limit: {unlimited: true}` to make the descriptor unlimited",
+                );
+                continue;
+            }
+            let name = rl
+                .name
+                .as_ref()
+                .map(|n| n.value.clone())
+                .filter(|n| !n.is_empty());
+            if let Some(limit) = self.limit(rl, ipos, name) {
+                limits.push(limit);
+            }
+        }
+        if self.errors.len() > before {
+            return None;
+        }
+        Some(Rule {
+            full_key: full_key.to_string(),
+            name: None,
+            kind: RuleKind::Several(limits),
+            replaces,
+            shadow_mode: d.shadow_mode,
+            quota_mode: d.quota_mode,
+            detailed_metric: d.detailed_metric,
+            value_to_metric: d.value_to_metric,
+            metadata: d.metadata.as_ref().map(|m| m.value.clone()),
+            position: pos,
+        })
+    }
+
+    /// One limit: rate, unit or window, algorithm and its parameters, validated.
+    fn limit(
+        &mut self,
+        rl: &RawRateLimit,
+        pos: Position,
+        name: Option<String>,
+    ) -> Option<RuleLimit> {
+        let before = self.errors.len();
+        let charge = match &rl.charge {
+            None => None,
+            Some(c) => match c.value.as_str() {
+                "always" => Some(Charge::Always),
+                "if_admitted" => Some(Charge::IfAdmitted),
+                other => {
+                    let p = self.at(c);
+                    self.err(
+                        p,
+                        format!("invalid charge '{other}' (expected always or if_admitted)"),
+                    );
+                    None
+                }
+            },
+        };
+        let algorithm = match &rl.algorithm {
+            None => Algorithm::FixedWindow,
+            Some(a) => Algorithm::parse(&a.value).unwrap_or_else(|| {
+                let p = self.at(a);
+                self.err(
+                    p,
+                    format!(
+                        "unknown algorithm '{}' (expected fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra or distinct)",
+                        a.value
+                    ),
+                );
+                Algorithm::FixedWindow
+            }),
+        };
+        // (unit reported in current_limit, window in µs, whether a calendar unit was named)
+        let shape = match (&rl.unit, &rl.window) {
+            (Some(_), Some(w)) => {
+                let p = self.at(w);
+                self.err(p, "use either unit or window, not both");
+                None
+            }
+            (None, Some(w)) => match parse_window(&w.value) {
+                Ok(window) => Some((Unit::nearest(window), window, None)),
+                Err(m) => {
+                    let p = self.at(w);
+                    self.err(p, m);
+                    None
+                }
+            },
+            (Some(u), None) => {
+                let parsed = Unit::parse(&u.value);
+                if parsed.is_none() {
+                    let p = self.at(u);
+                    self.err(
+                        p,
+                        format!(
+                            "invalid rate limit unit '{}' (expected second, minute, hour, day, week, month or year)",
+                            u.value
+                        ),
+                    );
+                }
+                parsed.map(|unit| (unit, unit.micros(), Some(unit)))
+            }
+            (None, None) => {
+                self.err(
+                    pos.clone(),
+                    "rate_limit needs a unit (second, minute, hour, day, week, month or year)",
+                );
+                None
+            }
+        };
+        // envoyproxy/ratelimit reads a missing requests_per_unit as 0 (block everything).
+        let rpu = rl.requests_per_unit.as_ref().map_or(0, |r| r.value);
+        let (unit, window, named_unit) = shape?;
+        let mut limit = Limit::new(algorithm, u64::from(rpu), window);
+        if let Some(b) = &rl.burst {
+            if algorithm.has_burst() {
+                limit.burst = u64::from(b.value);
+            } else {
+                let p = self.at(b);
+                self.err(
+                    p,
+                    format!(
+                        "burst applies to token_bucket, leaky_bucket and gcra, not to {}",
+                        algorithm.as_str()
+                    ),
+                );
+            }
+        }
+        if let Some(pr) = &rl.precision {
+            if algorithm == Algorithm::SlidingWindow {
+                limit.precision = pr.value;
+            } else {
+                let p = self.at(pr);
+                self.err(
+                    p,
+                    format!(
+                        "precision applies to sliding_window only, not to {}",
+                        algorithm.as_str()
+                    ),
+                );
+            }
+        }
+        let calendar = match rl.align.as_ref().map(|a| a.value.as_str()) {
+            None | Some("epoch") => false,
+            Some("calendar") => true,
+            Some(other) => {
+                let p = rl.align.as_ref().map_or(pos.clone(), |a| self.at(a));
+                self.err(
+                    p,
+                    format!("invalid align '{other}' (expected epoch or calendar)"),
+                );
+                false
+            }
+        };
+        if calendar {
+            let p = rl.align.as_ref().map_or(pos.clone(), |a| self.at(a));
+            let tz = match &rl.timezone {
+                None => Some(chrono_tz::UTC),
+                Some(t) => t.value.parse::<chrono_tz::Tz>().ok().or_else(|| {
+                    let tp = self.at(t);
+                    self.err(
+                        tp,
+                        format!("unknown time zone '{}' (expected an IANA name such as Asia/Shanghai or UTC)", t.value),
+                    );
+                    None
+                }),
+            };
+            match named_unit {
+                _ if !algorithm.has_windows() => self.err(
+                    p,
+                    format!("align: calendar applies to fixed_window and distinct, not to {}", algorithm.as_str()),
+                ),
+                Some(u @ (Unit::Hour | Unit::Day | Unit::Week | Unit::Month | Unit::Year)) => {
+                    limit.calendar = tz.map(|tz| Calendar { unit: u, tz });
+                }
+                _ => self.err(
+                    p,
+                    "align: calendar needs a unit of hour, day, week, month or year (not a window or a shorter unit)",
+                ),
+            }
+        } else if let Some(t) = &rl.timezone {
+            let p = self.at(t);
+            self.err(p, "timezone applies only with align: calendar");
+        }
+        if self.errors.len() > before {
+            return None;
+        }
+        if let Err(m) = limit.validate() {
+            let p = rl
+                .requests_per_unit
+                .as_ref()
+                .map_or(pos.clone(), |r| self.at(r));
+            self.err(p, m);
+            return None;
+        }
+        Some(RuleLimit {
+            name,
+            requests_per_unit: rpu,
+            unit,
+            limit,
+            charge,
+        })
+    }
+}
+
+/// `500ms`, `30s`, `5m`, `2h`, `7d`: a whole number and a unit, longer than zero.
+fn parse_window(s: &str) -> Result<Micros, String> {
+    let bad =
+        || format!("invalid window '{s}' (expected a whole number and ms, s, m, h or d, e.g. 30s)");
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (num, unit) = s.split_at(split);
+    let n: i64 = num.parse().map_err(|_| bad())?;
+    let per: Micros = match unit {
+        "ms" => MICROS_PER_MILLI,
+        "s" => MICROS_PER_SEC,
+        "m" => 60 * MICROS_PER_SEC,
+        "h" => 3_600 * MICROS_PER_SEC,
+        "d" => 86_400 * MICROS_PER_SEC,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(per) {
+        Some(0) => Err(format!("window '{s}' must be longer than zero")),
+        Some(w) if w <= MAX_WINDOW => Ok(w),
+        _ => Err(format!(
+            "window '{s}' is longer than the longest supported window of 10 years"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    #[test]
+    fn windows() {
+        assert_eq!(parse_window("500ms"), Ok(500_000));
+        assert_eq!(parse_window("30s"), Ok(30_000_000));
+        assert_eq!(parse_window("2h"), Ok(7_200_000_000));
+        assert!(parse_window("0s").is_err());
+        assert!(parse_window("1w").is_err());
+        assert!(parse_window("s").is_err());
+        assert!(parse_window("99999999999999d").is_err());
     }
 }

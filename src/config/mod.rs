@@ -6,6 +6,9 @@ pub mod error;
 pub mod files;
 pub mod raw;
 
+#[cfg(test)]
+mod algorithm_errors;
+
 use std::path::PathBuf;
 
 pub use compile::{compile, LoadOptions};

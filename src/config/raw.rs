@@ -11,6 +11,9 @@ pub struct RawFile {
     pub domain: Option<Spanned<String>>,
     #[serde(default)]
     pub descriptors: Option<Vec<Spanned<RawDescriptor>>>,
+    /// sluice: accept `is_negative_hits` refunds for this domain (off by default).
+    #[serde(default)]
+    pub allow_refunds: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -19,6 +22,8 @@ pub struct RawDescriptor {
     pub key: Option<Spanned<String>>,
     pub value: Option<Spanned<String>>,
     pub rate_limit: Option<Spanned<RawRateLimit>>,
+    /// sluice: several limits on one descriptor, all of which must pass.
+    pub rate_limits: Option<Spanned<Vec<Spanned<RawRateLimit>>>>,
     pub descriptors: Option<Vec<Spanned<RawDescriptor>>>,
     #[serde(default)]
     pub shadow_mode: bool,
@@ -30,7 +35,7 @@ pub struct RawDescriptor {
     #[serde(default)]
     pub quota_mode: bool,
     /// Returned in the response's dynamic metadata when the descriptor is within its limit.
-    pub metadata: Option<serde_json::Value>,
+    pub metadata: Option<Spanned<serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -45,6 +50,19 @@ pub struct RawRateLimit {
     /// sluice: `always` charges even rejected requests; `if_admitted` (the default unless
     /// `--charge-rejected`) only admitted ones.
     pub charge: Option<Spanned<String>>,
+    /// sluice: a window of any length (`500ms`, `30s`, `5m`, `2h`, `7d`) instead of `unit`.
+    pub window: Option<Spanned<String>>,
+    /// sluice: fixed_window (default), sliding_window, sliding_log, token_bucket,
+    /// leaky_bucket, gcra or distinct.
+    pub algorithm: Option<Spanned<String>>,
+    /// sluice: bucket capacity / gcra burst (default: requests_per_unit).
+    pub burst: Option<Spanned<u32>>,
+    /// sluice: sliding_window sub-windows per window (default 10).
+    pub precision: Option<Spanned<u32>>,
+    /// sluice: `calendar` aligns windows to local hours, days, weeks, months or years.
+    pub align: Option<Spanned<String>>,
+    /// sluice: the IANA time zone of `align: calendar` (default UTC).
+    pub timezone: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

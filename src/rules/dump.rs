@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::{Node, RuleKind, RuleSet};
+use super::{Node, Rule, RuleKind, RuleLimit, RuleSet};
 
 impl RuleSet {
     /// One line per rule, grouped by source file, in a stable order.
@@ -29,6 +29,27 @@ impl RuleSet {
         out
     }
 
+    /// Every rule of every domain.
+    pub fn all_rules(&self) -> Vec<&Rule> {
+        fn walk<'a>(node: &'a Node, out: &mut Vec<&'a Rule>) {
+            if let Some(rule) = &node.rule {
+                out.push(rule);
+            }
+            for branch in node.children.values() {
+                branch.exact.values().for_each(|n| walk(n, out));
+                branch.wildcards.iter().for_each(|w| walk(&w.node, out));
+                if let Some(n) = &branch.default {
+                    walk(n, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for d in self.domains.values() {
+            walk(&d.root, &mut out);
+        }
+        out
+    }
+
     /// Rules per domain, for the summary of `sluice check`.
     pub fn rule_counts(&self) -> Vec<(String, usize)> {
         let mut v: Vec<(String, usize)> = self
@@ -50,14 +71,14 @@ fn collect(node: &Node, out: &mut Vec<String>) {
         let mut line = format!("{}:", rule.full_key);
         match &rule.kind {
             RuleKind::Unlimited => line.push_str(" unlimited"),
-            RuleKind::Limited(l) => {
-                let _ = write!(
-                    line,
-                    " unit={} requests_per_unit={} algorithm={}",
-                    l.unit,
-                    l.requests_per_unit,
-                    l.limit.algorithm.as_str()
-                );
+            RuleKind::Limited(l) => describe(&mut line, l),
+            RuleKind::Several(ls) => {
+                for (i, l) in ls.iter().enumerate() {
+                    line.push_str(if i == 0 { " [" } else { " |" });
+                    let _ = write!(line, " {}:", l.name.as_deref().unwrap_or(""));
+                    describe(&mut line, l);
+                }
+                line.push_str(" ]");
             }
         }
         if let Some(name) = &rule.name {
@@ -83,5 +104,29 @@ fn collect(node: &Node, out: &mut Vec<String>) {
         if let Some(n) = &branch.default {
             collect(n, out);
         }
+    }
+}
+
+/// ` unit=.. requests_per_unit=.. algorithm=..` and the parameters that differ from defaults.
+fn describe(line: &mut String, l: &RuleLimit) {
+    let limit = &l.limit;
+    let _ = write!(
+        line,
+        " unit={} requests_per_unit={} algorithm={}",
+        l.unit,
+        l.requests_per_unit,
+        limit.algorithm.as_str()
+    );
+    if limit.window != l.unit.micros() {
+        let _ = write!(line, " window={}ms", limit.window / 1_000);
+    }
+    if limit.algorithm.has_burst() {
+        let _ = write!(line, " burst={}", limit.burst);
+    }
+    if limit.algorithm == crate::algorithm::Algorithm::SlidingWindow {
+        let _ = write!(line, " precision={}", limit.precision);
+    }
+    if let Some(c) = &limit.calendar {
+        let _ = write!(line, " align=calendar timezone={}", c.tz.name());
     }
 }

@@ -39,6 +39,9 @@ pub struct Source {
 pub struct Domain {
     pub name: Arc<str>,
     pub root: Node,
+    /// Whether `is_negative_hits` refunds are accepted (YAML `allow_refunds`, off by default:
+    /// any client that can reach the port could otherwise erase its own usage).
+    pub allow_refunds: bool,
 }
 
 #[derive(Debug, Default)]
@@ -83,12 +86,30 @@ pub struct Rule {
 pub enum RuleKind {
     /// Never limited, never counted.
     Unlimited,
+    /// One `rate_limit`.
     Limited(RuleLimit),
+    /// `rate_limits`: every limit must allow the request. Each has a distinct name, which is
+    /// also part of its storage key.
+    Several(Vec<RuleLimit>),
+}
+
+impl RuleKind {
+    /// The limits of the rule (none when unlimited).
+    pub fn limits(&self) -> &[RuleLimit] {
+        match self {
+            RuleKind::Unlimited => &[],
+            RuleKind::Limited(l) => std::slice::from_ref(l),
+            RuleKind::Several(ls) => ls,
+        }
+    }
 }
 
 /// One limit of a rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleLimit {
+    /// The limit's name (for `rate_limit`, the rule's name): reported in `current_limit` and
+    /// matched by `replaces`.
+    pub name: Option<String>,
     pub requests_per_unit: u32,
     /// The unit reported in `current_limit`.
     pub unit: Unit,

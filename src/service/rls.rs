@@ -43,6 +43,7 @@ impl<S: Store> RateLimitService for RlsService<S> {
         match result {
             Ok(r) => Ok(Response::new(convert::response(r))),
             Err(LimitError::InvalidArgument(m)) => Err(Status::invalid_argument(m)),
+            Err(LimitError::PermissionDenied(m)) => Err(Status::permission_denied(m)),
             Err(LimitError::Unavailable(m)) => Err(Status::unavailable(m)),
             Err(LimitError::Store(e)) => Err(Status::unavailable(e.to_string())),
         }

@@ -120,7 +120,10 @@ pub fn decide<T: StateTable>(table: &mut T, checks: &[Check<'_>], now: Micros) -
                 check.limit,
                 state.as_ref(),
                 check.limit.frame(now),
-                Ask::peek(),
+                Ask {
+                    hits: 0,
+                    ..check.ask
+                },
             );
             verdicts.push(Verdict {
                 allowed: true,
@@ -144,7 +147,8 @@ fn verdict(o: &Outcome, charged: bool) -> Verdict {
     Verdict {
         allowed: o.allowed,
         remaining: o.remaining,
-        reset: o.reset,
+        // A rejected request that is charged anyway must also wait out its own debt.
+        reset: if charged { o.debt_reset } else { o.reset },
         charged,
     }
 }

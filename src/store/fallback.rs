@@ -85,6 +85,10 @@ impl<S: Store> Store for Fallback<S> {
     ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
         self.decide_or_fall_back(checks, now)
     }
+
+    fn supports(&self, algorithm: crate::algorithm::Algorithm) -> bool {
+        self.primary.supports(algorithm)
+    }
 }
 
 #[cfg(test)]

@@ -8,12 +8,15 @@
 //!   `key_value` joining can), and the `{...}` Redis Cluster hash tag always covers exactly the
 //!   descriptor, so all limits of one descriptor share a slot.
 //! * An entry counted per pattern rather than per value (`share_threshold`) is written
-//!   `<k>~<pattern>`.
-//! * The shape (algorithm, window, and the limit's name inside `rate_limits`) is part of the
-//!   key so a changed algorithm never misreads old state; the numbers (requests per unit) are
-//!   not, so raising a limit keeps the count.
+//!   `<k>~<pattern>`; the last entry of a `distinct` limit, whose values are what the state
+//!   counts, is written `<k>#` (its value stays out of the key).
+//! * The shape (algorithm, window, the layout-changing parameters `p=<precision>`,
+//!   `tz=<zone>` and `set=hll`, and the limit's name inside `rate_limits`) is part of the key
+//!   so a changed algorithm never misreads old state; the numbers (requests per unit, burst)
+//!   are not, so raising a limit keeps the count. Optional parameters contain `=`, which a
+//!   name never does (it is escaped), so the fields cannot be confused.
 
-use crate::algorithm::Limit;
+use crate::algorithm::{Algorithm, Limit};
 
 /// The version of the key layout; bump it when the layout or a state encoding changes.
 pub const VERSION: &str = "v1";
@@ -25,6 +28,8 @@ pub enum Part<'a> {
     Value { key: &'a [u8], value: &'a [u8] },
     /// Counted per wildcard pattern, shared by every value matching it.
     Shared { key: &'a [u8], pattern: &'a [u8] },
+    /// The entry whose distinct values a `distinct` limit counts.
+    Counted { key: &'a [u8] },
 }
 
 /// Builds the key of one limit of one descriptor into `out` (cleared first).
@@ -55,12 +60,27 @@ pub fn build<'a>(
                 out.push(b'~');
                 escape_into(out, pattern);
             }
+            Part::Counted { key } => {
+                escape_into(out, key);
+                out.push(b'#');
+            }
         }
     }
     out.extend_from_slice(b"}:");
     out.extend_from_slice(limit.algorithm.as_str().as_bytes());
     out.push(b':');
     push_decimal(out, limit.window as u64);
+    if limit.algorithm == Algorithm::SlidingWindow {
+        out.extend_from_slice(b":p=");
+        push_decimal(out, u64::from(limit.precision));
+    }
+    if let Some(cal) = limit.calendar.filter(|_| limit.algorithm.has_windows()) {
+        out.extend_from_slice(b":tz=");
+        escape_into(out, cal.tz.name().as_bytes());
+    }
+    if limit.is_approximate() {
+        out.extend_from_slice(b":set=hll");
+    }
     if let Some(name) = limit_name {
         out.push(b':');
         escape_into(out, name.as_bytes());
@@ -121,6 +141,39 @@ mod tests {
         assert_eq!(
             key("d", &[(b"k", b"v w"), (b"ip", b"{1}")]),
             b"sluice:v1:{d|k=v%20w|ip=%7B1%7D}:fixed_window:1000000".to_vec()
+        );
+    }
+
+    #[test]
+    fn shapes_name_what_changes_the_state_layout() {
+        let build_with = |limit: &Limit, parts: &[Part<'_>], name: Option<&str>| {
+            let mut out = Vec::new();
+            build(&mut out, b"", "d", parts.iter().copied(), limit, name);
+            String::from_utf8(out).unwrap()
+        };
+        let user = Part::Value {
+            key: b"user",
+            value: b"u1",
+        };
+        let mut sw = Limit::new(Algorithm::SlidingWindow, 5, 1_000_000);
+        sw.precision = 4;
+        assert_eq!(
+            build_with(&sw, &[user], Some("per-second")),
+            "sluice:v1:{d|user=u1}:sliding_window:1000000:p=4:per-second"
+        );
+        let mut cal = Limit::fixed_window(5, 86_400_000_000);
+        cal.calendar = Some(crate::algorithm::Calendar {
+            unit: crate::model::Unit::Day,
+            tz: chrono_tz::Asia::Shanghai,
+        });
+        assert_eq!(
+            build_with(&cal, &[user], None),
+            "sluice:v1:{d|user=u1}:fixed_window:86400000000:tz=Asia/Shanghai"
+        );
+        let d = Limit::new(Algorithm::Distinct, 5_000, 1_000_000);
+        assert_eq!(
+            build_with(&d, &[user, Part::Counted { key: b"ip" }], None),
+            "sluice:v1:{d|user=u1|ip#}:distinct:1000000:set=hll"
         );
     }
 

@@ -9,7 +9,7 @@ pub mod redis;
 
 use std::future::Future;
 
-use crate::algorithm::{Ask, Limit};
+use crate::algorithm::{Algorithm, Ask, Limit};
 use crate::model::Micros;
 
 pub use batch::{Charge, Verdict};
@@ -54,4 +54,24 @@ pub trait Store: Send + Sync + 'static {
         checks: &[Check<'_>],
         now: Micros,
     ) -> impl Future<Output = Result<Vec<Verdict>, StoreError>> + Send;
+
+    /// Whether this store can decide `algorithm`; a config using one it cannot is rejected
+    /// at load time instead of failing requests.
+    fn supports(&self, _algorithm: Algorithm) -> bool {
+        true
+    }
+}
+
+impl<S: Store> Store for std::sync::Arc<S> {
+    fn decide(
+        &self,
+        checks: &[Check<'_>],
+        now: Micros,
+    ) -> impl Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
+        (**self).decide(checks, now)
+    }
+
+    fn supports(&self, algorithm: Algorithm) -> bool {
+        (**self).supports(algorithm)
+    }
 }

@@ -514,4 +514,8 @@ impl Store for RedisStore {
     ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
         self.decide_checks(checks, now)
     }
+
+    fn supports(&self, algorithm: crate::algorithm::Algorithm) -> bool {
+        script::algorithm_code(algorithm).is_some()
+    }
 }

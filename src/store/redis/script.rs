@@ -42,10 +42,12 @@ impl Scope {
     }
 }
 
-/// The script's code for an algorithm.
-pub fn algorithm_code(a: Algorithm) -> i64 {
+/// The script's code for an algorithm; `None` for one not ported to Lua yet (the script
+/// answers an error for code 0, and config loading rejects such rules first).
+pub fn algorithm_code(a: Algorithm) -> Option<i64> {
     match a {
-        Algorithm::FixedWindow => 1,
+        Algorithm::FixedWindow => Some(1),
+        _ => None,
     }
 }
 
@@ -84,7 +86,7 @@ pub fn encode<'k>(
             }
         };
         args.push(Value::from(index as i64 + 1));
-        args.push(Value::from(algorithm_code(c.limit.algorithm)));
+        args.push(Value::from(algorithm_code(c.limit.algorithm).unwrap_or(0)));
         args.push(Value::from(clamp(c.limit.requests)));
         args.push(Value::from(c.limit.window.clamp(1, MAX_SAFE as i64)));
         args.push(Value::from(clamp(c.ask.hits)));

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The one test command: installs what the tests need (quickly skipped when present), then runs
+# every check CI runs. Works on a fresh Debian machine with the Rust toolchain, as root or
+# through sudo.
+#
+#     bash scripts/test.sh
+#
+# Installs: rustfmt and clippy (rustup); curl, redis-server and, when the Python in use
+# cannot create a venv, python3 / python3-venv (apt); pytest, grpcio and xds-protos in
+# .tools/venv (pip). Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
+# cargo build, cargo test, `sluice check config/`, and pytest on tests/python.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VENV=.tools/venv
+PY_PACKAGES=(pytest grpcio xds-protos)
+# Imports that prove the venv holds PY_PACKAGES.
+PY_PROBE='import pytest, grpc, envoy.service.ratelimit.v3.rls_pb2_grpc'
+
+section() {
+    printf '\n==> %s\n' "$*"
+}
+
+die() {
+    printf 'scripts/test.sh: %s\n' "$*" >&2
+    exit 1
+}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root or sudo to run: $*"
+    fi
+}
+
+section "Rust components (rustfmt, clippy)"
+missing=()
+cargo fmt --version >/dev/null 2>&1 || missing+=(rustfmt)
+cargo clippy --version >/dev/null 2>&1 || missing+=(clippy)
+if [ ${#missing[@]} -gt 0 ]; then
+    command -v rustup >/dev/null 2>&1 || die "cargo lacks ${missing[*]} and rustup is not installed"
+    rustup component add "${missing[@]}"
+else
+    echo "present"
+fi
+
+section "Debian packages"
+packages=()
+command -v curl >/dev/null 2>&1 || packages+=(curl)
+command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! command -v python3 >/dev/null 2>&1; then
+        packages+=(python3 python3-venv)
+    elif ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        # Debian splits ensurepip (which `python3 -m venv` needs) into python3-venv.
+        packages+=(python3-venv)
+    fi
+fi
+if [ ${#packages[@]} -gt 0 ]; then
+    echo "installing: ${packages[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+else
+    echo "present"
+fi
+
+section "Python test tools ($VENV: ${PY_PACKAGES[*]})"
+if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV"
+fi
+if "$VENV/bin/python" -c "$PY_PROBE" >/dev/null 2>&1; then
+    echo "present"
+else
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+    "$VENV/bin/python" -c "$PY_PROBE" || die "the Python test tools did not install"
+fi
+
+section "cargo fmt --all -- --check"
+cargo fmt --all -- --check
+
+section "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+section "cargo build"
+cargo build
+
+# Doc tests first, so the last cargo summary is the one of the real suite.
+section "cargo test --doc"
+cargo test --doc
+
+section "cargo test --all-targets"
+cargo test --all-targets
+
+section "sluice check config/"
+./target/debug/sluice check config/
+
+if [ -d tests/python ]; then
+    section "pytest tests/python"
+    status=0
+    "$VENV/bin/python" -m pytest -q tests/python || status=$?
+    if [ "$status" -eq 5 ]; then
+        die "tests/python exists but pytest collected no tests"
+    elif [ "$status" -ne 0 ]; then
+        exit "$status"
+    fi
+fi
+
+section "all checks passed"
