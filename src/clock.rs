@@ -48,3 +48,10 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// Monotonic time for timeouts and back-offs of the process itself (never for rate
+/// decisions, which use a [`Clock`]).
+#[allow(clippy::disallowed_methods)] // the one sanctioned monotonic read
+pub fn monotonic() -> std::time::Instant {
+    std::time::Instant::now()
+}

@@ -10,14 +10,14 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The longest any readiness wait may take before the test fails (a bound, not a timing).
 const READY_WITHIN: Duration = Duration::from_secs(60);
 
 /// Polls `cond` until it holds; panics with `what` if it does not within [`READY_WITHIN`].
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
+    let start = sluice::clock::monotonic();
     while !cond() {
         assert!(
             start.elapsed() < READY_WITHIN,
@@ -33,7 +33,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let start = Instant::now();
+    let start = sluice::clock::monotonic();
     while !cond().await {
         assert!(
             start.elapsed() < READY_WITHIN,
@@ -228,7 +228,7 @@ impl RedisNode {
             .spawn()
             .expect("redis-server on PATH");
         self.child = Some(child);
-        let start = Instant::now();
+        let start = sluice::clock::monotonic();
         loop {
             if self.answers() {
                 return true;
@@ -438,7 +438,7 @@ impl RedisSentinel {
                 child: Some(child),
                 _tmp: None,
             };
-            let start = Instant::now();
+            let start = sluice::clock::monotonic();
             while !ping(port) && start.elapsed() < READY_WITHIN {
                 if let Some(Ok(Some(_))) = node.child.as_mut().map(|c| c.try_wait()) {
                     node.child = None;

@@ -77,7 +77,7 @@ impl Breaker {
         let mut s = self.lock();
         match s.open_until {
             None => Permit::Call,
-            Some(until) if Instant::now() >= until && !s.probing => {
+            Some(until) if crate::clock::monotonic() >= until && !s.probing => {
                 s.probing = true;
                 Permit::Probe
             }
@@ -109,7 +109,7 @@ impl Breaker {
         }
         let was_open = s.open_until.is_some();
         if (was_open && probe) || (!was_open && s.failures >= self.opts.threshold) {
-            s.open_until = Some(Instant::now() + s.backoff);
+            s.open_until = Some(crate::clock::monotonic() + s.backoff);
             if !was_open {
                 tracing::warn!(
                     target: "sluice::store::redis",
