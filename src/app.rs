@@ -203,8 +203,21 @@ async fn run<S: Store>(
         let mut rx = stop_rx.clone();
         let svc = RateLimitServiceServer::new(RlsService::new(limiter.clone()));
         let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+        // Server reflection, so grpcurl and similar tools need no .proto files.
+        let reflection = |b: tonic_reflection::server::Builder<'static>| {
+            b.register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection_v1 = reflection(tonic_reflection::server::Builder::configure())
+            .build_v1()
+            .context("cannot build the gRPC reflection service")?;
+        let reflection_v1alpha = reflection(tonic_reflection::server::Builder::configure())
+            .build_v1alpha()
+            .context("cannot build the gRPC reflection service")?;
         tonic::transport::Server::builder()
             .add_service(health)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = rx.wait_for(|s| *s).await;

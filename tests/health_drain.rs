@@ -192,10 +192,12 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     for t in tasks {
         let e = t.await.expect("task");
         assert!(
+            // A refused request surfaces as a transport-level code; which one depends on
+            // where the GOAWAY lands (h2 reports `GoAway(NO_ERROR)` as INTERNAL).
             matches!(
                 e.code(),
                 tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown
-            ),
+            ) || (e.code() == tonic::Code::Internal && format!("{e:?}").contains("GoAway")),
             "unexpected error after SIGTERM: {e:?}"
         );
     }

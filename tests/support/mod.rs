@@ -2,9 +2,12 @@
 //! [`ManualClock`], a gRPC client, and the table-driven conformance runner ([`check`]).
 //!
 //! The store is a parameter ([`StoreKind`]) so the same conformance tables run against every
-//! backend; only the in-memory store exists today.
+//! backend; only the in-memory store exists today. [`envoy`] puts a real Envoy in front of the
+//! server for the end-to-end tests (`tests/envoy_*.rs`).
 
 #![allow(dead_code)] // each test crate uses a different part of this module
+
+pub mod envoy;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

