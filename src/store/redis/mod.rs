@@ -196,9 +196,12 @@ impl RedisStore {
             breaker: &inner.breaker,
             armed: permit == Permit::Probe,
         };
-        let now = match inner.clock {
-            ClockSource::Redis => None,
-            ClockSource::Local => Some(now),
+        let now = When {
+            script: match inner.clock {
+                ClockSource::Redis => None,
+                ClockSource::Local => Some(now),
+            },
+            local: now,
         };
         let result = match inner.topology {
             Topology::Cluster => inner.decide_cluster(checks, now).await,
@@ -213,6 +216,23 @@ impl RedisStore {
             }
         }
         result
+    }
+}
+
+/// The time of a decision: what the script is given (`None`: it reads Redis' clock) and
+/// sluice's own, from which calendar windows are computed when the script reads its own.
+#[derive(Clone, Copy, Debug)]
+struct When {
+    script: Option<Micros>,
+    local: Micros,
+}
+
+impl When {
+    fn at(t: Micros) -> When {
+        When {
+            script: Some(t),
+            local: t,
+        }
     }
 }
 
@@ -235,7 +255,7 @@ impl Inner {
     async fn decide_one(
         &self,
         checks: &[Check<'_>],
-        now: Option<Micros>,
+        now: When,
     ) -> Result<Vec<Verdict>, StoreError> {
         let all: Vec<&Check<'_>> = checks.iter().collect();
         let reply = self.run(&all, Scope::All, now, None).await?;
@@ -247,7 +267,7 @@ impl Inner {
     async fn decide_cluster(
         &self,
         checks: &[Check<'_>],
-        now: Option<Micros>,
+        now: When,
     ) -> Result<Vec<Verdict>, StoreError> {
         // Parts by slot, each in request order; `index` maps back to the request.
         let mut parts: Vec<(u16, Vec<usize>)> = Vec::new();
@@ -324,7 +344,7 @@ impl Inner {
         let calls = undo.iter().map(|(slot, part_now, idx)| {
             let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
             async move {
-                self.run(&part, Scope::Undo, Some(*part_now), Some(*slot))
+                self.run(&part, Scope::Undo, When::at(*part_now), Some(*slot))
                     .await
             }
         });
@@ -369,7 +389,7 @@ impl Inner {
             .into_iter()
             .map(|(slot, now, idx)| {
                 let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
-                let (keys, args) = script::encode(&part, Scope::Undo, Some(now));
+                let (keys, args) = script::encode(&part, Scope::Undo, Some(now), now);
                 (slot, evalsha_args(&sha, &keys, args))
             })
             .collect();
@@ -386,10 +406,10 @@ impl Inner {
         &self,
         checks: &[&Check<'_>],
         scope: Scope,
-        now: Option<Micros>,
+        now: When,
         slot: Option<u16>,
     ) -> Result<script::Reply, StoreError> {
-        let (keys, args) = script::encode(checks, scope, now);
+        let (keys, args) = script::encode(checks, scope, now.script, now.local);
         let args = evalsha_args(&self.sha, &keys, args);
         let client = self.pool.next_connected();
         let reply = match eval(client, slot, args.clone(), self.command_timeout).await {
