@@ -287,7 +287,7 @@ fn step_strategy(max_dt: Micros) -> impl Strategy<Value = Step> {
 }
 
 /// Cases per scenario: ten scenarios share the < 60 s the Redis parity tests may take.
-const PARITY_CASES: u32 = 40;
+const PARITY_CASES: u32 = 64;
 
 #[test]
 fn lua_script_matches_the_in_memory_policy() {

@@ -28,6 +28,18 @@
 //!   `charged`. Checks charged anyway are otherwise exact, admission (quota mode included)
 //!   is computed over all descriptors exactly as on one node, and if every check lands in
 //!   one slot (e.g. a single descriptor) the decision is exact as on one node.
+//! * **Algorithms**: all of them, each a Lua port of its `src/algorithm` function in the one
+//!   script, deciding bit for bit as the in-memory store (the `distinct` HyperLogLog included:
+//!   our estimator over our registers, not Redis' `PFCOUNT`). Each state is one string per
+//!   key (layouts in ALGORITHMS.md, "On Redis"). Calendar windows are computed here from the tz
+//!   database and passed as bounds; with the Redis clock, the windows around sluice's clock
+//!   are passed and the script picks the one holding Redis' time. The Cluster `undo` of a
+//!   check is the algorithm's refund of its hits, which restores exactly what one node would
+//!   hold, except: a `distinct` value stays counted (a refund of distinct changes nothing; the
+//!   verdict says `charged`), and a `sliding_log` whose entries lie in the future (clocks
+//!   skewed) drops those newest entries rather than the ones just added. A HyperLogLog
+//!   `distinct` (limits above 1000) costs a 16 KiB read per call and a 16 KiB copy per new
+//!   value; the others cost a few hundred bytes at most (a sliding_log up to about 10 KB).
 //! * **Every topology**: keys expire by themselves, so memory is bounded by the active keys:
 //!   `SET .. PX` with the state's expiry taken relative to the time of the decision (equal to
 //!   `PEXPIREAT expires_at` with the Redis clock, and unlike it still right when sluice's

@@ -1,8 +1,8 @@
 //! The decision script (`decide.lua`): its argument layout and its reply.
 //!
 //! One script decides every check it is given atomically; the layout is documented at the top
-//! of `decide.lua` and written only here. Adding an algorithm means a Lua port next to
-//! `fixed_window` in the script and a code in [`algorithm_code`].
+//! of `decide.lua` and written only here. Adding an algorithm means a Lua port next to the
+//! others in the script and a code in [`algorithm_code`].
 
 use fred::types::Value;
 
@@ -220,6 +220,58 @@ mod tests {
         assert_eq!(third[0], Some(1));
         assert_eq!(third[2], Some(MAX_SAFE as i64));
         assert_eq!(third[9], Some(2));
+    }
+
+    #[test]
+    fn every_algorithm_has_its_own_code() {
+        let codes: std::collections::HashSet<i64> = Algorithm::ALL
+            .into_iter()
+            .map(|a| algorithm_code(a).expect("ported"))
+            .collect();
+        assert_eq!(codes.len(), Algorithm::ALL.len());
+        // The script's table holds codes 1..=7.
+        assert!(codes.iter().all(|c| (1..=7).contains(c)));
+        assert!(LUA.contains("[7] = distinct"));
+    }
+
+    #[test]
+    fn distinct_values_and_calendar_bounds_are_passed() {
+        use crate::algorithm::{Calendar, Frame};
+        use crate::model::Unit;
+        let mut l = Limit::new(Algorithm::Distinct, 5, 3_600_000_000);
+        l.calendar = Some(Calendar {
+            unit: Unit::Hour,
+            tz: chrono_tz::Asia::Kolkata,
+        });
+        let c = Check {
+            key: b"k",
+            limit: &l,
+            ask: Ask {
+                value: 0xab,
+                ..Ask::take(1)
+            },
+            charge: Charge::IfAdmitted,
+            group: 0,
+            quota: false,
+        };
+        let now = 1_700_000_000_000_000;
+        let Frame {
+            window_start,
+            window_end,
+            ..
+        } = l.frame(now);
+        let (_, local) = encode(&[&c], Scope::All, Some(now), now);
+        let (_, redis) = encode(&[&c], Scope::All, None, now);
+        let s = |v: &Value| v.as_str().map(|s| s.to_string()).unwrap_or_default();
+        assert_eq!(s(&local[3 + 5]), "00000000000000ab");
+        assert_eq!(local[3 + 11].as_i64(), Some(window_start));
+        assert_eq!(local[3 + 12].as_i64(), Some(window_end));
+        assert_eq!(
+            (s(&local[3 + 13]), s(&local[3 + 14])),
+            (String::new(), String::new())
+        );
+        assert_eq!(redis[3 + 13].as_i64(), Some(window_start - 3_600_000_000));
+        assert_eq!(redis[3 + 14].as_i64(), Some(window_end + 3_600_000_000));
     }
 
     #[test]
