@@ -780,6 +780,11 @@ local function stored_state(c)
 end
 
 local function put(c, o)
+  if o.state == stored[c.k] then
+    -- The very state read from the key (a distinct value seen before, a refund of distinct):
+    -- nothing to write, and its expiry is unchanged.
+    return
+  end
   local ttl = math.ceil((o.expires_at - now) / 1000)
   if ttl < 1 then
     ttl = 1

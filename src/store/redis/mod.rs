@@ -38,8 +38,9 @@
 //!   hold, except: a `distinct` value stays counted (a refund of distinct changes nothing; the
 //!   verdict says `charged`), and a `sliding_log` whose entries lie in the future (clocks
 //!   skewed) drops those newest entries rather than the ones just added. A HyperLogLog
-//!   `distinct` (limits above 1000) costs a 16 KiB read per call and a 16 KiB copy per new
-//!   value; the others cost a few hundred bytes at most (a sliding_log up to about 10 KB).
+//!   `distinct` (limits above 1000) reads 16 KiB per call and writes it per new value (on a
+//!   loaded 2-core box, about 0.2 ms of Redis CPU per call against 0.08 ms for a
+//!   fixed_window); the other states are a few hundred bytes (a sliding_log up to about 10 KB).
 //! * **Every topology**: keys expire by themselves, so memory is bounded by the active keys:
 //!   `SET .. PX` with the state's expiry taken relative to the time of the decision (equal to
 //!   `PEXPIREAT expires_at` with the Redis clock, and unlike it still right when sluice's
