@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 
 use redis_support::RedisCluster;
-use sluice::algorithm::{Ask, Limit, State};
+use sluice::algorithm::{Algorithm, Ask, Limit, State};
 use sluice::model::Micros;
 use sluice::store::batch::{self, StateTable};
 use sluice::store::key::{self, Part};
@@ -193,7 +193,50 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     assert!(v[2].allowed && !v[2].charged);
     assert_eq!(count(&cluster, &keys[3]), 1, "given back");
 
-    // Random timelines: with no concurrent request, the cluster answers as one node would.
+    // A token bucket and a sliding window on other slots, charged optimistically and given
+    // back when the tight descriptor rejects: the next request sees them untouched.
+    let bucket = Limit::new(Algorithm::TokenBucket, 3, 3_600 * SEC);
+    let mut sliding = Limit::new(Algorithm::SlidingWindow, 3, 3_600 * SEC);
+    sliding.precision = 60;
+    let bucket_key = key_of("c:", &[(b"k", b"foxtrot")], &bucket, None);
+    let sliding_key = key_of("c:", &[(b"k", b"golf")], &sliding, None);
+    let tight_key2 = key_of("c:", &[(b"k", b"hotel")], &tight, None);
+    let slots: HashSet<u16> = [&bucket_key, &sliding_key, &tight_key2]
+        .iter()
+        .map(|k| cluster.keyslot(k))
+        .collect();
+    assert_eq!(slots.len(), 3);
+    let mixed = [
+        check(&bucket_key, &bucket, 2, 0),
+        check(&sliding_key, &sliding, 2, 1),
+        check(&tight_key2, &tight, 2, 2),
+    ];
+    let v = rt.block_on(store.decide_checks(&mixed, T0)).unwrap();
+    assert!(!v[2].allowed);
+    for v in &v[..2] {
+        assert!(v.allowed && !v.charged && v.remaining == 3, "{v:?}");
+    }
+    let v = rt.block_on(store.decide_checks(&mixed[..2], T0)).unwrap();
+    for v in &v {
+        assert!(
+            v.allowed && v.charged && v.remaining == 1,
+            "given back: {v:?}"
+        );
+    }
+    // A distinct value cannot be given back (a refund of distinct changes nothing): it stays
+    // counted, and the verdict says so.
+    let ips = Limit::new(Algorithm::Distinct, 5, 3_600 * SEC);
+    let ips_key = key_of("c:", &[(b"k", b"india")], &ips, None);
+    assert_ne!(cluster.keyslot(&ips_key), cluster.keyslot(&tight_key2));
+    let mut ip = check(&ips_key, &ips, 1, 0);
+    ip.ask.value = sluice::algorithm::distinct::hash(b"10.0.0.1");
+    let v = rt
+        .block_on(store.decide_checks(&[ip.clone(), check(&tight_key2, &tight, 2, 1)], T0))
+        .unwrap();
+    assert!(v[0].allowed && v[0].charged && v[0].remaining == 4 && !v[1].allowed);
+
+    // Random timelines over four algorithms on four slots: with no concurrent request, the
+    // cluster answers as one node would.
     let case = std::sync::atomic::AtomicU64::new(0);
     let mut runner = TestRunner::new(ProptestConfig {
         cases: 24,
@@ -205,7 +248,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
         prop::collection::vec(
             (
                 0..6u64,
-                0..4u64,
+                0..9u64,
                 prop::bool::weighted(0.15),
                 prop::bool::weighted(0.2),
                 prop::bool::weighted(0.3),
@@ -220,10 +263,30 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
                 "p{}:",
                 case.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             );
-            let limits: Vec<Limit> = (0..6).map(|r| Limit::fixed_window(r, 60 * SEC)).collect();
+            // One algorithm per descriptor, so every slot runs a different one; the undo of
+            // each (a refund of what was charged) must restore what one node would have.
+            let algorithms = [
+                Algorithm::TokenBucket,
+                Algorithm::SlidingWindow,
+                Algorithm::SlidingLog,
+                Algorithm::FixedWindow,
+            ];
+            let limits: Vec<Vec<Limit>> = algorithms
+                .iter()
+                .map(|&a| {
+                    (0..6)
+                        .map(|r| {
+                            let mut l = Limit::new(a, r, 60 * SEC);
+                            l.precision = 6;
+                            l
+                        })
+                        .collect()
+                })
+                .collect();
             let keys: Vec<Vec<u8>> = values
                 .iter()
-                .map(|v| key_of(&prefix, &[(b"k", v.as_bytes())], &limits[0], None))
+                .zip(&limits)
+                .map(|(v, l)| key_of(&prefix, &[(b"k", v.as_bytes())], &l[0], None))
                 .collect();
             let mut table = Table::default();
             let mut now = T0;
@@ -236,7 +299,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
                         let (requests, hits, refund, always, quota) = specs[d];
                         Check {
                             key: &keys[d],
-                            limit: &limits[requests as usize],
+                            limit: &limits[d][requests as usize],
                             ask: Ask {
                                 hits,
                                 refund,

@@ -109,16 +109,28 @@ fn register(h: u64) -> (usize, u8) {
 }
 
 /// The HyperLogLog estimate (Flajolet et al.), with linear counting while it is at most 2.5 m
-/// and some register is still zero. The only floating-point step of any algorithm: registers
-/// are summed in index order so that a port using IEEE doubles gets the same value.
+/// and some register is still zero. The only floating-point step of any algorithm. The sum of
+/// `2^-register` is taken by rank (how many registers hold 0, 1, ... 51, each count times its
+/// exact power of two, in rank order), so a port in IEEE doubles gets the same value and can
+/// keep the 52 counts instead of summing all 2^14 registers on every request.
 fn estimate(r: &[u8]) -> u64 {
-    let m = r.len() as f64;
-    let mut sum = 0.0f64;
-    let mut zeros = 0u32;
+    let mut ranks = [0u32; MAX_RANK + 1];
     for &v in r {
-        sum += 2f64.powi(-i32::from(v));
-        zeros += u32::from(v == 0);
+        ranks[usize::from(v).min(MAX_RANK)] += 1;
     }
+    estimate_by_rank(r.len(), &ranks)
+}
+
+/// The highest register value: 1 + the 50 bits below the index all zero.
+const MAX_RANK: usize = (64 - HLL_BITS + 1) as usize;
+
+fn estimate_by_rank(m: usize, ranks: &[u32; MAX_RANK + 1]) -> u64 {
+    let m = m as f64;
+    let mut sum = 0.0f64;
+    for (k, &n) in ranks.iter().enumerate() {
+        sum += f64::from(n) * 2f64.powi(-(k as i32));
+    }
+    let zeros = ranks[0];
     let alpha = 0.7213 / (1.0 + 1.079 / m);
     let raw = alpha * m * m / sum;
     let e = if raw <= 2.5 * m && zeros > 0 {

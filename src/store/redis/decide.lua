@@ -2,7 +2,9 @@
 --
 -- A port of src/store/batch.rs (the charging policy) over ports of src/algorithm/* (the
 -- arithmetic); every number is an integer below 2^53, so Lua's doubles agree with Rust's
--- integers bit for bit. The argument layout is written by src/store/redis/script.rs:
+-- integers bit for bit (the HyperLogLog estimate of `distinct` is the one floating-point step,
+-- done in the same IEEE operations in the same order as Rust). The argument layout is written
+-- by src/store/redis/script.rs:
 --
 --   KEYS       the distinct keys of the checks
 --   ARGV[1]    scope: 'all'  the checks are the whole request: the exact batch policy
@@ -12,15 +14,20 @@
 --                     'undo' give back the hits of every check (they were charged by 'part')
 --   ARGV[2]    now in microseconds, or '' to read the Redis clock (TIME)
 --   ARGV[3]    number of checks, then FIELDS values per check:
---              key index (into KEYS), algorithm code, limit, window (us), hits, refund (0/1),
---              charge always (0/1), group, quota (0/1), window start, window end (both '' unless
---              the caller computed the window, e.g. a calendar window)
+--              key index (into KEYS), algorithm code, limit, window (us), param (burst of a
+--              bucket, precision of a sliding_window, else 0), value (distinct: the value's
+--              hash as 16 hex digits, else ''), hits, refund (0/1), charge always (0/1), group,
+--              quota (0/1), window start, window end, previous window start, next window end
+--              (the four '' unless the caller computed the window: calendar windows; the
+--              previous and next ones only when `now` is read here, so that a Redis clock
+--              on the other side of a boundary from sluice's still finds its window)
 --
 -- Reply: { now, then per check: allowed, remaining, reset (us), charged, allowed in the first
 -- pass } with booleans as 0/1.
 
-local FIELDS = 11
+local FIELDS = 15
 local MAX = 9007199254740991 -- 2^53 - 1: Rust saturates at u64/i64 bounds, Lua here
+local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
 -- Stored state lives this much past its expiry: a sluice whose clock runs behind the one that
 -- wrote it must still see it (losing it early would grant quota).
 local GRACE_MS = 1000
@@ -31,6 +38,41 @@ local function add(a, b)
     return MAX
   end
   return s
+end
+
+local function max(a, b)
+  if a > b then
+    return a
+  end
+  return b
+end
+
+local function min(a, b)
+  if a < b then
+    return a
+  end
+  return b
+end
+
+-- floor(a / b) for exact integers, b > 0: the double quotient may round to the next integer
+-- (ALGORITHMS.md, "Exact arithmetic"), so correct it by one either way.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- ceil(a / b) for a >= 0, b > 0.
+local function cdiv(a, b)
+  local q = fdiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
 end
 
 local function num(s)
@@ -45,68 +87,614 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
+-- The decimal integers of `raw` separated by spaces, or nil if it holds anything else.
+local function ints(raw)
+  local out = {}
+  for tok in string.gmatch(raw, '%S+') do
+    if string.find(tok, '^%-?%d+$') == nil then
+      return nil
+    end
+    out[#out + 1] = tonumber(tok)
+  end
+  if #out == 0 then
+    return nil
+  end
+  return out
+end
+
 ---------------------------------------------------------------------------------------------
 -- Algorithms: each decodes its stored string, evaluates (limit, state, frame, ask) exactly as
--- its Rust twin, and encodes the charged state. Outcome: { allowed, remaining, reset, state,
--- expires_at } as Rust's `Outcome`.
+-- its Rust twin, and encodes the charged state. Outcome: { allowed, remaining, reset,
+-- debt_reset, state, expires_at } as Rust's `Outcome`. States are never modified in place:
+-- an outcome's state may be another check's input (the same key twice in one request).
 ---------------------------------------------------------------------------------------------
 
 -- fixed_window (src/algorithm/fixed_window.rs); state 'window_start count'.
 local fixed_window = {}
 
 function fixed_window.decode(raw)
-  local ws, count = string.match(raw, '^(%-?%d+) (%d+)$')
-  if ws == nil then
+  local v = ints(raw)
+  if v == nil or #v ~= 2 or v[2] < 0 then
     return nil
   end
-  return { tonumber(ws), tonumber(count) }
+  return v
 end
 
 function fixed_window.encode(st)
   return int(st[1]) .. ' ' .. int(st[2])
 end
 
-function fixed_window.evaluate(c, st, f, hits, refund)
-  local len = f.wend - f.wstart
-  -- A state from a later window: another instance's clock runs ahead; keep counting there.
-  local start, count
-  if st ~= nil and st[1] >= f.wstart then
-    start, count = st[1], st[2]
-  else
-    start, count = f.wstart, 0
+-- The window a windowed state counts in: its own if it is from a later window (another
+-- instance's clock runs ahead), else the frame's. Returns start, end, until the end.
+local function window_of(st_start, f)
+  local start = f.wstart
+  if st_start ~= nil and st_start >= f.wstart then
+    start = st_start
   end
   local e
   if start == f.wstart then
     e = f.wend
   else
-    e = add(start, len)
+    e = add(start, f.wend - f.wstart)
   end
-  local until_end = e - f.now
-  if until_end < 0 then
-    until_end = 0
+  return start, e, max(e - f.now, 0)
+end
+
+function fixed_window.evaluate(c, st, f, hits, refund)
+  local start, e, until_end = window_of(st and st[1], f)
+  local count = 0
+  if st ~= nil and st[1] == start then
+    count = st[2]
+  end
+  local function out(allowed, rem, cnt)
+    return { allowed = allowed, remaining = rem, reset = until_end, debt_reset = until_end,
+      state = { start, cnt }, expires_at = e }
   end
   if refund then
-    count = count - hits
-    if count < 0 then
-      count = 0
-    end
-    local rem = c.limit - count
-    if rem < 0 then
-      rem = 0
-    end
-    return { allowed = true, remaining = rem, reset = until_end, state = { start, count }, expires_at = e }
+    count = max(count - hits, 0)
+    return out(true, max(c.limit - count, 0), count)
   end
-  local after = add(count, hits)
+  local after = min(add(count, hits), max(COUNT_CAP, count))
   local allowed = count + hits <= c.limit
   local rem = 0
   if allowed then
     rem = c.limit - after
   end
-  return { allowed = allowed, remaining = rem, reset = until_end, state = { start, after }, expires_at = e }
+  return out(allowed, rem, after)
+end
+
+-- sliding_window (src/algorithm/sliding_window.rs); state 'head c0 c1 ... cP', the counts
+-- newest first, trailing zeros left out.
+local sliding_window = {}
+
+function sliding_window.decode(raw)
+  local v = ints(raw)
+  if v == nil then
+    return nil
+  end
+  local st = { head = v[1], counts = {} }
+  for j = 2, #v do
+    if v[j] < 0 then
+      return nil
+    end
+    st.counts[j - 1] = v[j]
+  end
+  return st
+end
+
+function sliding_window.encode(st)
+  local last = #st.counts
+  while last > 0 and st.counts[last] == 0 do
+    last = last - 1
+  end
+  local parts = { int(st.head) }
+  for j = 1, last do
+    parts[#parts + 1] = int(st.counts[j])
+  end
+  return table.concat(parts, ' ')
+end
+
+function sliding_window.evaluate(c, st, f, hits, refund)
+  local p = max(c.param, 1)
+  local sub = max(fdiv(c.window, p), 1)
+  local window = sub * p
+  local now = f.now
+  local i = fdiv(now, sub)
+  -- counts[1 + j] belongs to sub-window head - j.
+  local head, counts = i, {}
+  if st ~= nil and #st.counts <= p + 1 then
+    head = max(st.head, i)
+    local shift = min(head - st.head, p + 1)
+    for j = 1, p + 1 do
+      counts[j] = 0
+      if j > shift then
+        counts[j] = st.counts[j - shift] or 0
+      end
+    end
+  else
+    for j = 1, p + 1 do
+      counts[j] = 0
+    end
+  end
+  local function sum()
+    local s = 0
+    for j = 1, p + 1 do
+      s = s + counts[j]
+    end
+    return s
+  end
+  local function drop_at(k)
+    return (k + 1) * sub + window
+  end
+  local function until_empty()
+    for j = 1, p + 1 do
+      if counts[j] > 0 then
+        return max(drop_at(head - (j - 1)) - now, 0)
+      end
+    end
+    return 0
+  end
+  local function retry()
+    if hits > c.limit then
+      return until_empty()
+    end
+    local total = sum()
+    for j = p, 0, -1 do
+      if total + hits <= c.limit then
+        if j == p then
+          return 0
+        end
+        return max(drop_at(head - j - 1) - now, 0)
+      end
+      total = total - counts[j + 1]
+    end
+    return until_empty()
+  end
+  local function state()
+    return { head = head, counts = counts }
+  end
+
+  if refund then
+    local left = hits
+    for j = 1, p + 1 do
+      local take = min(left, counts[j])
+      counts[j] = counts[j] - take
+      left = left - take
+    end
+    local reset = until_empty()
+    return { allowed = true, remaining = max(c.limit - sum(), 0), reset = reset,
+      debt_reset = reset, state = state(), expires_at = now + reset }
+  end
+
+  local count = sum()
+  local allowed = count + hits <= c.limit
+  local uncharged = 0
+  if not allowed then
+    uncharged = retry()
+  end
+  counts[1] = counts[1] + min(hits, max(COUNT_CAP - count, 0))
+  local after = sum()
+  local u = until_empty()
+  local o = { allowed = allowed, remaining = 0, reset = u, debt_reset = u, state = state(),
+    expires_at = now + u }
+  if allowed then
+    o.remaining = c.limit - after
+  else
+    o.reset = uncharged
+    o.debt_reset = retry()
+  end
+  return o
+end
+
+-- sliding_log (src/algorithm/sliding_log.rs); state 'oldest d1 d2 ...': the first timestamp,
+-- then each one's distance to the one before (mostly 0: the hits of one request share one).
+local sliding_log = {}
+
+function sliding_log.decode(raw)
+  local v = ints(raw)
+  if v == nil then
+    return nil
+  end
+  local log = { v[1] }
+  for j = 2, #v do
+    if v[j] < 0 then
+      return nil
+    end
+    log[j] = log[j - 1] + v[j]
+  end
+  return log
+end
+
+function sliding_log.encode(log)
+  if #log == 0 then
+    return ''
+  end
+  local parts = { int(log[1]) }
+  for j = 2, #log do
+    parts[j] = int(log[j] - log[j - 1])
+  end
+  return table.concat(parts, ' ')
+end
+
+function sliding_log.evaluate(c, st, f, hits, refund)
+  local window, n, now = c.window, c.limit, f.now
+  local log = {}
+  if st ~= nil then
+    for _, t in ipairs(st) do
+      if t > now - window then
+        log[#log + 1] = t
+      end
+    end
+  end
+  local function until_empty(l)
+    if #l == 0 then
+      return 0
+    end
+    return max(l[#l] + window - now, 0)
+  end
+  local function retry(l)
+    if hits > n then
+      return until_empty(l)
+    end
+    local m = #l + hits - n
+    if m <= 0 then
+      return 0
+    end
+    return max(l[m] + window - now, 0)
+  end
+
+  if refund then
+    local keep = max(#log - hits, 0)
+    for j = #log, keep + 1, -1 do
+      log[j] = nil
+    end
+    local reset = until_empty(log)
+    return { allowed = true, remaining = max(n - #log, 0), reset = reset, debt_reset = reset,
+      state = log, expires_at = now + reset }
+  end
+
+  local len = #log
+  local allowed = hits <= n and len + hits <= n
+  local uncharged = 0
+  if not allowed then
+    uncharged = retry(log)
+  end
+  -- Charge: `hits` entries at `now` after every entry <= now, keeping only the newest n.
+  local merged = {}
+  local added = false
+  local function push_now()
+    for _ = 1, min(hits, n) do
+      merged[#merged + 1] = now
+    end
+    added = true
+  end
+  for _, t in ipairs(log) do
+    if not added and t > now then
+      push_now()
+    end
+    merged[#merged + 1] = t
+  end
+  if not added then
+    push_now()
+  end
+  local excess = max(#merged - n, 0)
+  local kept = {}
+  for j = excess + 1, #merged do
+    kept[#kept + 1] = merged[j]
+  end
+  local u = until_empty(kept)
+  local o = { allowed = allowed, remaining = 0, reset = u, debt_reset = u, state = kept,
+    expires_at = now + u }
+  if allowed then
+    o.remaining = n - #kept
+  else
+    o.reset = uncharged
+    o.debt_reset = retry(kept)
+  end
+  return o
+end
+
+-- token_bucket, leaky_bucket and gcra: the shared meter (src/algorithm/bucket.rs); state
+-- 'at level' in ticks.
+local bucket = {}
+
+function bucket.decode(raw)
+  local v = ints(raw)
+  if v == nil or #v ~= 2 or v[2] < 0 then
+    return nil
+  end
+  return v
+end
+
+bucket.encode = fixed_window.encode
+
+local function gcd(a, b)
+  while b ~= 0 do
+    a, b = b, math.fmod(a, b)
+  end
+  return a
+end
+
+function bucket.evaluate(c, st, f, hits, refund)
+  local now = f.now
+  if c.limit == 0 then
+    -- requests_per_unit 0: nothing passes but looks and refunds, and nothing is kept.
+    return { allowed = hits == 0 or refund, remaining = 0, reset = 0, debt_reset = 0,
+      state = { now, 0 }, expires_at = now }
+  end
+  local w = max(c.window, 1)
+  local g = gcd(w, c.limit)
+  -- g divides both: these quotients are exact.
+  local hit, drain, burst = w / g, c.limit / g, c.param
+  local cap = burst * hit
+  local function until_level(level, target)
+    if level <= target then
+      return 0
+    end
+    return cdiv(level - target, drain)
+  end
+  local at, level = now, 0
+  if st ~= nil and st[1] >= now then
+    at, level = st[1], st[2]
+  elseif st ~= nil then
+    local dt = now - st[1]
+    if dt <= fdiv(st[2], drain) then
+      level = st[2] - dt * drain
+    end
+  end
+  -- Times are computed from `at`; when the clock is behind it, the difference is added.
+  local skew = at - now
+  local function out(allowed, remaining, reset, debt_reset, lvl)
+    return { allowed = allowed, remaining = remaining, reset = skew + reset,
+      debt_reset = skew + debt_reset, state = { at, lvl }, expires_at = at + until_level(lvl, 0) }
+  end
+  local function remaining_at(lvl)
+    return fdiv(max(cap - lvl, 0), hit)
+  end
+  if refund then
+    local lvl = 0
+    if hits <= fdiv(level, hit) then
+      lvl = level - hits * hit
+    end
+    local r = until_level(lvl, 0)
+    return out(true, remaining_at(lvl), r, r, lvl)
+  end
+  if hits <= burst and level + hits * hit <= cap then
+    local lvl = level + hits * hit
+    local r = until_level(lvl, 0)
+    return out(true, remaining_at(lvl), r, r, lvl)
+  end
+  local function retry(lvl)
+    if hits > burst then
+      return until_level(lvl, 0)
+    end
+    return until_level(lvl, cap - hits * hit)
+  end
+  local debt_cap = 2 * cap
+  local debt
+  if hits > 2 * burst then
+    debt = max(debt_cap, level)
+  else
+    debt = max(min(level + hits * hit, debt_cap), level)
+  end
+  return out(false, 0, retry(level), retry(debt), debt)
+end
+
+-- distinct (src/algorithm/distinct.rs). Values arrive as SipHash hashes (16 hex digits).
+-- Exact (limit <= 1000): state 'e <window_start>\n' then the hashes, 8 bytes big-endian each,
+-- ascending. HyperLogLog (limit > 1000): 'h <window_start> <n0> ... <n51>\n' (how many
+-- registers hold each rank, kept so that the estimate never sums all registers) then the
+-- 2^14 registers, one byte each. States are { ws, hll, data, ranks }.
+local distinct = {}
+local EXACT_MAX = 1000
+local REGISTERS = 16384
+local MAX_RANK = 51
+local POW = { [0] = 1 } -- POW[k] = 2^-k, exact
+for k = 1, MAX_RANK do
+  POW[k] = POW[k - 1] / 2
+end
+
+function distinct.decode(raw)
+  local nl = string.find(raw, '\n', 1, true)
+  if nl == nil then
+    return nil
+  end
+  local kind, rest = string.match(string.sub(raw, 1, nl - 1), '^([eh]) (.*)$')
+  local v = rest and ints(rest)
+  if v == nil then
+    return nil
+  end
+  local data = string.sub(raw, nl + 1)
+  if kind == 'e' then
+    if #v ~= 1 or #data % 8 ~= 0 then
+      return nil
+    end
+    return { ws = v[1], hll = false, data = data }
+  end
+  if #v ~= MAX_RANK + 2 or #data ~= REGISTERS then
+    return nil
+  end
+  local ranks = {}
+  for k = 0, MAX_RANK do
+    ranks[k] = v[k + 2]
+  end
+  return { ws = v[1], hll = true, data = data, ranks = ranks }
+end
+
+function distinct.encode(st)
+  if not st.hll then
+    return 'e ' .. int(st.ws) .. '\n' .. st.data
+  end
+  local parts = { 'h', int(st.ws) }
+  for k = 0, MAX_RANK do
+    parts[#parts + 1] = int(st.ranks[k])
+  end
+  return table.concat(parts, ' ') .. '\n' .. st.data
+end
+
+-- Rust's `estimate_by_rank`, operation for operation.
+local function estimate(ranks)
+  local m = REGISTERS
+  local sum = 0.0
+  for k = 0, MAX_RANK do
+    sum = sum + ranks[k] * POW[k]
+  end
+  local zeros = ranks[0]
+  local alpha = 0.7213 / (1.0 + 1.079 / m)
+  local raw = alpha * m * m / sum
+  local e = raw
+  if raw <= 2.5 * m and zeros > 0 then
+    e = m * math.log(m / zeros)
+  end
+  -- f64::round: halves away from zero (e >= 0; e - floor(e) is exact).
+  local fl = math.floor(e)
+  if e - fl >= 0.5 then
+    fl = fl + 1
+  end
+  return fl
+end
+
+-- The hash as its 8 big-endian bytes, and its HyperLogLog register (0-based) and rank.
+local function parse_hash(hex)
+  local bytes = {}
+  for j = 1, 16, 2 do
+    bytes[#bytes + 1] = tonumber(string.sub(hex, j, j + 1), 16)
+  end
+  local top = tonumber(string.sub(hex, 1, 4), 16)
+  -- The 50 bits below the 14 index bits (exact: below 2^53).
+  local rest = math.fmod(top, 4) * 281474976710656 + tonumber(string.sub(hex, 5, 16), 16)
+  local bits = 0
+  while rest >= 1 do
+    rest = math.floor(rest / 2)
+    bits = bits + 1
+  end
+  return string.char(unpack(bytes)), math.floor(top / 4), MAX_RANK - bits
+end
+
+-- Position of an 8-byte hash in a sorted packed set: (found, 0-based index to insert at).
+-- Bytes are compared as numbers (Lua's string `<` follows the locale).
+local function search(data, h)
+  local lo, hi = 0, #data / 8
+  local hb = { string.byte(h, 1, 8) }
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local eb = { string.byte(data, mid * 8 + 1, mid * 8 + 8) }
+    local cmp = 0
+    for j = 1, 8 do
+      if eb[j] ~= hb[j] then
+        if eb[j] < hb[j] then
+          cmp = -1
+        else
+          cmp = 1
+        end
+        break
+      end
+    end
+    if cmp == 0 then
+      return true, mid
+    elseif cmp < 0 then
+      lo = mid + 1
+    else
+      hi = mid
+    end
+  end
+  return false, lo
+end
+
+function distinct.evaluate(c, st, f, hits, refund)
+  local hll = c.limit > EXACT_MAX
+  if st ~= nil and st.hll ~= hll then
+    st = nil
+  end
+  local start, e, until_end = window_of(st and st.ws, f)
+  local values = st
+  if st == nil or st.ws ~= start then
+    values = { ws = start, hll = hll, data = '' }
+    if hll then
+      values.data = string.rep('\0', REGISTERS)
+      values.ranks = {}
+      for k = 0, MAX_RANK do
+        values.ranks[k] = 0
+      end
+      values.ranks[0] = REGISTERS
+    end
+  end
+  local h, reg, rank = parse_hash(c.value)
+  local function count(v)
+    if v.hll then
+      return estimate(v.ranks)
+    end
+    return #v.data / 8
+  end
+  local function insert(v)
+    if v.hll then
+      local old = string.byte(v.data, reg + 1)
+      if old >= rank then
+        return v
+      end
+      local ranks = {}
+      for k = 0, MAX_RANK do
+        ranks[k] = v.ranks[k]
+      end
+      ranks[old] = ranks[old] - 1
+      ranks[rank] = ranks[rank] + 1
+      local data = string.sub(v.data, 1, reg) .. string.char(rank) .. string.sub(v.data, reg + 2)
+      return { ws = v.ws, hll = true, data = data, ranks = ranks }
+    end
+    local found, at = search(v.data, h)
+    if found then
+      return v
+    end
+    local data = string.sub(v.data, 1, at * 8) .. h .. string.sub(v.data, at * 8 + 1)
+    return { ws = v.ws, hll = false, data = data }
+  end
+  local before = count(values)
+  local seen
+  if hll then
+    seen = string.byte(values.data, reg + 1) >= rank
+  else
+    seen = search(values.data, h)
+  end
+
+  local allowed
+  if refund then
+    allowed = true
+  elseif hll then
+    allowed = before < c.limit
+    if allowed and hits > 0 and not seen then
+      values = insert(values)
+    end
+  elseif seen then
+    allowed = true
+  else
+    local added = insert(values)
+    allowed = count(added) <= c.limit
+    if allowed and hits > 0 then
+      values = added
+    end
+  end
+  local remaining = 0
+  if allowed then
+    if hits == 0 or refund then
+      remaining = max(c.limit - before, 0)
+    else
+      remaining = max(c.limit - count(values), 0)
+    end
+  end
+  return { allowed = allowed, remaining = remaining, reset = until_end, debt_reset = until_end,
+    state = values, expires_at = e }
 end
 
 -- Algorithm codes: src/store/redis/script.rs `algorithm_code`.
-local ALGORITHMS = { [1] = fixed_window }
+local ALGORITHMS = {
+  [1] = fixed_window,
+  [2] = sliding_window,
+  [3] = sliding_log,
+  [4] = bucket, -- token_bucket
+  [5] = bucket, -- leaky_bucket
+  [6] = bucket, -- gcra
+  [7] = distinct,
+}
 
 ---------------------------------------------------------------------------------------------
 -- Arguments
@@ -128,17 +716,34 @@ for i = 1, n do
     algo = ALGORITHMS[tonumber(ARGV[b + 2])],
     limit = tonumber(ARGV[b + 3]),
     window = tonumber(ARGV[b + 4]),
-    hits = tonumber(ARGV[b + 5]),
-    refund = ARGV[b + 6] == '1',
-    always = ARGV[b + 7] == '1',
-    group = tonumber(ARGV[b + 8]),
-    quota = ARGV[b + 9] == '1',
+    param = tonumber(ARGV[b + 5]),
+    value = ARGV[b + 6],
+    hits = tonumber(ARGV[b + 7]),
+    refund = ARGV[b + 8] == '1',
+    always = ARGV[b + 9] == '1',
+    group = tonumber(ARGV[b + 10]),
+    quota = ARGV[b + 11] == '1',
   }
   if c.algo == nil then
     return redis.error_reply('sluice: unknown algorithm code ' .. tostring(ARGV[b + 2]))
   end
-  -- The window of `now` (src/algorithm/mod.rs `Frame::epoch_aligned`) unless given.
-  local ws, we = num(ARGV[b + 10]), num(ARGV[b + 11])
+  if c.algo == distinct and (#c.value ~= 16 or string.find(c.value, '^%x+$') == nil) then
+    return redis.error_reply('sluice: distinct needs a 16-digit hex value')
+  end
+  -- The window of `now`: one of those the caller computed (calendar windows), else aligned to
+  -- the epoch (src/algorithm/mod.rs `Frame::epoch_aligned`).
+  local ws, we = num(ARGV[b + 12]), num(ARGV[b + 13])
+  local pws, nwe = num(ARGV[b + 14]), num(ARGV[b + 15])
+  if ws ~= nil and we ~= nil and not (ws <= now and now < we) then
+    if pws ~= nil and pws <= now and now < ws then
+      ws, we = pws, ws
+    elseif nwe ~= nil and we <= now and now < nwe then
+      ws, we = we, nwe
+    else
+      -- More than a window away from sluice's clock: calendar.rs's own fallback.
+      ws, we = nil, nil
+    end
+  end
   if ws == nil or we == nil then
     local w = c.window
     if w < 1 then
@@ -175,6 +780,11 @@ local function stored_state(c)
 end
 
 local function put(c, o)
+  if o.state == stored[c.k] then
+    -- The very state read from the key (a distinct value seen before, a refund of distinct):
+    -- nothing to write, and its expiry is unchanged.
+    return
+  end
   local ttl = math.ceil((o.expires_at - now) / 1000)
   if ttl < 1 then
     ttl = 1
@@ -184,6 +794,15 @@ end
 
 local function evaluate(c, st, hits, refund)
   return c.algo.evaluate(c, st, c.frame, hits, refund)
+end
+
+-- A rejected request that is charged anyway must also wait out its own debt (batch.rs
+-- `verdict`).
+local function reset_of(o, charged)
+  if charged then
+    return o.debt_reset
+  end
+  return o.reset
 end
 
 local function takes_effect(c)
@@ -230,23 +849,32 @@ end
 
 ---------------------------------------------------------------------------------------------
 -- 'undo': give back what a 'part' call charged (Redis Cluster, request rejected elsewhere).
--- Each verdict is what the check shows uncharged: its allowance without this request.
+-- Each verdict is what the check shows uncharged: its allowance without this request. A
+-- distinct value cannot be given back (Rust's refund of distinct changes nothing, since a
+-- HyperLogLog cannot forget a value, and an exact set cannot tell whether a concurrent request
+-- counted the same value meanwhile): it stays counted, and its verdict says charged.
 ---------------------------------------------------------------------------------------------
 
 if scope == 'undo' then
   local current = {}
   for _, c in ipairs(checks) do
+    if c.algo ~= distinct then
+      local st = current[c.k]
+      if st == nil then
+        st = stored_state(c)
+      end
+      local o = evaluate(c, st, c.hits, true)
+      put(c, o)
+      current[c.k] = o.state
+    end
+  end
+  for _, c in ipairs(checks) do
     local st = current[c.k]
     if st == nil then
       st = stored_state(c)
     end
-    local o = evaluate(c, st, c.hits, true)
-    put(c, o)
-    current[c.k] = o.state
-  end
-  for _, c in ipairs(checks) do
-    local peek = evaluate(c, current[c.k], 0, false)
-    push(true, peek.remaining, peek.reset, false, true)
+    local peek = evaluate(c, st, 0, false)
+    push(true, peek.remaining, peek.reset, c.algo == distinct and takes_effect(c), true)
   end
   return reply
 end
@@ -277,7 +905,7 @@ if all_allowed then
     if takes_effect(c) then
       put(c, o)
     end
-    push(o.allowed, o.remaining, o.reset, takes_effect(c), true)
+    push(o.allowed, o.remaining, reset_of(o, takes_effect(c)), takes_effect(c), true)
   end
   return reply
 end
@@ -331,7 +959,8 @@ for i, c in ipairs(checks) do
       put(c, after)
       current[c.k] = after.state
     end
-    push(after.allowed, after.remaining, after.reset, takes_effect(c), before.allowed)
+    push(after.allowed, after.remaining, reset_of(after, takes_effect(c)), takes_effect(c),
+      before.allowed)
   elseif before.allowed then
     -- Allowed on its own but not charged: the allowance without this request.
     local st = current[c.k]

@@ -1,8 +1,8 @@
 //! The decision script (`decide.lua`): its argument layout and its reply.
 //!
 //! One script decides every check it is given atomically; the layout is documented at the top
-//! of `decide.lua` and written only here. Adding an algorithm means a Lua port next to
-//! `fixed_window` in the script and a code in [`algorithm_code`].
+//! of `decide.lua` and written only here. Adding an algorithm means a Lua port next to the
+//! others in the script and a code in [`algorithm_code`].
 
 use fred::types::Value;
 
@@ -14,7 +14,7 @@ use crate::store::{Charge, Check, StoreError, Verdict};
 pub const LUA: &str = include_str!("decide.lua");
 
 /// Values per check in `ARGV` (must match `FIELDS` in the script).
-const FIELDS: usize = 11;
+const FIELDS: usize = 15;
 
 /// The largest integer a Lua number holds exactly; larger inputs are clamped to it (such a
 /// limit or hit count is unreachable in practice, and saturates in Rust too).
@@ -42,19 +42,54 @@ impl Scope {
     }
 }
 
-/// The script's code for an algorithm; `None` for one not ported to Lua yet (the script
-/// answers an error for code 0, and config loading rejects such rules first).
+/// The script's code for an algorithm (its `ALGORITHMS` table). Every algorithm has one; the
+/// `Option` keeps [`RedisStore::supports`](super::RedisStore) honest should one be added
+/// without a Lua port.
 pub fn algorithm_code(a: Algorithm) -> Option<i64> {
-    match a {
-        Algorithm::FixedWindow => Some(1),
-        _ => None,
+    Some(match a {
+        Algorithm::FixedWindow => 1,
+        Algorithm::SlidingWindow => 2,
+        Algorithm::SlidingLog => 3,
+        Algorithm::TokenBucket => 4,
+        Algorithm::LeakyBucket => 5,
+        Algorithm::Gcra => 6,
+        Algorithm::Distinct => 7,
+    })
+}
+
+/// The algorithm's parameter beyond rate and window: a bucket's burst, a sliding window's
+/// precision.
+fn param(limit: &Limit) -> u64 {
+    match limit.algorithm {
+        Algorithm::SlidingWindow => u64::from(limit.precision),
+        a if a.has_burst() => limit.burst,
+        _ => 0,
     }
 }
 
-/// Window bounds computed by the caller for a limit, when the script must not align the
-/// window to the epoch itself (calendar windows, later). `None`: the script computes it.
-fn window_bounds(_limit: &Limit) -> Option<(Micros, Micros)> {
-    None
+/// Calendar window bounds, which only Rust can compute (the tz database): the window of
+/// `local` (sluice's clock), and when the script reads the Redis clock also the start of the
+/// window before and the end of the one after, so that a Redis clock on the other side of a
+/// boundary still finds its window. `None`: the script aligns the window to the epoch itself.
+fn window_bounds(
+    limit: &Limit,
+    local: Micros,
+    script_reads_clock: bool,
+) -> Option<[Option<Micros>; 4]> {
+    limit.calendar?;
+    if !limit.algorithm.has_windows() {
+        return None;
+    }
+    let f = limit.frame(local);
+    let (prev, next) = if script_reads_clock {
+        (
+            Some(limit.frame(f.window_start - 1).window_start),
+            Some(limit.frame(f.window_end).window_end),
+        )
+    } else {
+        (None, None)
+    };
+    Some([Some(f.window_start), Some(f.window_end), prev, next])
 }
 
 fn clamp(n: u64) -> i64 {
@@ -62,11 +97,13 @@ fn clamp(n: u64) -> i64 {
 }
 
 /// `KEYS` and `ARGV` of one call over `checks` (a subset of a request, in request order).
-/// `now`: `None` to let the script read the Redis clock.
+/// `now`: `None` to let the script read the Redis clock; `local`: sluice's time, from which
+/// calendar windows are computed when `now` is `None`.
 pub fn encode<'k>(
     checks: &[&Check<'k>],
     scope: Scope,
     now: Option<Micros>,
+    local: Micros,
 ) -> (Vec<&'k [u8]>, Vec<Value>) {
     let mut keys: Vec<&'k [u8]> = Vec::with_capacity(checks.len());
     let mut args: Vec<Value> = Vec::with_capacity(3 + checks.len() * FIELDS);
@@ -89,20 +126,23 @@ pub fn encode<'k>(
         args.push(Value::from(algorithm_code(c.limit.algorithm).unwrap_or(0)));
         args.push(Value::from(clamp(c.limit.requests)));
         args.push(Value::from(c.limit.window.clamp(1, MAX_SAFE as i64)));
+        args.push(Value::from(clamp(param(c.limit))));
+        if c.limit.algorithm == Algorithm::Distinct {
+            args.push(Value::from(format!("{:016x}", c.ask.value)));
+        } else {
+            args.push(Value::from(""));
+        }
         args.push(Value::from(clamp(c.ask.hits)));
         args.push(Value::from(i64::from(c.ask.refund)));
         args.push(Value::from(i64::from(c.charge == Charge::Always)));
         args.push(Value::from(i64::from(c.group)));
         args.push(Value::from(i64::from(c.quota)));
-        match window_bounds(c.limit) {
-            Some((start, end)) => {
-                args.push(Value::from(start));
-                args.push(Value::from(end));
-            }
-            None => {
-                args.push(Value::from(""));
-                args.push(Value::from(""));
-            }
+        let bounds = window_bounds(c.limit, now.unwrap_or(local), now.is_none());
+        for b in bounds.unwrap_or([None; 4]) {
+            args.push(match b {
+                Some(t) => Value::from(t),
+                None => Value::from(""),
+            });
         }
     }
     (keys, args)
@@ -170,7 +210,7 @@ mod tests {
             quota: true,
         };
         let (a, b, c) = (mk(b"a", 0), mk(b"b", 1), mk(b"a", 2));
-        let (keys, args) = encode(&[&a, &b, &c], Scope::All, Some(7));
+        let (keys, args) = encode(&[&a, &b, &c], Scope::All, Some(7), 7);
         assert_eq!(keys, [b"a".as_slice(), b"b".as_slice()]);
         assert_eq!(args.len(), 3 + 3 * FIELDS);
         let ints: Vec<Option<i64>> = args.iter().map(|v| v.as_i64()).collect();
@@ -179,7 +219,59 @@ mod tests {
         let third = &ints[3 + 2 * FIELDS..];
         assert_eq!(third[0], Some(1));
         assert_eq!(third[2], Some(MAX_SAFE as i64));
-        assert_eq!(third[7], Some(2));
+        assert_eq!(third[9], Some(2));
+    }
+
+    #[test]
+    fn every_algorithm_has_its_own_code() {
+        let codes: std::collections::HashSet<i64> = Algorithm::ALL
+            .into_iter()
+            .map(|a| algorithm_code(a).expect("ported"))
+            .collect();
+        assert_eq!(codes.len(), Algorithm::ALL.len());
+        // The script's table holds codes 1..=7.
+        assert!(codes.iter().all(|c| (1..=7).contains(c)));
+        assert!(LUA.contains("[7] = distinct"));
+    }
+
+    #[test]
+    fn distinct_values_and_calendar_bounds_are_passed() {
+        use crate::algorithm::{Calendar, Frame};
+        use crate::model::Unit;
+        let mut l = Limit::new(Algorithm::Distinct, 5, 3_600_000_000);
+        l.calendar = Some(Calendar {
+            unit: Unit::Hour,
+            tz: chrono_tz::Asia::Kolkata,
+        });
+        let c = Check {
+            key: b"k",
+            limit: &l,
+            ask: Ask {
+                value: 0xab,
+                ..Ask::take(1)
+            },
+            charge: Charge::IfAdmitted,
+            group: 0,
+            quota: false,
+        };
+        let now = 1_700_000_000_000_000;
+        let Frame {
+            window_start,
+            window_end,
+            ..
+        } = l.frame(now);
+        let (_, local) = encode(&[&c], Scope::All, Some(now), now);
+        let (_, redis) = encode(&[&c], Scope::All, None, now);
+        let s = |v: &Value| v.as_str().map(|s| s.to_string()).unwrap_or_default();
+        assert_eq!(s(&local[3 + 5]), "00000000000000ab");
+        assert_eq!(local[3 + 11].as_i64(), Some(window_start));
+        assert_eq!(local[3 + 12].as_i64(), Some(window_end));
+        assert_eq!(
+            (s(&local[3 + 13]), s(&local[3 + 14])),
+            (String::new(), String::new())
+        );
+        assert_eq!(redis[3 + 13].as_i64(), Some(window_start - 3_600_000_000));
+        assert_eq!(redis[3 + 14].as_i64(), Some(window_end + 3_600_000_000));
     }
 
     #[test]
