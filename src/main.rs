@@ -141,7 +141,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let server = sluice::app::start(args, Arc::new(SystemClock)).await?;
-    tracing::info!(grpc = %server.grpc_addr, http = %server.http_addr, "sluice serving");
+    tracing::info!(
+        grpc = %server.grpc_addr,
+        http = %server.http_addr,
+        prometheus = %server.prometheus_addr.map(|a| a.to_string()).unwrap_or_default(),
+        "sluice serving"
+    );
     loop {
         tokio::select! {
             _ = term.recv() => break,
