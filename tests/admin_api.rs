@@ -2,9 +2,9 @@
 //! the limit, 400 for a bad body) with its explain mode, `/version`, and the same explanation
 //! offline with `sluice check --requests`.
 
-mod support;
 #[path = "support/ops.rs"]
 mod ops;
+mod support;
 
 use ops::http_post;
 use serde_json::{json, Value};
@@ -22,7 +22,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5}
 "#;
 
-const ALICE: &str = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"client","value":"alice"}]}]}"#;
+const ALICE: &str =
+    r#"{"domain":"edge","descriptors":[{"entries":[{"key":"client","value":"alice"}]}]}"#;
 
 fn parse(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
@@ -40,7 +41,10 @@ async fn json_is_off_unless_enabled() {
         .await
         .unwrap();
     assert_eq!(r.statuses[0].limit_remaining, 1);
-    assert_eq!(s.http_get("/version").await, (200, format!("sluice {}\n", env!("CARGO_PKG_VERSION"))));
+    assert_eq!(
+        s.http_get("/version").await,
+        (200, format!("sluice {}\n", env!("CARGO_PKG_VERSION")))
+    );
     s.stop().await;
 }
 
@@ -71,7 +75,10 @@ async fn json_status_codes_and_explain() {
     let e = &v["explain"][0];
     assert_eq!(e["matched"], "rule");
     assert_eq!(e["rule"], "edge.client_alice");
-    assert!(e["source"].as_str().unwrap().ends_with("config.yaml:6:17"), "{e}");
+    assert!(
+        e["source"].as_str().unwrap().ends_with("config.yaml:6:17"),
+        "{e}"
+    );
     assert_eq!(e["stats_key"], "edge.client_alice");
     assert_eq!(e["code"], "OK");
     let l = &e["limits"][0];
@@ -117,14 +124,26 @@ async fn json_status_codes_and_explain() {
     // Bad bodies: 400 with the reason.
     for (bad, why) in [
         ("not json", "invalid JSON"),
-        (r#"{"domain":"edge","descriptors":[],"extra":1}"#, "unknown field"),
-        (r#"{"domain":"","descriptors":[{"entries":[{"key":"k"}]}]}"#, "domain must not be empty"),
+        (
+            r#"{"domain":"edge","descriptors":[],"extra":1}"#,
+            "unknown field",
+        ),
+        (
+            r#"{"domain":"","descriptors":[{"entries":[{"key":"k"}]}]}"#,
+            "domain must not be empty",
+        ),
         (r#"{"domain":"edge"}"#, "descriptor list must not be empty"),
-        (r#"{"domain":"edge","descriptors":[{"entries":[]}]}"#, "has no entries"),
+        (
+            r#"{"domain":"edge","descriptors":[{"entries":[]}]}"#,
+            "has no entries",
+        ),
     ] {
         let (code, reply) = http_post(addr, "/json", bad).await;
         assert_eq!(code, 400, "{bad}: {reply}");
-        assert!(parse(&reply)["error"].as_str().unwrap().contains(why), "{bad}: {reply}");
+        assert!(
+            parse(&reply)["error"].as_str().unwrap().contains(why),
+            "{bad}: {reply}"
+        );
     }
     // GET is not the API.
     assert_eq!(s.http_get("/json").await.0, 405);
@@ -149,8 +168,15 @@ fn check_requests_explains_offline() {
         .output()
         .expect("run sluice check");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    let heads: Vec<&str> = stdout.lines().filter(|l| l.starts_with('#') || l.starts_with('(')).collect();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let heads: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with('#') || l.starts_with('('))
+        .collect();
     assert_eq!(
         heads,
         [
@@ -164,10 +190,15 @@ fn check_requests_explains_offline() {
     );
     let at = format!("{}:6:17", config.display());
     assert!(
-        stdout.contains(&format!("  [client=alice] OK <- rule edge.client_alice ({at})")),
+        stdout.contains(&format!(
+            "  [client=alice] OK <- rule edge.client_alice ({at})"
+        )),
         "{stdout}"
     );
-    assert!(stdout.contains("alice_rule: fixed_window 2/MINUTE 1 hit: rejected, remaining 0"), "{stdout}");
+    assert!(
+        stdout.contains("alice_rule: fixed_window 2/MINUTE 1 hit: rejected, remaining 0"),
+        "{stdout}"
+    );
     assert!(stdout.contains("not charged"), "{stdout}");
 
     // --json: one /json response (with its explanation) per request.
@@ -196,7 +227,8 @@ fn check_requests_explains_offline() {
         .unwrap();
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("item 2: rate limit descriptor list must not be empty"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("item 2: rate limit descriptor list must not be empty"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -3,13 +3,9 @@
 //! HOST/PORT, response headers, the Prometheus listener, the near-limit ratio, JSON logs, and
 //! a note for each variable that is ignored.
 
-mod support;
 #[path = "support/ops.rs"]
 mod ops;
-
-use std::io::BufRead;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+mod support;
 
 use ops::{parse_prometheus, sample};
 use serde_json::Value;
@@ -31,63 +27,46 @@ async fn upstream_environment_starts_a_working_server() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
 
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("serve")
-        .env_clear()
-        .env("RUNTIME_ROOT", root.path())
-        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
-        .env("RUNTIME_APPDIRECTORY", "config")
-        .env("GRPC_HOST", "127.0.0.1")
-        .env("GRPC_PORT", "0")
-        .env("HOST", "127.0.0.1")
-        .env("PORT", "0")
-        .env("BACKEND_TYPE", "")
-        .env("LOG_FORMAT", "json")
-        .env("LOG_LEVEL", "INFO")
-        .env("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
-        .env("USE_PROMETHEUS", "true")
-        .env("PROMETHEUS_ADDR", "127.0.0.1:0")
-        .env("NEAR_LIMIT_RATIO", "0.5")
-        .env("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")
-        .env("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn sluice");
-    let stderr = child.stderr.take().unwrap();
-    let log = Arc::new(Mutex::new(Vec::<String>::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    {
-        let log = log.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    let f = &v["fields"];
-                    if f["message"] == "sluice serving" {
-                        let addr = |k: &str| f[k].as_str().and_then(|s| s.parse::<SocketAddr>().ok());
-                        let _ = tx.send((addr("grpc"), addr("http"), addr("prometheus")));
-                    }
-                }
-                log.lock().unwrap().push(line);
-            }
-        });
-    }
-    let (grpc, http, prom) = tokio::task::spawn_blocking(move || {
-        rx.recv_timeout(std::time::Duration::from_secs(60))
-    })
-    .await
-    .unwrap()
-    .unwrap_or_else(|_| panic!("sluice did not start; log: {:?}", log.lock().unwrap()));
-    let (grpc, http, prom) = (grpc.unwrap(), http.unwrap(), prom.unwrap());
+    let root_path = root.path().display().to_string();
+    let envs = [
+        ("RUNTIME_ROOT", root_path.as_str()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_APPDIRECTORY", "config"),
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+        ("HOST", "127.0.0.1"),
+        ("PORT", "0"),
+        ("BACKEND_TYPE", ""),
+        ("LOG_FORMAT", "json"),
+        ("LOG_LEVEL", "INFO"),
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+        ("NEAR_LIMIT_RATIO", "0.5"),
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+        ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
+    ];
+    // Blocks this test's thread until the child serves; nothing else runs meanwhile.
+    let mut sluice = ops::spawn_sluice(&["serve"], &envs);
+    let (grpc, http, prom) = (
+        sluice.grpc,
+        sluice.http,
+        sluice.prometheus.expect("prometheus"),
+    );
+    let log = sluice.log.clone();
     assert!(grpc.ip().is_loopback() && http.ip().is_loopback() && prom.ip().is_loopback());
 
     let mut client = RateLimitServiceClient::new(channel(grpc).await);
     let r = req("edge", vec![d(&[("client", "a")])]).to_proto();
     let mut last = None;
     for _ in 0..5 {
-        last = Some(client.should_rate_limit(r.clone()).await.expect("answer").into_inner());
+        last = Some(
+            client
+                .should_rate_limit(r.clone())
+                .await
+                .expect("answer")
+                .into_inner(),
+        );
     }
     let last = last.unwrap();
     assert_eq!(last.overall_code, Code::OverLimit as i32);
@@ -104,9 +83,7 @@ async fn upstream_environment_starts_a_working_server() {
     let (code, text) = http_get(prom, "/metrics").await;
     assert_eq!(code, 200);
     let m = parse_prometheus(&text);
-    let rule = |name: &str| {
-        sample(&m, name, &[("domain", "edge"), ("key", "edge.client")])
-    };
+    let rule = |name: &str| sample(&m, name, &[("domain", "edge"), ("key", "edge.client")]);
     assert_eq!(rule("sluice_rate_limit_near_limit_total"), Some(2.0));
     assert_eq!(rule("sluice_rate_limit_over_limit_total"), Some(1.0));
 
@@ -115,11 +92,12 @@ async fn upstream_environment_starts_a_working_server() {
     assert!(noted("LOCAL_CACHE_SIZE_IN_BYTES: ignored"), "{lines:#?}");
     assert!(noted("config loaded"), "{lines:#?}");
     assert!(
-        lines.iter().all(|l| serde_json::from_str::<Value>(l).is_ok()),
+        lines
+            .iter()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok()),
         "LOG_FORMAT=json: {lines:#?}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    assert_eq!(sluice.terminate_and_wait(), Some(0));
 }
 
 #[test]
