@@ -425,7 +425,7 @@ impl<S: Store> Limiter<S> {
             }
             from = to;
         }
-        if let Some(out) = explain.as_deref_mut() {
+        if let Some(out) = explain {
             for (i, r) in resolved.iter().enumerate() {
                 let d = &req.descriptors[i];
                 let limits = specs

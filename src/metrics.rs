@@ -32,15 +32,21 @@ pub struct MetricsOptions {
     pub near_limit_ratio: f32,
 }
 
+/// Reads a gauge value; `None` when its source is gone.
+pub type ReadU64 = Box<dyn Fn() -> Option<u64> + Send + Sync>;
+
+/// Reads the Redis state: (connected, breaker open).
+pub type ReadRedis = Box<dyn Fn() -> (bool, bool) + Send + Sync>;
+
 /// Values the gauges read at collection time, set by the wiring.
 #[derive(Default)]
 pub struct GaugeSources {
     /// The number of the rule set in use (0 before the first good config).
     pub generation: AtomicU64,
     /// Entries of each in-memory store, by role (`primary`, `fallback`).
-    pub memory: Mutex<Vec<(&'static str, Box<dyn Fn() -> Option<u64> + Send + Sync>)>>,
+    pub memory: Mutex<Vec<(&'static str, ReadU64)>>,
     /// Redis connection state: (connected, breaker open).
-    pub redis: Mutex<Option<Box<dyn Fn() -> (bool, bool) + Send + Sync>>>,
+    pub redis: Mutex<Option<ReadRedis>>,
 }
 
 /// The instruments of one server.

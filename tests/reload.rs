@@ -55,13 +55,11 @@ async fn limit_becomes(s: &Sluice, want: u32) {
     .await;
 }
 
+/// The load task: every answer's limit, and every error.
+type Load = tokio::task::JoinHandle<(Vec<u32>, Vec<String>)>;
+
 /// Sends requests until stopped; records every answer's limit, and every error.
-fn spawn_load(
-    s: &Sluice,
-) -> (
-    Arc<AtomicBool>,
-    tokio::task::JoinHandle<(Vec<u32>, Vec<String>)>,
-) {
+fn spawn_load(s: &Sluice) -> (Arc<AtomicBool>, Load) {
     let stop = Arc::new(AtomicBool::new(false));
     let mut client = s.client.clone();
     let task = {
