@@ -173,3 +173,45 @@ async fn near_limit_ratio_is_configurable() {
     );
     s.stop().await;
 }
+
+/// The sample Grafana dashboard queries only metrics a server exports (and README documents).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grafana_dashboard_uses_exported_metrics() {
+    let dashboard = include_str!("../dashboards/sluice-grafana.json");
+    let readme = include_str!("../README.md");
+    let v: serde_json::Value = serde_json::from_str(dashboard).expect("dashboard is JSON");
+    let mut names = std::collections::BTreeSet::new();
+    for p in v["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().expect("targets") {
+            let expr = t["expr"].as_str().expect("expr");
+            let mut rest = expr;
+            while let Some(i) = rest.find("sluice_") {
+                let name: String = rest[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                rest = &rest[i + name.len()..];
+                names.insert(name);
+            }
+        }
+    }
+    assert!(names.len() >= 10, "{names:?}");
+
+    let s = Sluice::start(StoreKind::Memory, Some(CONFIG), &[]).await;
+    send(&s, "client", "alice", 11).await;
+    let m = parse_prometheus(&s.http_get("/metrics").await.1);
+    let exported: std::collections::BTreeSet<&str> = m.keys().map(|(n, _)| n.as_str()).collect();
+    for name in &names {
+        let base = name.trim_end_matches("_bucket");
+        assert!(readme.contains(base), "{base} is not in README.md");
+        // Redis and store-error series exist only with Redis, or after an error.
+        if base.starts_with("sluice_store_redis_") || base == "sluice_store_errors_total" {
+            continue;
+        }
+        assert!(
+            exported.contains(name.as_str()),
+            "{name} is not exported: {exported:?}"
+        );
+    }
+    s.stop().await;
+}
