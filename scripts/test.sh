@@ -113,6 +113,8 @@ cargo test --all-targets
 
 section "sluice check config/"
 ./target/debug/sluice check config/
+section "sluice check --requests config/requests.jsonl config/"
+./target/debug/sluice check --requests config/requests.jsonl config/ >/dev/null
 
 if [ -d tests/python ]; then
     section "pytest tests/python"

@@ -1,7 +1,10 @@
-//! Wiring: settings -> store -> limiter -> servers, reloads, and graceful shutdown.
+//! Wiring: settings -> store -> limiter -> servers, metrics, reloads (SIGHUP and config
+//! watching), and graceful shutdown.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -13,28 +16,35 @@ use tonic::transport::server::TcpIncoming;
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::config::{self, ConfigError, ConfigErrors, LoadOptions};
-use crate::limiter::{HeaderNames, Limiter, LimiterOptions};
+use crate::limiter::{HeaderNames, Limiter, LimiterMetrics, LimiterOptions};
+use crate::metrics::{Metrics, MetricsOptions};
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
-use crate::rules::RuleSet;
-use crate::service::http::{self, HttpContext};
+use crate::rules::{content_hash, RuleSet};
+use crate::service::http::{self, DecideFn, HttpContext};
 use crate::service::rls::RlsService;
 use crate::service::ServiceState;
 use crate::settings::{Backend, ClockArg, OnStoreError, RedisArgs, ServeArgs};
 use crate::store::redis::breaker::BreakerOptions;
 use crate::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStatus};
-use crate::store::{FailurePolicy, Fallback, MemoryStore, RedisStore, Store};
+use crate::store::{FailurePolicy, Fallback, MemoryStore, RedisStore, Store, StoreError};
 
 /// How often expired in-memory entries are reclaimed.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// How often `--health-requires-store` looks at the store's state.
+const STORE_HEALTH_EVERY: Duration = Duration::from_millis(500);
 
 /// A running sluice: its bound addresses, and the handles to reload and stop it.
 pub struct Server {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// The extra Prometheus listener (`--prometheus-addr`), if any.
+    pub prometheus_addr: Option<SocketAddr>,
     reload: Arc<dyn Fn() -> bool + Send + Sync>,
     stop: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<()>>,
     redis: Option<RedisStore>,
+    metrics: Arc<Metrics>,
 }
 
 impl Server {
@@ -54,6 +64,11 @@ impl Server {
         self.redis.as_ref().map(RedisStore::status)
     }
 
+    /// The server's metrics (as `/metrics` shows them).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// Waits until both servers have stopped.
     pub async fn wait(self) -> anyhow::Result<()> {
         self.task.await.context("server task failed")?
@@ -68,11 +83,33 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
     let http = TcpListener::bind(args.http_addr)
         .await
         .with_context(|| format!("cannot listen for HTTP on {}", args.http_addr))?;
+    let prometheus = match args.prometheus_addr {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen for Prometheus on {a}"))?,
+        ),
+        None => None,
+    };
+    let listeners = Listeners {
+        grpc,
+        http,
+        prometheus,
+    };
+    let metrics = Arc::new(
+        Metrics::new(&MetricsOptions {
+            otlp_endpoint: args.otlp_endpoint.clone(),
+            max_dynamic_keys: args.metrics_max_keys,
+            near_limit_ratio: args.near_limit_ratio,
+        })
+        .context("cannot set up metrics")?,
+    );
     match args.backend {
         Backend::Memory => {
             let store = Arc::new(MemoryStore::new(args.memory_max_entries));
             spawn_sweeper(store.clone(), clock.clone());
-            run(args, clock, store, grpc, http, None).await
+            watch_memory(&metrics, "primary", &store);
+            run(args, clock, store, listeners, None, metrics).await
         }
         Backend::Redis => {
             // Redis being down is not an error here (the store connects in the background);
@@ -85,13 +122,80 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
                 OnStoreError::Local => {
                     let local = Arc::new(MemoryStore::new(args.memory_max_entries));
                     spawn_sweeper(local.clone(), clock.clone());
+                    watch_memory(&metrics, "fallback", &local);
                     (FailurePolicy::Local, Some(local))
                 }
             };
-            let store = Fallback::new(redis.clone(), policy, local);
-            run(args, clock, store, grpc, http, Some(redis)).await
+            {
+                let r = redis.clone();
+                *metrics
+                    .gauges
+                    .redis
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(move || {
+                    let s = r.status();
+                    (s.connected, s.breaker_open)
+                }));
+            }
+            let errors = metrics.store_errors.clone();
+            let store = Fallback::new(redis.clone(), policy, local).with_error_hook(Arc::new(
+                move |e: &StoreError, policy: FailurePolicy| {
+                    errors.add(
+                        1,
+                        &[
+                            opentelemetry::KeyValue::new("backend", "redis"),
+                            opentelemetry::KeyValue::new("kind", error_kind(e)),
+                            opentelemetry::KeyValue::new("policy", policy_name(policy)),
+                        ],
+                    );
+                },
+            ));
+            run(args, clock, store, listeners, Some(redis), metrics).await
         }
     }
+}
+
+struct Listeners {
+    grpc: TcpListener,
+    http: TcpListener,
+    prometheus: Option<TcpListener>,
+}
+
+/// The `kind` label of a store error.
+fn error_kind(e: &StoreError) -> &'static str {
+    let StoreError::Unavailable { message, .. } = e;
+    if message.starts_with("circuit breaker") {
+        "breaker_open"
+    } else if message.contains("Timeout") || message.contains("timed out") {
+        "timeout"
+    } else if message.starts_with("IO") || message.starts_with("Canceled") {
+        "connection"
+    } else {
+        "other"
+    }
+}
+
+fn policy_name(p: FailurePolicy) -> &'static str {
+    match p {
+        FailurePolicy::Unavailable => "unavailable",
+        FailurePolicy::Allow => "allow",
+        FailurePolicy::Deny => "deny",
+        FailurePolicy::Local => "local",
+    }
+}
+
+/// Exports the size of an in-memory store (held weakly: the gauge ends with the store).
+fn watch_memory(metrics: &Metrics, role: &'static str, store: &Arc<MemoryStore>) {
+    let weak = Arc::downgrade(store);
+    metrics
+        .gauges
+        .memory
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((
+            role,
+            Box::new(move || weak.upgrade().map(|s| s.len() as u64)),
+        ));
 }
 
 fn spawn_sweeper(store: Arc<MemoryStore>, clock: Arc<dyn Clock>) {
@@ -137,12 +241,18 @@ async fn run<S: Store>(
     args: ServeArgs,
     clock: Arc<dyn Clock>,
     store: S,
-    grpc: TcpListener,
-    http: TcpListener,
+    listeners: Listeners,
     redis: Option<RedisStore>,
+    metrics: Arc<Metrics>,
 ) -> anyhow::Result<Server> {
+    let Listeners {
+        grpc,
+        http,
+        prometheus,
+    } = listeners;
     let grpc_addr = grpc.local_addr()?;
     let http_addr = http.local_addr()?;
+    let prometheus_addr = prometheus.as_ref().map(|l| l.local_addr()).transpose()?;
     let opts = LimiterOptions {
         shadow_mode: args.shadow_mode,
         quota_mode: args.quota_mode,
@@ -154,54 +264,106 @@ async fn run<S: Store>(
         }),
         key_prefix: args.key_prefix.clone().into_bytes(),
     };
-    let limiter = Arc::new(Limiter::new(store, clock, opts));
+    let backend = match args.backend {
+        Backend::Memory => "memory",
+        Backend::Redis => "redis",
+    };
+    let limiter = Arc::new(
+        Limiter::new(store, clock.clone(), opts).with_metrics(LimiterMetrics {
+            stats: metrics.stats.clone(),
+            store_duration: metrics.store_duration.clone(),
+            store_attrs: [opentelemetry::KeyValue::new("backend", backend)],
+        }),
+    );
     let (reporter, health) = tonic_health::server::health_reporter();
     let state = Arc::new(ServiceState::new(reporter));
     state.set_draining_if(false).await;
 
-    let reload: Arc<dyn Fn() -> bool + Send + Sync> = {
+    let loader = Arc::new(Loader {
+        paths: args.config.clone(),
+        opts: LoadOptions {
+            merge_domains: args.merge_domains,
+        },
+        last: Mutex::new(None),
+    });
+    // `force`: SIGHUP and `Server::reload` load even when nothing changed; the watcher does
+    // not (it fires on unrelated files too).
+    let reload_with: Arc<dyn Fn(bool) -> bool + Send + Sync> = {
         let limiter = limiter.clone();
         let state = state.clone();
-        let paths = args.config.clone();
-        let opts = LoadOptions {
-            merge_domains: args.merge_domains,
-        };
-        let store_supports = {
-            let limiter = limiter.clone();
-            move |a| limiter.store().supports(a)
-        };
-        Arc::new(move || {
-            match config::load(&paths, opts)
-                .and_then(|rules| unsupported_algorithms(&rules, &store_supports).map(|()| rules))
-            {
-                Ok(rules) => {
+        let metrics = metrics.clone();
+        let clock = clock.clone();
+        Arc::new(move |force| {
+            let outcome = loader.load(force, &|a| limiter.store().supports(a));
+            let now = clock.now();
+            match outcome {
+                None => true,
+                Some(Ok((rules, hash))) => {
                     let domains = rules.domains.len();
                     let files = rules.sources.len();
                     limiter.set_rules(Arc::new(rules));
+                    let generation = state.record_load(format!("{hash:016x}"), now);
+                    metrics
+                        .gauges
+                        .generation
+                        .store(generation, Ordering::Relaxed);
+                    metrics
+                        .config_loads
+                        .add(1, &[opentelemetry::KeyValue::new("result", "success")]);
                     state.mark_config_loaded();
                     if let Ok(rt) = tokio::runtime::Handle::try_current() {
                         let state = state.clone();
                         rt.spawn(async move { state.publish().await });
                     }
-                    tracing::info!(domains, files, "config loaded");
+                    tracing::info!(
+                        domains,
+                        files,
+                        generation,
+                        hash = %format!("{hash:016x}"),
+                        "config loaded"
+                    );
                     true
                 }
-                Err(errors) => {
-                    for e in &errors.0 {
-                        tracing::error!(error = %e, "config rejected; keeping the running rules");
-                    }
+                Some(Err(errors)) => {
+                    metrics
+                        .config_loads
+                        .add(1, &[opentelemetry::KeyValue::new("result", "error")]);
+                    state.record_load_error(errors.to_string(), now);
+                    // One line per load, every error in it (each as file:line:column: message).
+                    tracing::error!(
+                        errors = %errors.0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+                        "config rejected; keeping the running rules"
+                    );
                     false
                 }
             }
         })
     };
-    reload();
+    reload_with(true);
     state.publish().await;
 
     let (stop, stop_rx) = watch::channel(false);
+    if args.watch_config {
+        let r = reload_with.clone();
+        if let Err(e) = crate::watch::spawn(
+            &args.config,
+            Arc::new(move || {
+                r(false);
+            }),
+            stop_rx.clone(),
+        ) {
+            tracing::warn!(error = %e, "cannot watch the config; reload with SIGHUP");
+        }
+    }
+    if let (true, Some(r)) = (args.health_requires_store, &redis) {
+        spawn_store_health(r.clone(), state.clone(), stop_rx.clone());
+    }
+
     let grpc_server = {
         let mut rx = stop_rx.clone();
-        let svc = RateLimitServiceServer::new(RlsService::new(limiter.clone()));
+        let svc = RateLimitServiceServer::new(
+            RlsService::new(limiter.clone()).with_metrics(metrics.clone()),
+        );
         let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
         // Server reflection, so grpcurl and similar tools need no .proto files.
         let reflection = |b: tonic_reflection::server::Builder<'static>| {
@@ -223,32 +385,66 @@ async fn run<S: Store>(
                 let _ = rx.wait_for(|s| *s).await;
             })
     };
+    let decide: Option<DecideFn> = args.json_api.then(|| {
+        let limiter = limiter.clone();
+        let f: DecideFn = Arc::new(move |req, explain| {
+            let limiter = limiter.clone();
+            Box::pin(async move {
+                if explain {
+                    limiter.explain(&req).await
+                } else {
+                    limiter
+                        .should_rate_limit(&req)
+                        .await
+                        .map(|r| (r, Vec::new()))
+                }
+            })
+        });
+        f
+    });
+    let cx = HttpContext {
+        state: state.clone(),
+        rules: {
+            let limiter = limiter.clone();
+            Arc::new(move || limiter.rules())
+        },
+        metrics: Some(metrics.clone()),
+        decide,
+    };
     let http_server = {
         let mut rx = stop_rx.clone();
-        let limiter = limiter.clone();
-        let cx = HttpContext {
-            state: state.clone(),
-            rules: Arc::new(move || limiter.rules()),
-        };
-        axum::serve(http, http::router(cx)).with_graceful_shutdown(async move {
+        axum::serve(http, http::router(cx.clone())).with_graceful_shutdown(async move {
             let _ = rx.wait_for(|s| *s).await;
         })
     };
+    let prometheus_server = prometheus.map(|l| {
+        let mut rx = stop_rx.clone();
+        axum::serve(l, http::metrics_router(cx)).with_graceful_shutdown(async move {
+            let _ = rx.wait_for(|s| *s).await;
+        })
+    });
     let drain_timeout = args.drain_timeout;
     let task = tokio::spawn({
         let state = state.clone();
         let mut rx = stop_rx.clone();
+        let metrics = metrics.clone();
         async move {
             let grpc_task = tokio::spawn(grpc_server);
             let http_task = tokio::spawn(async move { http_server.await });
+            let prom_task = prometheus_server.map(|p| tokio::spawn(async move { p.await }));
             let _ = rx.wait_for(|s| *s).await;
             state.set_draining().await;
             let drained = tokio::time::timeout(drain_timeout, async {
                 let g = grpc_task.await;
                 let h = http_task.await;
+                if let Some(p) = prom_task {
+                    let _ = p.await;
+                }
                 (g, h)
             })
             .await;
+            // A last OTLP push; blocking, so off the async threads.
+            let _ = tokio::task::spawn_blocking(move || metrics.shutdown()).await;
             match drained {
                 Ok((g, h)) => {
                     g.context("gRPC server panicked")?
@@ -264,11 +460,78 @@ async fn run<S: Store>(
     Ok(Server {
         grpc_addr,
         http_addr,
-        reload,
+        prometheus_addr,
+        reload: Arc::new(move || reload_with(true)),
         stop,
         task,
         redis,
+        metrics,
     })
+}
+
+/// Loads the config and remembers what it loaded last.
+struct Loader {
+    paths: Vec<PathBuf>,
+    opts: LoadOptions,
+    /// Fingerprint of the files at the last attempt (good or bad). The lock also keeps two
+    /// reloads (SIGHUP and the watcher) from running at once.
+    last: Mutex<Option<u64>>,
+}
+
+type Loaded = Result<(RuleSet, u64), ConfigErrors>;
+
+impl Loader {
+    /// `None` when not forced and the files are as at the last attempt.
+    fn load(&self, force: bool, supports: &dyn Fn(Algorithm) -> bool) -> Option<Loaded> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let (files, mut errors) = config::files::read_all(&self.paths);
+        let mut fp = Vec::new();
+        for f in &files {
+            fp.extend_from_slice(f.path.as_bytes());
+            fp.push(0);
+            fp.extend_from_slice(&content_hash(f.content.as_bytes()).to_le_bytes());
+        }
+        for e in &errors {
+            fp.extend_from_slice(e.to_string().as_bytes());
+        }
+        let fingerprint = content_hash(&fp);
+        if !force && *last == Some(fingerprint) {
+            return None;
+        }
+        *last = Some(fingerprint);
+        let compiled = match config::compile(&files, self.opts) {
+            Ok(rules) if errors.is_empty() => {
+                unsupported_algorithms(&rules, &supports).map(|()| rules)
+            }
+            Ok(_) => Err(ConfigErrors(std::mem::take(&mut errors))),
+            Err(ConfigErrors(more)) => {
+                errors.extend(more);
+                Err(ConfigErrors(errors))
+            }
+        };
+        Some(compiled.map(|rules| (rules, fingerprint)))
+    }
+}
+
+/// With `--health-requires-store`: NOT_SERVING while Redis is down or its breaker open.
+fn spawn_store_health(
+    redis: RedisStore,
+    state: Arc<ServiceState>,
+    mut stop: watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(STORE_HEALTH_EVERY);
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tick.tick() => {}
+            }
+            let s = redis.status();
+            if state.set_store_ok(s.connected && !s.breaker_open) {
+                state.publish().await;
+            }
+        }
+    });
 }
 
 /// Rejects a rule set that uses an algorithm the store cannot decide (the Redis store does not

@@ -8,11 +8,15 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
+use opentelemetry::metrics::Histogram;
+use opentelemetry::KeyValue;
+use tracing::Instrument;
 
 use crate::algorithm::{distinct, Algorithm, Ask, Calendar, Limit};
-use crate::clock::Clock;
+use crate::clock::{monotonic, Clock};
 use crate::model::{Descriptor, Micros, Request, Unit, MICROS_PER_MILLI, MICROS_PER_SEC};
-use crate::rules::{Match, Rule, RuleKind, RuleLimit, RuleSet, Step};
+use crate::rules::{Domain, Match, Rule, RuleKind, RuleLimit, RuleSet, Step};
+use crate::stats::{self, Observation, RuleCounters, StatsRegistry};
 use crate::store::{key, Charge, Check, Store, StoreError, Verdict};
 
 /// Names of the `RateLimit-*` response headers.
@@ -109,6 +113,53 @@ pub struct Response {
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
+/// How one descriptor was decided, for `POST /json?explain=true` and `sluice check --requests`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Explanation {
+    /// `rule` (a configured limit), `unlimited`, `override` (the request's own limit),
+    /// `replaced` (another matched rule `replaces` it) or `no_rule`.
+    pub matched: &'static str,
+    /// The matched rule's key (`domain.key_value.key2`) and where it is defined.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The key its statistics are counted under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats_key: Option<String>,
+    /// One per limit checked (several with `rate_limits`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<LimitExplanation>,
+    /// The descriptor's status code (`OK` or `OVER_LIMIT`).
+    pub code: &'static str,
+}
+
+/// One limit of a descriptor: its storage key and the state the store reported.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct LimitExplanation {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The storage key (bytes outside printable UTF-8 escaped).
+    pub key: String,
+    pub algorithm: &'static str,
+    pub requests_per_unit: u32,
+    pub unit: &'static str,
+    pub window_ms: i64,
+    pub hits: u64,
+    pub allowed: bool,
+    pub remaining: u64,
+    pub reset_ms: i64,
+    /// Whether this request's hits were counted.
+    pub charged: bool,
+}
+
+/// Metrics the limiter records (see [`crate::metrics`]).
+pub struct LimiterMetrics {
+    pub stats: Arc<StatsRegistry>,
+    pub store_duration: Histogram<f64>,
+    pub store_attrs: [KeyValue; 1],
+}
+
 /// What one descriptor resolved to.
 enum Resolved<'r> {
     NoLimit,
@@ -116,6 +167,8 @@ enum Resolved<'r> {
     Limited {
         rule: Option<&'r Arc<Rule>>,
         steps: Vec<Step<'r>>,
+        /// [`Match::value_to_metric`].
+        value_to_metric: u64,
         /// Every one must allow the request (one unless `rate_limits`).
         limits: Vec<RuleLimit>,
         /// The limits come from `rate_limits`: their names are part of their storage keys.
@@ -123,8 +176,8 @@ enum Resolved<'r> {
     },
 }
 
-impl Resolved<'_> {
-    fn rule(&self) -> Option<&Arc<Rule>> {
+impl<'r> Resolved<'r> {
+    fn rule(&self) -> Option<&'r Arc<Rule>> {
         match self {
             Resolved::NoLimit => None,
             Resolved::Unlimited(r) => Some(r),
@@ -138,6 +191,7 @@ pub struct Limiter<S> {
     store: S,
     clock: Arc<dyn Clock>,
     opts: LimiterOptions,
+    metrics: Option<LimiterMetrics>,
 }
 
 impl<S: Store> Limiter<S> {
@@ -147,7 +201,14 @@ impl<S: Store> Limiter<S> {
             store,
             clock,
             opts,
+            metrics: None,
         }
+    }
+
+    /// Records per-rule statistics and store latency.
+    pub fn with_metrics(mut self, metrics: LimiterMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Publishes a new rule set in one atomic swap; requests in flight finish on the old one.
@@ -168,11 +229,37 @@ impl<S: Store> Limiter<S> {
     }
 
     pub async fn should_rate_limit(&self, req: &Request) -> Result<Response, LimitError> {
+        self.decide(req, None).await
+    }
+
+    /// Decides `req` (charging it, as [`Self::should_rate_limit`]) and tells how each
+    /// descriptor was decided.
+    pub async fn explain(&self, req: &Request) -> Result<(Response, Vec<Explanation>), LimitError> {
+        let mut out = Vec::new();
+        let r = self.decide(req, Some(&mut out)).await?;
+        Ok((r, out))
+    }
+
+    async fn decide(
+        &self,
+        req: &Request,
+        mut explain: Option<&mut Vec<Explanation>>,
+    ) -> Result<Response, LimitError> {
         let rules = self
             .rules
             .load_full()
             .ok_or_else(|| LimitError::Unavailable("no rate limit configuration loaded".into()))?;
         let Some(domain) = rules.domain(&req.domain) else {
+            if let Some(out) = explain.as_deref_mut() {
+                out.extend(req.descriptors.iter().map(|_| Explanation {
+                    matched: "no_rule",
+                    rule: None,
+                    source: None,
+                    stats_key: None,
+                    limits: Vec::new(),
+                    code: "OK",
+                }));
+            }
             return Ok(Response {
                 overall: Code::Ok,
                 statuses: req.descriptors.iter().map(|_| Status::no_limit()).collect(),
@@ -196,6 +283,12 @@ impl<S: Store> Limiter<S> {
             .enumerate()
             .map(|(i, d)| resolve(domain.find(&d.entries), d, i))
             .collect::<Result<_, _>>()?;
+        // What matched before `replaces`, for an explanation.
+        let matched: Vec<Option<&Arc<Rule>>> = if explain.is_some() {
+            resolved.iter().map(|r| r.rule()).collect()
+        } else {
+            Vec::new()
+        };
         apply_replaces(&mut resolved);
 
         // Build the storage keys first, then borrow them into the checks.
@@ -213,6 +306,7 @@ impl<S: Store> Limiter<S> {
                 steps,
                 limits,
                 named,
+                ..
             } = r
             else {
                 continue;
@@ -279,7 +373,19 @@ impl<S: Store> Limiter<S> {
         let verdicts = if checks.is_empty() {
             Vec::new()
         } else {
-            self.store.decide(&checks, self.clock.now()).await?
+            let started = monotonic();
+            let span =
+                tracing::trace_span!(target: "sluice::otel", "store.decide", checks = checks.len());
+            let result = self
+                .store
+                .decide(&checks, self.clock.now())
+                .instrument(span)
+                .await;
+            if let Some(m) = &self.metrics {
+                m.store_duration
+                    .record(started.elapsed().as_secs_f64(), &m.store_attrs);
+            }
+            result?
         };
 
         let mut statuses: Vec<Status> = resolved
@@ -297,10 +403,70 @@ impl<S: Store> Limiter<S> {
             let pick = from + reported(&verdicts[from..to]);
             let limit = specs[pick].1;
             statuses[i] = status_of(&verdicts[pick], limit, limit.name.clone());
-            if resolved[i].rule().is_some_and(|r| r.shadow_mode) {
+            let shadow = resolved[i].rule().is_some_and(|r| r.shadow_mode);
+            if shadow {
                 statuses[i].code = Code::Ok;
             }
+            let d = &req.descriptors[i];
+            if let (Some(m), false) = (&self.metrics, d.refund) {
+                let v = &verdicts[pick];
+                let counters = counters_of(&m.stats, domain, &resolved[i], d);
+                m.stats.record(
+                    &counters,
+                    Observation {
+                        hits: d.hits,
+                        limit: limit.limit.requests,
+                        allowed: v.allowed,
+                        charged: v.charged,
+                        remaining: v.remaining,
+                        shadow,
+                    },
+                );
+            }
             from = to;
+        }
+        if let Some(out) = explain {
+            for (i, r) in resolved.iter().enumerate() {
+                let d = &req.descriptors[i];
+                let limits = specs
+                    .iter()
+                    .zip(&keys)
+                    .zip(&verdicts)
+                    .filter(|((s, _), _)| s.0 == i)
+                    .map(|((s, k), v)| LimitExplanation {
+                        name: s.1.name.clone(),
+                        key: crate::model::display_bytes(k),
+                        algorithm: s.1.limit.algorithm.as_str(),
+                        requests_per_unit: s.1.requests_per_unit,
+                        unit: s.1.unit.as_str(),
+                        window_ms: s.1.limit.window / MICROS_PER_MILLI,
+                        hits: d.hits,
+                        allowed: v.allowed,
+                        remaining: v.remaining,
+                        reset_ms: ceil_millis(v.reset) / MICROS_PER_MILLI,
+                        charged: v.charged,
+                    })
+                    .collect();
+                let rule = matched.get(i).copied().flatten();
+                let kind = match r {
+                    Resolved::Limited { rule: None, .. } => "override",
+                    Resolved::Limited { .. } => "rule",
+                    Resolved::Unlimited(_) => "unlimited",
+                    Resolved::NoLimit if rule.is_some() => "replaced",
+                    Resolved::NoLimit => "no_rule",
+                };
+                out.push(Explanation {
+                    matched: kind,
+                    rule: rule.map(|r| r.full_key.clone()),
+                    source: rule.map(|r| r.position.to_string()),
+                    stats_key: stats_key_of(domain, r, d),
+                    limits,
+                    code: match statuses[i].code {
+                        Code::Ok => "OK",
+                        Code::OverLimit => "OVER_LIMIT",
+                    },
+                });
+            }
         }
 
         // Only limited descriptors take part in quota mode (as in the store's admission).
@@ -378,6 +544,7 @@ fn resolve<'r>(
                 charge: base.and_then(|b| b.charge),
             }],
             steps: m.map(|m| m.steps).unwrap_or_default(),
+            value_to_metric: 0,
             named: false,
         });
     }
@@ -388,17 +555,70 @@ fn resolve<'r>(
             RuleKind::Limited(limit) => Resolved::Limited {
                 rule: Some(m.rule),
                 steps: m.steps,
+                value_to_metric: m.value_to_metric,
                 limits: vec![limit.clone()],
                 named: false,
             },
             RuleKind::Several(limits) => Resolved::Limited {
                 rule: Some(m.rule),
                 steps: m.steps,
+                value_to_metric: m.value_to_metric,
                 limits: limits.clone(),
                 named: true,
             },
         },
     })
+}
+
+/// The stats key of a limited descriptor (see [`crate::stats`]).
+fn stats_key_of(domain: &Domain, r: &Resolved<'_>, d: &Descriptor) -> Option<String> {
+    match r {
+        Resolved::Limited {
+            rule: Some(rule),
+            steps,
+            value_to_metric,
+            ..
+        } => Some(if rule.stats_dynamic {
+            stats::dynamic_key(
+                &domain.name,
+                &d.entries,
+                steps,
+                *value_to_metric,
+                rule.detailed_metric,
+            )
+        } else {
+            rule.full_key.clone()
+        }),
+        Resolved::Limited { rule: None, .. } => Some(stats::override_key(&domain.name, &d.entries)),
+        _ => None,
+    }
+}
+
+/// The counters of a limited descriptor: cached on its rule unless its key depends on the
+/// request, then looked up (capped) by key.
+fn counters_of(
+    stats: &StatsRegistry,
+    domain: &Domain,
+    r: &Resolved<'_>,
+    d: &Descriptor,
+) -> Arc<RuleCounters> {
+    match r {
+        Resolved::Limited {
+            rule: Some(rule), ..
+        } if !rule.stats_dynamic => stats.of_rule(&domain.name, rule),
+        Resolved::Limited {
+            rule: Some(rule), ..
+        } => {
+            let key = stats_key_of(domain, r, d).unwrap_or_default();
+            stats.dynamic(&domain.name, &key, || stats.of_rule(&domain.name, rule))
+        }
+        _ => {
+            let key = stats_key_of(domain, r, d).unwrap_or_default();
+            stats.dynamic(&domain.name, &key, || {
+                stats.fixed(&domain.name, &format!("{}.overflow", domain.name))
+            })
+        }
+    }
 }
 
 /// Which of a descriptor's verdicts its status reports: the rejecting limit with the longest

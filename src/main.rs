@@ -1,22 +1,42 @@
-//! The `sluice` binary: parses the command line and runs a subcommand.
+//! The `sluice` binary: parses the command line (and envoyproxy/ratelimit's environment
+//! variables), sets up logs and traces, and runs a subcommand.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
+use opentelemetry::trace::TracerProvider;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
 
 use sluice::clock::SystemClock;
 use sluice::config::{self, LoadOptions};
 use sluice::settings::{CheckArgs, Cli, Command, LogArgs, LogFormat, ServeArgs};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match cli.command {
         Command::Check(args) => check(&args),
-        Command::Serve(args) => {
-            init_logging(&args.log);
+        Command::Serve(mut args) => {
+            let notes = match matches
+                .subcommand_matches("serve")
+                .map(|m| sluice::ratelimit_env::apply(&mut args, m, &|k| std::env::var(k).ok()))
+            {
+                Some(Ok(notes)) => notes,
+                Some(Err(e)) => {
+                    eprintln!("sluice: {e}");
+                    return ExitCode::FAILURE;
+                }
+                None => Vec::new(),
+            };
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -27,7 +47,26 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match rt.block_on(serve(args)) {
+            // The OTLP exporter needs the runtime to exist.
+            let tracer = {
+                let _guard = rt.enter();
+                match init_logging(&args.log, args.otlp_endpoint.as_deref()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("sluice: {e:#}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            };
+            for note in notes {
+                tracing::info!("envoyproxy/ratelimit setting {note}");
+            }
+            let result = rt.block_on(serve(args));
+            if let Some(t) = tracer {
+                // Exports the last spans (the runtime still drives the connection).
+                let _ = t.shutdown();
+            }
+            match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -45,6 +84,9 @@ fn check(args: &CheckArgs) -> ExitCode {
     };
     match config::load(&args.paths, opts) {
         Ok(rules) => {
+            if let Some(path) = &args.requests {
+                return dry_run(rules, path, args.json);
+            }
             for (domain, n) in rules.rule_counts() {
                 let files: Vec<&str> = rules
                     .sources
@@ -68,11 +110,43 @@ fn check(args: &CheckArgs) -> ExitCode {
     }
 }
 
+fn dry_run(rules: sluice::rules::RuleSet, path: &std::path::Path, json: bool) -> ExitCode {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("sluice: cannot read {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(sluice::dry_run::run(rules, &text, json)) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sluice: {}: {e}", path.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let server = sluice::app::start(args, Arc::new(SystemClock)).await?;
-    tracing::info!(grpc = %server.grpc_addr, http = %server.http_addr, "sluice serving");
+    tracing::info!(
+        grpc = %server.grpc_addr,
+        http = %server.http_addr,
+        prometheus = %server.prometheus_addr.map(|a| a.to_string()).unwrap_or_default(),
+        "sluice serving"
+    );
     loop {
         tokio::select! {
             _ = term.recv() => break,
@@ -85,14 +159,45 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     server.wait().await
 }
 
-fn init_logging(args: &LogArgs) {
+/// Logs to stderr per `--log-level` / `--log-format`; with an OTLP endpoint, also exports the
+/// request spans (target `sluice::otel`, TRACE, so they cost nothing when tracing is off).
+fn init_logging(
+    args: &LogArgs,
+    otlp_endpoint: Option<&str>,
+) -> anyhow::Result<Option<SdkTracerProvider>> {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match args.log_format {
+        LogFormat::Json => fmt.json().with_filter(filter).boxed(),
+        LogFormat::Text => fmt.with_filter(filter).boxed(),
+    };
+    let provider = match otlp_endpoint {
+        None => None,
+        Some(endpoint) => {
+            use opentelemetry_otlp::WithExportConfig;
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint)
+                .build()
+                .context("cannot set up OTLP trace export")?;
+            // OTEL_BSP_* and OTEL_TRACES_SAMPLER* apply.
+            Some(
+                SdkTracerProvider::builder()
+                    .with_resource(sluice::metrics::resource())
+                    .with_batch_exporter(exporter)
+                    .build(),
+            )
+        }
+    };
+    let otel = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer("sluice"))
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("sluice::otel", tracing::Level::TRACE),
+            )
+    });
+    tracing_subscriber::registry().with(fmt).with(otel).init();
+    Ok(provider)
 }

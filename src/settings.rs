@@ -1,10 +1,12 @@
-//! The command line: every flag also reads an environment variable (`SLUICE_*`).
+//! The command line: every flag also reads an environment variable (`SLUICE_*`); the
+//! environment variables of envoyproxy/ratelimit are mapped onto it by
+//! [`crate::ratelimit_env`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -72,15 +74,20 @@ pub enum LogFormat {
 pub struct ServeArgs {
     /// A YAML config file, or a directory whose *.yaml / *.yml files are loaded (dot-files and
     /// Kubernetes `..data` entries skipped). Repeat for several; SLUICE_CONFIG takes a
-    /// comma-separated list.
+    /// comma-separated list. Required, unless envoyproxy/ratelimit's RUNTIME_ROOT /
+    /// RUNTIME_SUBDIRECTORY / RUNTIME_APPDIRECTORY name the directory.
     #[arg(
         long = "config",
         value_name = "PATH",
         env = "SLUICE_CONFIG",
-        value_delimiter = ',',
-        required = true
+        value_delimiter = ','
     )]
     pub config: Vec<PathBuf>,
+
+    /// Reload when a config file or directory changes (Kubernetes ConfigMap updates
+    /// included). SIGHUP reloads either way.
+    #[arg(long, env = "SLUICE_WATCH_CONFIG", default_value_t = true, action = ArgAction::Set, value_name = "BOOL")]
+    pub watch_config: bool,
 
     /// Address of the gRPC listener (RLS and grpc.health.v1).
     #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
@@ -145,6 +152,37 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub redis: RedisArgs,
+
+    /// `near_limit` counts hits above this share of a limit (envoyproxy/ratelimit's
+    /// NEAR_LIMIT_RATIO).
+    #[arg(long, env = "SLUICE_NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
+    pub near_limit_ratio: f32,
+
+    /// Most per-rule stats keys built from request values (`detailed_metric`,
+    /// `value_to_metric`, limit overrides); past it, hits count on the rule's own key.
+    #[arg(long, env = "SLUICE_METRICS_MAX_KEYS", default_value_t = 10_000)]
+    pub metrics_max_keys: usize,
+
+    /// Push metrics and traces over OTLP/gRPC to this endpoint (e.g. http://collector:4317);
+    /// the standard OTEL_* variables apply (OTEL_EXPORTER_OTLP_ENDPOINT alone also turns it on).
+    #[arg(long, env = "SLUICE_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+
+    /// Also serve /metrics on this address (envoyproxy/ratelimit's PROMETHEUS_ADDR); it is
+    /// always on the HTTP port.
+    #[arg(long, env = "SLUICE_PROMETHEUS_ADDR", value_name = "ADDR")]
+    pub prometheus_addr: Option<SocketAddr>,
+
+    /// Enable `POST /json` on the HTTP port (the RLS API in JSON, with ?explain=true). Off by
+    /// default: whoever reaches it can spend quota.
+    #[arg(long, env = "SLUICE_JSON_API")]
+    pub json_api: bool,
+
+    /// Report NOT_SERVING while the Redis store is disconnected or its breaker is open. Off by
+    /// default: a store outage is the failure policy's business, and failing health would
+    /// restart or unready every replica at once.
+    #[arg(long, env = "SLUICE_HEALTH_REQUIRES_STORE")]
+    pub health_requires_store: bool,
 
     /// How long SIGTERM waits for in-flight requests before exiting anyway.
     #[arg(long, env = "SLUICE_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
@@ -213,6 +251,15 @@ pub struct CheckArgs {
     /// Merge files that name the same domain.
     #[arg(long, env = "SLUICE_MERGE_DOMAINS")]
     pub merge_domains: bool,
+
+    /// Run the requests in FILE (JSON, as `POST /json` takes them: one per line, or a JSON
+    /// array) against the config on a fresh in-memory store, and print each decision.
+    #[arg(long, value_name = "FILE")]
+    pub requests: Option<PathBuf>,
+
+    /// With --requests: answer as JSON lines instead of text.
+    #[arg(long, requires = "requests")]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -224,6 +271,16 @@ pub struct LogArgs {
     /// Log line format.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+/// A ratio between 0 and 1.
+pub fn parse_ratio(s: &str) -> Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "invalid ratio '{s}' (expected a number from 0 to 1)"
+        )),
+    }
 }
 
 /// `250ms`, `10s`, `2m`, `1h`, or a bare number of seconds.

@@ -50,6 +50,7 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
         let mut cx = Cx {
             file: &file.path,
             errors: &mut errors,
+            value_to_metric_above: false,
         };
         let Some(domain) = raw
             .domain
@@ -157,6 +158,8 @@ fn friendlier(msg: &str) -> String {
 struct Cx<'a> {
     file: &'a Arc<str>,
     errors: &'a mut Vec<ConfigError>,
+    /// A descriptor on the current path has `value_to_metric`.
+    value_to_metric_above: bool,
 }
 
 impl Cx<'_> {
@@ -219,6 +222,8 @@ impl Cx<'_> {
             self.err(p, "metadata must be a map of key: value");
         }
 
+        let above = self.value_to_metric_above;
+        self.value_to_metric_above |= d.value_to_metric;
         let rule = match (&d.rate_limit, &d.rate_limits) {
             (Some(_), Some(list)) => {
                 let p = self.at(list);
@@ -237,10 +242,12 @@ impl Cx<'_> {
         let mut node = Node {
             rule,
             children: HashMap::new(),
+            value_to_metric: d.value_to_metric,
         };
         if let Some(children) = &d.descriptors {
             self.descriptors(&mut node, &full_key, children);
         }
+        self.value_to_metric_above = above;
 
         let branch: &mut Branch = parent.children.entry(key.as_bytes().into()).or_default();
         let duplicate = match (&value, pattern) {
@@ -338,6 +345,8 @@ impl Cx<'_> {
             quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
             value_to_metric: d.value_to_metric,
+            stats_dynamic: d.detailed_metric || self.value_to_metric_above,
+            stats: Default::default(),
             metadata: d.metadata.as_ref().map(|m| m.value.clone()),
             position: pos,
         })
@@ -425,6 +434,8 @@ impl Cx<'_> {
             quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
             value_to_metric: d.value_to_metric,
+            stats_dynamic: d.detailed_metric || self.value_to_metric_above,
+            stats: Default::default(),
             metadata: d.metadata.as_ref().map(|m| m.value.clone()),
             position: pos,
         })

@@ -9,7 +9,7 @@ pub mod dump;
 pub mod pattern;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::algorithm::Limit;
 use crate::config::Position;
@@ -48,6 +48,9 @@ pub struct Domain {
 pub struct Node {
     pub rule: Option<Arc<Rule>>,
     pub children: HashMap<Box<[u8]>, Branch>,
+    /// `value_to_metric` of the descriptor at this node: a wildcard or default match here puts
+    /// the request's value in the stats key (envoyproxy/ratelimit's per-level rule).
+    pub value_to_metric: bool,
 }
 
 /// The nodes under one descriptor key at one level.
@@ -78,6 +81,12 @@ pub struct Rule {
     pub quota_mode: bool,
     pub detailed_metric: bool,
     pub value_to_metric: bool,
+    /// The stats key depends on request values (`detailed_metric` here, or `value_to_metric`
+    /// on the path); otherwise it is `full_key`.
+    pub stats_dynamic: bool,
+    /// The counters of `full_key`, resolved on first use so the request path does not look
+    /// them up by name (see [`crate::stats`]).
+    pub stats: OnceLock<Arc<crate::stats::RuleCounters>>,
     pub metadata: Option<serde_json::Value>,
     pub position: Position,
 }
@@ -131,6 +140,8 @@ pub enum Step<'r> {
 pub struct Match<'r> {
     pub rule: &'r Arc<Rule>,
     pub steps: Vec<Step<'r>>,
+    /// Bit `i` set: the node matched by entry `i` (below 64) has `value_to_metric`.
+    pub value_to_metric: u64,
 }
 
 impl RuleSet {
@@ -146,6 +157,7 @@ impl Domain {
     pub fn find<'r>(&'r self, entries: &[Entry]) -> Option<Match<'r>> {
         let mut children = &self.root.children;
         let mut steps = Vec::with_capacity(entries.len());
+        let mut value_to_metric = 0u64;
         for (i, e) in entries.iter().enumerate() {
             let branch = children.get(&e.key[..])?;
             let (node, step) = if let Some(n) = branch.exact.get(&e.value[..]) {
@@ -168,8 +180,15 @@ impl Domain {
                 return None;
             };
             steps.push(step);
+            if node.value_to_metric && i < 64 {
+                value_to_metric |= 1 << i;
+            }
             if i + 1 == entries.len() {
-                return node.rule.as_ref().map(|rule| Match { rule, steps });
+                return node.rule.as_ref().map(|rule| Match {
+                    rule,
+                    steps,
+                    value_to_metric,
+                });
             }
             if node.children.is_empty() {
                 return None;

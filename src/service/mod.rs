@@ -1,8 +1,11 @@
 //! The network faces of sluice: the Envoy RLS gRPC service, gRPC health, and the HTTP side
-//! port. Thin: they convert between wire formats and the model and hold no policy.
+//! port (with the admin API). Thin: they convert between wire formats and the model and hold
+//! no policy.
 
 pub mod convert;
 pub mod http;
+pub mod json;
+pub mod propagation;
 pub mod rls;
 pub mod state;
 

@@ -3,26 +3,40 @@
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::convert;
+use super::{convert, propagation};
+use crate::clock::monotonic;
 use crate::limiter::{LimitError, Limiter};
+use crate::metrics::Metrics;
+use crate::proto::rate_limit_response::Code as ProtoCode;
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::Store;
 
 pub struct RlsService<S> {
     limiter: Arc<Limiter<S>>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl<S> RlsService<S> {
     pub fn new(limiter: Arc<Limiter<S>>) -> Self {
-        RlsService { limiter }
+        RlsService {
+            limiter,
+            metrics: None,
+        }
+    }
+
+    /// Counts requests and their latency by result code.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 }
 
-#[tonic::async_trait]
-impl<S: Store> RateLimitService for RlsService<S> {
-    async fn should_rate_limit(
+impl<S: Store> RlsService<S> {
+    async fn answer(
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
@@ -33,6 +47,7 @@ impl<S: Store> RateLimitService for RlsService<S> {
             .and_then(|v| v.to_str().ok())
             .and_then(convert::grpc_timeout);
         let req = convert::request(request.into_inner()).map_err(Status::invalid_argument)?;
+        tracing::Span::current().record("domain", req.domain.as_str());
         let work = self.limiter.should_rate_limit(&req);
         let result = match deadline {
             Some(d) => tokio::time::timeout(d, work).await.map_err(|_| {
@@ -47,5 +62,64 @@ impl<S: Store> RateLimitService for RlsService<S> {
             Err(LimitError::Unavailable(m)) => Err(Status::unavailable(m)),
             Err(LimitError::Store(e)) => Err(Status::unavailable(e.to_string())),
         }
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> RateLimitService for RlsService<S> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = monotonic();
+        // TRACE level under its own target: free unless OTLP tracing is on (see main.rs).
+        let span = tracing::trace_span!(
+            target: "sluice::otel",
+            "ShouldRateLimit",
+            otel.kind = "server",
+            rpc.system = "grpc",
+            rpc.service = "envoy.service.ratelimit.v3.RateLimitService",
+            rpc.method = "ShouldRateLimit",
+            domain = tracing::field::Empty,
+            code = tracing::field::Empty,
+        );
+        if !span.is_disabled() {
+            let _ = span.set_parent(propagation::extract(request.metadata()));
+        }
+        let result = self.answer(request).instrument(span.clone()).await;
+        let code = match &result {
+            Ok(r) if r.get_ref().overall_code == ProtoCode::OverLimit as i32 => "OVER_LIMIT",
+            Ok(_) => "OK",
+            Err(s) => grpc_code_name(s.code()),
+        };
+        span.record("code", code);
+        if let Some(m) = &self.metrics {
+            m.rpc("ShouldRateLimit", code, started.elapsed().as_secs_f64());
+        }
+        result
+    }
+}
+
+/// The canonical name of a gRPC status code, for metric labels.
+pub fn grpc_code_name(c: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match c {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
     }
 }

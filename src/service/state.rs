@@ -1,16 +1,36 @@
-//! Readiness shared by gRPC health and the HTTP `/healthcheck`.
+//! Readiness shared by gRPC health and the HTTP `/healthcheck`, and the status of config
+//! loads shown by `/rlconfig`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+use crate::model::Micros;
+
 /// The service names gRPC health answers for.
 pub const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
+
+/// What the last config loads did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfigStatus {
+    /// Rule sets loaded so far; the one in use is the latest (0: none yet).
+    pub generation: u64,
+    /// Content hash of the rule set in use (over every file's path and content).
+    pub hash: Option<String>,
+    /// When the rule set in use was loaded.
+    pub loaded_at: Option<Micros>,
+    /// When the last load failed and why (cleared by the next good load).
+    pub last_error: Option<(Micros, String)>,
+}
 
 pub struct ServiceState {
     config_loaded: AtomicBool,
     draining: AtomicBool,
+    /// Readiness also requires the store (`--health-requires-store`); true otherwise.
+    store_ok: AtomicBool,
+    config: Mutex<ConfigStatus>,
     health: HealthReporter,
 }
 
@@ -19,18 +39,51 @@ impl ServiceState {
         ServiceState {
             config_loaded: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            store_ok: AtomicBool::new(true),
+            config: Mutex::new(ConfigStatus::default()),
             health,
         }
     }
 
     /// Serving once a config is loaded, until shutdown starts.
     pub fn is_serving(&self) -> bool {
-        self.config_loaded.load(Ordering::SeqCst) && !self.draining.load(Ordering::SeqCst)
+        self.config_loaded.load(Ordering::SeqCst)
+            && !self.draining.load(Ordering::SeqCst)
+            && self.store_ok.load(Ordering::SeqCst)
     }
 
     /// Records that a config is loaded; [`Self::publish`] tells gRPC health.
     pub fn mark_config_loaded(&self) {
         self.config_loaded.store(true, Ordering::SeqCst);
+    }
+
+    /// Records a good load; returns its generation.
+    pub fn record_load(&self, hash: String, at: Micros) -> u64 {
+        let mut c = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        c.generation += 1;
+        c.hash = Some(hash);
+        c.loaded_at = Some(at);
+        c.last_error = None;
+        c.generation
+    }
+
+    /// Records a failed load (the rules in use stay).
+    pub fn record_load_error(&self, error: String, at: Micros) {
+        let mut c = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        c.last_error = Some((at, error));
+    }
+
+    pub fn config_status(&self) -> ConfigStatus {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Sets whether the store is usable (only consulted with `--health-requires-store`);
+    /// true when it changed.
+    pub fn set_store_ok(&self, ok: bool) -> bool {
+        self.store_ok.swap(ok, Ordering::SeqCst) != ok
     }
 
     /// Publishes NOT_SERVING before anything else happens (tonic-health's default is SERVING).

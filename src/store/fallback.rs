@@ -20,11 +20,16 @@ pub enum FailurePolicy {
     Local,
 }
 
+/// Told of every failure of the primary store, with the policy that answers instead (for
+/// metrics).
+pub type ErrorHook = Arc<dyn Fn(&StoreError, FailurePolicy) + Send + Sync>;
+
 /// A store that applies a [`FailurePolicy`] when `primary` fails.
 pub struct Fallback<S> {
     primary: S,
     policy: FailurePolicy,
     local: Option<Arc<MemoryStore>>,
+    on_error: Option<ErrorHook>,
 }
 
 impl<S: Store> Fallback<S> {
@@ -35,7 +40,14 @@ impl<S: Store> Fallback<S> {
             primary,
             policy,
             local,
+            on_error: None,
         }
+    }
+
+    /// Calls `hook` on every failure of the primary store.
+    pub fn with_error_hook(mut self, hook: ErrorHook) -> Self {
+        self.on_error = Some(hook);
+        self
     }
 
     pub fn primary(&self) -> &S {
@@ -51,6 +63,9 @@ impl<S: Store> Fallback<S> {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
+        if let Some(hook) = &self.on_error {
+            hook(&err, self.policy);
+        }
         let until_end = |c: &Check<'_>| (c.limit.frame(now).window_end - now).max(0);
         match (self.policy, &self.local) {
             (FailurePolicy::Allow, _) => Ok(checks

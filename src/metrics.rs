@@ -1,0 +1,281 @@
+//! OpenTelemetry metrics of one server: the per-rule counters of [`crate::stats`] and the
+//! service's own instruments, read through a Prometheus registry (`/metrics`) and, with
+//! `--otlp-endpoint`, pushed over OTLP/gRPC (the standard `OTEL_*` variables apply).
+//!
+//! Each server owns its meter provider (nothing global), so tests can run several servers in
+//! one process.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::metrics::{Instrument, PeriodicReader, SdkMeterProvider, Stream};
+use opentelemetry_sdk::Resource;
+use prometheus::{Encoder, TextEncoder};
+
+use crate::stats::{StatsRegistry, COUNTER_NAMES};
+
+/// Latency buckets, in seconds: a rate-limit decision should take well under Envoy's 20 ms.
+const LATENCY_BUCKETS: [f64; 13] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
+];
+
+/// How the metrics are set up.
+#[derive(Clone, Debug)]
+pub struct MetricsOptions {
+    /// Push over OTLP/gRPC to this endpoint (e.g. `http://collector:4317`).
+    pub otlp_endpoint: Option<String>,
+    /// Most stats keys built from request values (`detailed_metric`, `value_to_metric`).
+    pub max_dynamic_keys: usize,
+    /// `near_limit` counts hits above this share of a limit.
+    pub near_limit_ratio: f32,
+}
+
+/// Reads a gauge value; `None` when its source is gone.
+pub type ReadU64 = Box<dyn Fn() -> Option<u64> + Send + Sync>;
+
+/// Reads the Redis state: (connected, breaker open).
+pub type ReadRedis = Box<dyn Fn() -> (bool, bool) + Send + Sync>;
+
+/// Values the gauges read at collection time, set by the wiring.
+#[derive(Default)]
+pub struct GaugeSources {
+    /// The number of the rule set in use (0 before the first good config).
+    pub generation: AtomicU64,
+    /// Entries of each in-memory store, by role (`primary`, `fallback`).
+    pub memory: Mutex<Vec<(&'static str, ReadU64)>>,
+    /// Redis connection state: (connected, breaker open).
+    pub redis: Mutex<Option<ReadRedis>>,
+}
+
+/// The instruments of one server.
+pub struct Metrics {
+    provider: SdkMeterProvider,
+    registry: prometheus::Registry,
+    pub stats: Arc<StatsRegistry>,
+    pub gauges: Arc<GaugeSources>,
+    /// `sluice.rpc.requests` {method, code}.
+    pub rpc_requests: Counter<u64>,
+    /// `sluice.rpc.duration` (s) {method, code}.
+    pub rpc_duration: Histogram<f64>,
+    /// `sluice.store.duration` (s) {backend}.
+    pub store_duration: Histogram<f64>,
+    /// `sluice.store.errors` {backend, kind, policy}.
+    pub store_errors: Counter<u64>,
+    /// `sluice.config.loads` {result}.
+    pub config_loads: Counter<u64>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    /// Builds the pipeline; with an OTLP endpoint, must run inside a Tokio runtime.
+    pub fn new(opts: &MetricsOptions) -> anyhow::Result<Metrics> {
+        let registry = prometheus::Registry::new();
+        let prom = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .without_target_info()
+            .scope_info_enabled(false)
+            .build()?;
+        let stats = Arc::new(StatsRegistry::new(
+            opts.near_limit_ratio,
+            opts.max_dynamic_keys,
+        ));
+        // The stats registry bounds the label sets itself; lift the SDK's default limit of
+        // 2000 per instrument so it never folds keys into an overflow series.
+        let per_rule_limit = opts.max_dynamic_keys.saturating_add(100_000);
+        let mut builder = SdkMeterProvider::builder()
+            .with_resource(resource())
+            .with_reader(prom)
+            .with_view(move |i: &Instrument| {
+                i.name()
+                    .starts_with("sluice.rate_limit.")
+                    .then(|| {
+                        Stream::builder()
+                            .with_cardinality_limit(per_rule_limit)
+                            .build()
+                            .ok()
+                    })
+                    .flatten()
+            });
+        if let Some(endpoint) = &opts.otlp_endpoint {
+            use opentelemetry_otlp::WithExportConfig;
+            let exporter = opentelemetry_otlp::MetricExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint.clone())
+                .build()?;
+            // OTEL_METRIC_EXPORT_INTERVAL sets the interval (default 60 s).
+            builder = builder.with_reader(PeriodicReader::builder(exporter).build());
+        }
+        let provider = builder.build();
+        let meter = provider.meter("sluice");
+        let gauges = Arc::new(GaugeSources::default());
+        register_observables(&meter, &stats, &gauges);
+        Ok(Metrics {
+            rpc_requests: meter
+                .u64_counter("sluice.rpc.requests")
+                .with_description("Requests answered, by method and result code")
+                .build(),
+            rpc_duration: meter
+                .f64_histogram("sluice.rpc.duration")
+                .with_unit("s")
+                .with_description("Time to answer a request, by method and result code")
+                .with_boundaries(LATENCY_BUCKETS.to_vec())
+                .build(),
+            store_duration: meter
+                .f64_histogram("sluice.store.duration")
+                .with_unit("s")
+                .with_description("Time of one store decision (all checks of a request)")
+                .with_boundaries(LATENCY_BUCKETS.to_vec())
+                .build(),
+            store_errors: meter
+                .u64_counter("sluice.store.errors")
+                .with_description(
+                    "Store failures by kind, and the failure policy that answered instead",
+                )
+                .build(),
+            config_loads: meter
+                .u64_counter("sluice.config.loads")
+                .with_description("Config loads (start-up and reloads) by result")
+                .build(),
+            provider,
+            registry,
+            stats,
+            gauges,
+        })
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let families = self.registry.gather();
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
+            tracing::warn!(error = %e, "cannot encode metrics");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Records one answered request.
+    pub fn rpc(&self, method: &'static str, code: &'static str, seconds: f64) {
+        let attrs = [KeyValue::new("method", method), KeyValue::new("code", code)];
+        self.rpc_requests.add(1, &attrs);
+        self.rpc_duration.record(seconds, &attrs);
+    }
+
+    /// Flushes and stops the exporters (blocking: a last OTLP push).
+    pub fn shutdown(&self) {
+        *self.gauges.redis.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.gauges
+            .memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        if let Err(e) = self.provider.shutdown() {
+            tracing::debug!(error = %e, "metrics shutdown");
+        }
+    }
+}
+
+/// `service.name` is `sluice` unless `OTEL_SERVICE_NAME` says otherwise;
+/// `OTEL_RESOURCE_ATTRIBUTES` is read by the SDK.
+pub fn resource() -> Resource {
+    let b = Resource::builder();
+    if std::env::var_os("OTEL_SERVICE_NAME").is_some() {
+        b.build()
+    } else {
+        b.with_service_name("sluice").build()
+    }
+}
+
+fn register_observables(meter: &Meter, stats: &Arc<StatsRegistry>, gauges: &Arc<GaugeSources>) {
+    const HELP: [&str; 6] = [
+        "Hits of requests that matched the rule (envoyproxy/ratelimit's total_hits)",
+        "Hits over the rule's limit",
+        "Hits above --near-limit-ratio of the rule's limit, within it",
+        "Hits within the rule's limit",
+        "Hits over the limit of a rule in shadow mode (allowed anyway)",
+        "Hits rejected by the local over-limit cache (always 0: sluice has no such cache yet)",
+    ];
+    for (i, name) in COUNTER_NAMES.iter().enumerate() {
+        let stats = stats.clone();
+        meter
+            .u64_observable_counter(format!("sluice.rate_limit.{name}"))
+            .with_description(HELP[i])
+            .with_callback(move |o| {
+                for c in stats.snapshot() {
+                    o.observe(c.get(i), &c.attrs);
+                }
+            })
+            .build();
+    }
+    {
+        let stats = stats.clone();
+        meter
+            .u64_observable_counter("sluice.stats.keys_overflow")
+            .with_description(
+                "Requests whose per-value stats key was dropped by --metrics-max-keys (counted on their rule's key)",
+            )
+            .with_callback(move |o| o.observe(stats.overflow(), &[]))
+            .build();
+    }
+    {
+        let stats = stats.clone();
+        meter
+            .u64_observable_gauge("sluice.stats.keys")
+            .with_description("Stats keys with counters")
+            .with_callback(move |o| o.observe(stats.snapshot().len() as u64, &[]))
+            .build();
+    }
+    {
+        let g = gauges.clone();
+        meter
+            .u64_observable_gauge("sluice.config.generation")
+            .with_description("Rule sets loaded so far (the one in use is the latest)")
+            .with_callback(move |o| o.observe(g.generation.load(Ordering::Relaxed), &[]))
+            .build();
+    }
+    {
+        let g = gauges.clone();
+        meter
+            .u64_observable_gauge("sluice.store.memory.entries")
+            .with_description("Keys held by an in-memory store")
+            .with_callback(move |o| {
+                let memory = g.memory.lock().unwrap_or_else(|e| e.into_inner());
+                for (role, len) in memory.iter() {
+                    if let Some(n) = len() {
+                        o.observe(n, &[KeyValue::new("store", *role)]);
+                    }
+                }
+            })
+            .build();
+    }
+    {
+        let g = gauges.clone();
+        meter
+            .u64_observable_gauge("sluice.store.redis.breaker_open")
+            .with_description("1 while the Redis circuit breaker is open (calls fail at once)")
+            .with_callback(move |o| {
+                if let Some(f) = &*g.redis.lock().unwrap_or_else(|e| e.into_inner()) {
+                    o.observe(u64::from(f().1), &[]);
+                }
+            })
+            .build();
+    }
+    {
+        let g = gauges.clone();
+        meter
+            .u64_observable_gauge("sluice.store.redis.connected")
+            .with_description("1 while at least one Redis connection is up")
+            .with_callback(move |o| {
+                if let Some(f) = &*g.redis.lock().unwrap_or_else(|e| e.into_inner()) {
+                    o.observe(u64::from(f().0), &[]);
+                }
+            })
+            .build();
+    }
+}
