@@ -124,6 +124,27 @@ impl Envoy {
             .map_or(0, |v| v.trim().parse().expect("numeric stat"))
     }
 
+    /// One per-host counter of a cluster from the admin `/clusters` (lines
+    /// `cluster::host:port::stat::value`), by host.
+    pub async fn host_stat(&self, cluster: &str, stat: &str) -> HashMap<SocketAddr, u64> {
+        let r = http(self.admin, "GET", "/clusters", &[])
+            .await
+            .expect("admin /clusters");
+        let mut out = HashMap::new();
+        for line in r.body.lines() {
+            let parts: Vec<&str> = line.split("::").collect();
+            if let [c, host, s, value] = parts[..] {
+                if c == cluster && s == stat {
+                    out.insert(
+                        host.parse().expect("host:port"),
+                        value.trim().parse().expect("numeric stat"),
+                    );
+                }
+            }
+        }
+        out
+    }
+
     fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().expect("try_wait")
     }
@@ -266,6 +287,17 @@ impl Default for Filter {
 /// headers DRAFT_VERSION_03) and the router; `routes` are the routes of its one virtual host,
 /// sent to the cluster `upstream`. The cluster `sluice` is the RLS.
 pub fn bootstrap(rls: SocketAddr, upstream: SocketAddr, filter: Filter, routes: Json) -> Json {
+    bootstrap_rls(&[rls], upstream, filter, routes)
+}
+
+/// [`bootstrap`] with several sluice instances as the endpoints of the RLS cluster `sluice`
+/// (Envoy's default load balancing: round robin).
+pub fn bootstrap_rls(
+    rls: &[SocketAddr],
+    upstream: SocketAddr,
+    filter: Filter,
+    routes: Json,
+) -> Json {
     let mut ratelimit = json!({
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
         "domain": DOMAIN,
@@ -327,24 +359,31 @@ pub fn bootstrap(rls: SocketAddr, upstream: SocketAddr, filter: Filter, routes: 
                 }]}]
             }],
             "clusters": [
-                cluster("upstream", upstream, false),
+                cluster("upstream", &[upstream], false),
                 cluster("sluice", rls, true),
             ]
         }
     })
 }
 
-fn cluster(name: &str, addr: SocketAddr, http2: bool) -> Json {
+fn cluster(name: &str, addrs: &[SocketAddr], http2: bool) -> Json {
+    let endpoints: Vec<Json> = addrs
+        .iter()
+        .map(|a| {
+            json!({"endpoint": {"address": {"socket_address": {
+                "address": a.ip().to_string(),
+                "port_value": a.port()
+            }}}})
+        })
+        .collect();
     let mut c = json!({
         "name": name,
         "type": "STATIC",
         "connect_timeout": "1s",
+        "lb_policy": "ROUND_ROBIN",
         "load_assignment": {
             "cluster_name": name,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {
-                "address": addr.ip().to_string(),
-                "port_value": addr.port()
-            }}}}]}]
+            "endpoints": [{"lb_endpoints": endpoints}]
         }
     });
     if http2 {
@@ -379,6 +418,36 @@ pub fn route_per_filter(prefix: &str, rate_limits: Json) -> Json {
             "rate_limits": rate_limits
         }}
     })
+}
+
+/// An in-process sluice (config `config`, domain [`DOMAIN`], on a [`ManualClock`] at
+/// [`super::T0`]) whose store is the Redis at `redis_url`; `flags` are further `serve` flags.
+/// Returns at once: the store connects in the background.
+///
+/// [`ManualClock`]: sluice::clock::ManualClock
+pub async fn sluice_on_redis(config: &str, redis_url: &str, flags: &[&str]) -> Sluice {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config_path = dir.path().join("config.yaml");
+    std::fs::write(&config_path, config).expect("write config");
+    let mut all = vec!["--redis-url", redis_url];
+    all.extend_from_slice(flags);
+    // `--backend` is set after parsing: the memory flags come first and clap refuses a repeat.
+    let mut args = super::serve_args(&config_path, StoreKind::Memory, &all);
+    args.backend = sluice::settings::Backend::Redis;
+    let clock = sluice::clock::ManualClock::new(super::T0);
+    let server = sluice::app::start(args, std::sync::Arc::new(clock.clone()))
+        .await
+        .expect("server starts");
+    let client = sluice::proto::rate_limit_service_client::RateLimitServiceClient::new(
+        super::channel(server.grpc_addr).await,
+    );
+    Sluice {
+        server,
+        clock,
+        client,
+        config_path,
+        dir,
+    }
 }
 
 /// sluice, the upstream and Envoy in front of them.
