@@ -7,7 +7,7 @@ mod support;
 
 use serde_json::json;
 use sluice::proto::rate_limit_response::rate_limit::Unit;
-use support::envoy::{route, route_per_filter, Filter, HttpResponse, Stack, DOMAIN, UPSTREAM_BODY};
+use support::envoy::{assert_limited, route, route_per_filter, Filter, Stack, DOMAIN};
 use support::*;
 
 /// Envoy's `x-ratelimit-reset` is the whole seconds of sluice's `duration_until_reset`
@@ -15,26 +15,6 @@ use support::*;
 fn envoy_reset(s: &Stack, unit: Unit) -> String {
     let now = sluice::clock::Clock::now(&s.sluice.clock);
     (window_rest_ms(unit, now) / 1000).to_string()
-}
-
-/// Asserts the status and the three x-ratelimit-* headers Envoy derived from sluice's answer.
-#[track_caller]
-fn assert_limited(r: &HttpResponse, status: u16, limit: &str, remaining: u32, reset: &str) {
-    let got = (
-        r.status,
-        r.header("x-ratelimit-limit"),
-        r.header("x-ratelimit-remaining"),
-        r.header("x-ratelimit-reset"),
-    );
-    let remaining = remaining.to_string();
-    let want = (status, Some(limit), Some(remaining.as_str()), Some(reset));
-    assert_eq!(got, want, "response: {r:?}");
-    if status == 429 {
-        assert_eq!(r.header("x-envoy-ratelimited"), Some("true"), "{r:?}");
-    } else {
-        assert_eq!(r.header("x-envoy-ratelimited"), None, "{r:?}");
-        assert_eq!(r.body, UPSTREAM_BODY, "{r:?}");
-    }
 }
 
 const BASIC: &str = r#"

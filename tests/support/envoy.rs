@@ -514,6 +514,29 @@ impl HttpResponse {
     }
 }
 
+/// Asserts the status and the three x-ratelimit-* headers Envoy derived from sluice's answer
+/// (DRAFT_VERSION_03: the tightest descriptor's limit and then every descriptor's quota policy,
+/// its remaining, and the whole seconds of its `duration_until_reset`), and that a 429 is
+/// Envoy's rate limiting and anything else the upstream's answer.
+#[track_caller]
+pub fn assert_limited(r: &HttpResponse, status: u16, limit: &str, remaining: u32, reset: &str) {
+    let got = (
+        r.status,
+        r.header("x-ratelimit-limit"),
+        r.header("x-ratelimit-remaining"),
+        r.header("x-ratelimit-reset"),
+    );
+    let remaining = remaining.to_string();
+    let want = (status, Some(limit), Some(remaining.as_str()), Some(reset));
+    assert_eq!(got, want, "response: {r:?}");
+    if status == 429 {
+        assert_eq!(r.header("x-envoy-ratelimited"), Some("true"), "{r:?}");
+    } else {
+        assert_eq!(r.header("x-envoy-ratelimited"), None, "{r:?}");
+        assert_eq!(r.body, UPSTREAM_BODY, "{r:?}");
+    }
+}
+
 /// One request on its own connection (`Connection: close`), read to the end.
 pub async fn http(
     addr: SocketAddr,
