@@ -20,6 +20,7 @@ const MS: Micros = 1_000;
 /// The instant every case starts from: a UTC day, hour and minute plus 60 s, so aligned to the
 /// minute (and to 5 s and 30 s), 60 s into an hour, and after the tests' T0.
 const BASE: Micros = 1_699_920_060 * SEC;
+const _: () = assert!(support::T0 < BASE, "the clock only moves forward");
 
 /// One request: when (µs after [`BASE`]), its extra headers, and what the client must see:
 /// status, `x-ratelimit-limit`, `x-ratelimit-remaining`, `x-ratelimit-reset`.
@@ -31,7 +32,7 @@ async fn run(rule: &str, rate_limits: Json, steps: &[Step<'_>]) {
     let config = format!("domain: e2e\ndescriptors:\n{rule}");
     let routes = json!([route("/", rate_limits)]);
     let s = Stack::start(&config, &[], Filter::default(), routes).await;
-    assert!(support::T0 < BASE, "the clock only moves forward");
+
     for (n, &(at, headers, status, limit, remaining, reset)) in steps.iter().enumerate() {
         s.sluice.clock.set(BASE + at);
         let r = s.get("/", headers).await;

@@ -225,9 +225,7 @@ async fn run(c: &Cell) -> Result<(), String> {
         got.push(r.status);
         if let Err(e) = check(&r, want) {
             result = Err(format!(
-                "request {}: {e}
-statuses so far {got:?}, want {:?}
-{}",
+                "request {}: {e}\nstatuses so far {got:?}, want {:?}\n{}",
                 got.len(),
                 c.want,
                 envoy.log()
