@@ -7,6 +7,8 @@ pub mod algorithm;
 pub mod app;
 pub mod clock;
 pub mod config;
+pub mod fuzzing;
+pub mod hardening;
 pub mod limiter;
 pub mod model;
 pub mod proto;

@@ -82,7 +82,10 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
             name: name.as_str().into(),
             root: Node::default(),
             allow_refunds: false,
+            allow_overrides: true,
         });
+        // Merged files: overrides are refused when any file of the domain refuses them.
+        domain.allow_overrides &= raw.allow_overrides;
         // Merged files: refunds are allowed when any file of the domain allows them.
         domain.allow_refunds |= raw.allow_refunds;
         if let Some(descriptors) = &raw.descriptors {

@@ -3,7 +3,10 @@
 
 pub mod convert;
 pub mod http;
+pub mod limits;
+pub mod overload;
 pub mod rls;
 pub mod state;
+pub mod tls;
 
 pub use state::ServiceState;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::convert;
+use super::limits::RequestLimits;
 use crate::limiter::{LimitError, Limiter};
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
@@ -12,11 +13,21 @@ use crate::store::Store;
 
 pub struct RlsService<S> {
     limiter: Arc<Limiter<S>>,
+    limits: RequestLimits,
 }
 
 impl<S> RlsService<S> {
     pub fn new(limiter: Arc<Limiter<S>>) -> Self {
-        RlsService { limiter }
+        RlsService {
+            limiter,
+            limits: RequestLimits::default(),
+        }
+    }
+
+    /// Replaces the default request size limits.
+    pub fn with_limits(mut self, limits: RequestLimits) -> Self {
+        self.limits = limits;
+        self
     }
 }
 
@@ -32,7 +43,9 @@ impl<S: Store> RateLimitService for RlsService<S> {
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
             .and_then(convert::grpc_timeout);
-        let req = convert::request(request.into_inner()).map_err(Status::invalid_argument)?;
+        let req = request.into_inner();
+        self.limits.check(&req).map_err(Status::invalid_argument)?;
+        let req = convert::request(req).map_err(Status::invalid_argument)?;
         let work = self.limiter.should_rate_limit(&req);
         let result = match deadline {
             Some(d) => tokio::time::timeout(d, work).await.map_err(|_| {
