@@ -27,6 +27,9 @@ use crate::store::redis::breaker::BreakerOptions;
 use crate::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStatus};
 use crate::store::{FailurePolicy, Fallback, MemoryStore, RedisStore, Store};
 
+/// How often the runtime report is logged (debug level).
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
 /// How often expired in-memory entries are reclaimed.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
@@ -130,6 +133,29 @@ fn spawn_sweeper(store: Arc<MemoryStore>, clock: Arc<dyn Clock>) {
                     store.sweep(clock.now());
                 }
                 None => break,
+            }
+        }
+    });
+}
+
+/// Logs the runtime's live tasks and the in-flight gate every [`REPORT_EVERY`] at debug level
+/// (target `sluice::runtime`), for soak runs to see that nothing accumulates.
+fn spawn_runtime_report(in_flight: Arc<InFlight>, mut stop: watch::Receiver<bool>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(REPORT_EVERY);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let tasks = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+                    tracing::debug!(
+                        target: "sluice::runtime",
+                        tasks,
+                        in_flight = in_flight.current(),
+                        refused = in_flight.rejected(),
+                        "runtime"
+                    );
+                }
+                _ = stop.wait_for(|s| *s) => break,
             }
         }
     });
@@ -269,6 +295,7 @@ async fn run<S: Store>(
         }
         _ => None,
     };
+    spawn_runtime_report(in_flight.clone(), stop_rx.clone());
     let grpc_server: std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
     > = {
