@@ -362,3 +362,48 @@ async fn malformed_protobuf_is_invalid_argument() {
     assert_eq!(codes(&r), vec![Code::Ok as i32]);
     s.stop().await;
 }
+
+/// A flood of fresh values against a small in-memory store: the store stays within its cap,
+/// and a client that is over its limit stays limited (keys within their limits go first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_new_keys_does_not_free_a_limited_client() {
+    let config =
+        "domain: m\ndescriptors:\n  - key: c\n    rate_limit: {unit: hour, requests_per_unit: 5}\n";
+    let s = Sluice::start(
+        StoreKind::Memory,
+        Some(config),
+        &["--memory-max-entries", "640"],
+    )
+    .await;
+    let ask = |v: &[u8]| request("m", vec![vec![(b"c".to_vec(), v.to_vec())]]);
+    for _ in 0..5 {
+        s.call(ask(b"attacker")).await.unwrap();
+    }
+    let r = s.call(ask(b"attacker")).await.unwrap();
+    assert_eq!(codes(&r), vec![Code::OverLimit as i32]);
+    let workers: Vec<_> = (0..8u32)
+        .map(|w| {
+            let mut client = s.client.clone();
+            tokio::spawn(async move {
+                for i in 0..625u32 {
+                    let v = format!("flood-{w}-{i}").into_bytes();
+                    let r = client
+                        .should_rate_limit(request("m", vec![vec![(b"c".to_vec(), v)]]))
+                        .await
+                        .unwrap();
+                    assert_eq!(r.into_inner().overall_code, Code::Ok as i32);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let r = s.call(ask(b"attacker")).await.unwrap();
+    assert_eq!(
+        codes(&r),
+        vec![Code::OverLimit as i32],
+        "5000 new keys in a 640-key store did not free the limited client"
+    );
+    s.stop().await;
+}
