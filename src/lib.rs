@@ -8,6 +8,8 @@ pub mod app;
 pub mod clock;
 pub mod config;
 pub mod dry_run;
+pub mod fuzzing;
+pub mod hardening;
 pub mod limiter;
 pub mod metrics;
 pub mod model;

@@ -277,6 +277,19 @@ impl<S: Store> Limiter<S> {
             }
         }
 
+        if !domain.allow_overrides {
+            if let Some(i) = req
+                .descriptors
+                .iter()
+                .position(|d| d.limit_override.is_some())
+            {
+                return Err(LimitError::PermissionDenied(format!(
+                    "descriptor {i}: limit overrides are not allowed for domain '{}' (its config sets `allow_overrides: false`)",
+                    req.domain
+                )));
+            }
+        }
+
         let mut resolved: Vec<Resolved<'_>> = req
             .descriptors
             .iter()

@@ -150,6 +150,14 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_MEMORY_MAX_ENTRIES", default_value_t = 1_000_000)]
     pub memory_max_entries: usize,
 
+    /// Most bytes of keys and states the in-memory store holds (estimated); past it, keys are
+    /// evicted as past --memory-max-entries.
+    #[arg(long, env = "SLUICE_MEMORY_MAX_BYTES", default_value_t = 512 * 1024 * 1024)]
+    pub memory_max_bytes: usize,
+
+    #[command(flatten)]
+    pub hardening: crate::hardening::HardeningArgs,
+
     #[command(flatten)]
     pub redis: RedisArgs,
 
@@ -210,6 +218,44 @@ pub struct RedisArgs {
     /// PEM file of CA certificates to trust for TLS instead of the system's.
     #[arg(long, env = "SLUICE_REDIS_TLS_CA", value_name = "PATH")]
     pub redis_tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate for Redis TLS with client authentication (with --redis-tls-key).
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_TLS_CERT",
+        value_name = "PATH",
+        requires = "redis_tls_key"
+    )]
+    pub redis_tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --redis-tls-cert.
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_TLS_KEY",
+        value_name = "PATH",
+        requires = "redis_tls_cert"
+    )]
+    pub redis_tls_key: Option<PathBuf>,
+
+    /// ACL user name (instead of one in the URL).
+    #[arg(long, env = "SLUICE_REDIS_USERNAME", value_name = "NAME")]
+    pub redis_username: Option<String>,
+
+    /// Redis password; prefer the environment variable or --redis-password-file, since a
+    /// command line is visible to other local users. Never logged.
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD",
+        value_parser = crate::hardening::parse_secret,
+        conflicts_with = "redis_password_file"
+    )]
+    pub redis_password: Option<crate::hardening::Secret>,
+
+    /// File holding the Redis password (one line; a trailing newline is ignored).
+    #[arg(long, env = "SLUICE_REDIS_PASSWORD_FILE", value_name = "PATH")]
+    pub redis_password_file: Option<PathBuf>,
 
     /// Connections to Redis (commands are pipelined on each).
     #[arg(long, env = "SLUICE_REDIS_POOL_SIZE", default_value_t = 4)]

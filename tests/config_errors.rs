@@ -23,7 +23,7 @@ const CASES: &[(&str, &[&str])] = &[
     ),
     (
         "unknown_top_level_key.yaml",
-        &["2:1: unknown key 'descriptor' (expected one of: domain, descriptors, allow_refunds)"],
+        &["2:1: unknown key 'descriptor' (expected one of: domain, descriptors, allow_refunds, allow_overrides)"],
     ),
     (
         "empty_domain.yaml",

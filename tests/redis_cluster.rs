@@ -116,6 +116,10 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
             connect: ConnectOptions {
                 url: cluster.url(),
                 tls_ca: None,
+                tls_client: None,
+                username: None,
+                password: None,
+                password_file: None,
                 pool_size: 2,
                 connect_timeout: Duration::from_secs(2),
             },

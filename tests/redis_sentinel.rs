@@ -23,6 +23,10 @@ async fn the_store_finds_the_primary_through_sentinel_and_decides() {
         connect: ConnectOptions {
             url: redis.url(),
             tls_ca: None,
+            tls_client: None,
+            username: None,
+            password: None,
+            password_file: None,
             pool_size: 2,
             connect_timeout: Duration::from_secs(2),
         },

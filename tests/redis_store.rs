@@ -42,6 +42,10 @@ fn options(url: &str, clock: ClockSource) -> RedisOptions {
         connect: ConnectOptions {
             url: url.into(),
             tls_ca: None,
+            tls_client: None,
+            username: None,
+            password: None,
+            password_file: None,
             pool_size: 2,
             connect_timeout: Duration::from_secs(2),
         },

@@ -31,7 +31,7 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
     let mut first_seen: HashMap<String, Position> = HashMap::new();
     for file in files {
         let first_error = errors.len();
-        let parsed: Result<Option<RawFile>, _> = serde_saphyr::from_str(&file.content);
+        let parsed = parse_yaml(&file.content);
         let raw = match parsed {
             Ok(Some(raw)) => raw,
             // An empty file (or one holding only comments) defines nothing.
@@ -83,7 +83,10 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
             name: name.as_str().into(),
             root: Node::default(),
             allow_refunds: false,
+            allow_overrides: true,
         });
+        // Merged files: overrides are refused when any file of the domain refuses them.
+        domain.allow_overrides &= raw.allow_overrides;
         // Merged files: refunds are allowed when any file of the domain allows them.
         domain.allow_refunds |= raw.allow_refunds;
         if let Some(descriptors) = &raw.descriptors {
@@ -102,6 +105,28 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
     } else {
         Err(ConfigErrors(errors))
     }
+}
+
+/// Stack for parsing one file: serde-saphyr recurses once per YAML level (up to its depth
+/// budget of 64), and at that depth an unoptimized build needs more than the 2 MiB of a
+/// tokio worker or test thread (found by the `config` fuzz target).
+const PARSE_STACK: usize = 64 << 20;
+
+/// Parses one file on a thread with [`PARSE_STACK`] (inline if no thread can be started).
+fn parse_yaml(content: &str) -> Result<Option<RawFile>, serde_saphyr::Error> {
+    let parse = || serde_saphyr::from_str::<Option<RawFile>>(content);
+    std::thread::scope(|scope| {
+        match std::thread::Builder::new()
+            .name("sluice-config-parse".into())
+            .stack_size(PARSE_STACK)
+            .spawn_scoped(scope, parse)
+        {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => parse(),
+        }
+    })
 }
 
 /// serde-saphyr's message, without its own location (we print ours in front).

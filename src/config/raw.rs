@@ -14,6 +14,14 @@ pub struct RawFile {
     /// sluice: accept `is_negative_hits` refunds for this domain (off by default).
     #[serde(default)]
     pub allow_refunds: bool,
+    /// sluice: accept a descriptor's `limit` override for this domain (on by default, as
+    /// Envoy sends them); `false` refuses them with PERMISSION_DENIED.
+    #[serde(default = "yes")]
+    pub allow_overrides: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Deserialize)]

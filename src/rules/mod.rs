@@ -42,6 +42,9 @@ pub struct Domain {
     /// Whether `is_negative_hits` refunds are accepted (YAML `allow_refunds`, off by default:
     /// any client that can reach the port could otherwise erase its own usage).
     pub allow_refunds: bool,
+    /// Whether a descriptor's `limit` override is accepted (YAML `allow_overrides`, on by
+    /// default as Envoy uses them; off for domains whose callers must not choose their limit).
+    pub allow_overrides: bool,
 }
 
 #[derive(Debug, Default)]

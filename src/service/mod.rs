@@ -5,8 +5,11 @@
 pub mod convert;
 pub mod http;
 pub mod json;
+pub mod limits;
+pub mod overload;
 pub mod propagation;
 pub mod rls;
 pub mod state;
+pub mod tls;
 
 pub use state::ServiceState;

@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use super::limits::RequestLimits;
 use super::{convert, propagation};
 use crate::clock::monotonic;
 use crate::limiter::{LimitError, Limiter};
@@ -18,6 +19,7 @@ use crate::store::Store;
 pub struct RlsService<S> {
     limiter: Arc<Limiter<S>>,
     metrics: Option<Arc<Metrics>>,
+    limits: RequestLimits,
 }
 
 impl<S> RlsService<S> {
@@ -25,12 +27,19 @@ impl<S> RlsService<S> {
         RlsService {
             limiter,
             metrics: None,
+            limits: RequestLimits::default(),
         }
     }
 
     /// Counts requests and their latency by result code.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// Replaces the default request size limits.
+    pub fn with_limits(mut self, limits: RequestLimits) -> Self {
+        self.limits = limits;
         self
     }
 }
@@ -46,7 +55,9 @@ impl<S: Store> RlsService<S> {
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
             .and_then(convert::grpc_timeout);
-        let req = convert::request(request.into_inner()).map_err(Status::invalid_argument)?;
+        let req = request.into_inner();
+        self.limits.check(&req).map_err(Status::invalid_argument)?;
+        let req = convert::request(req).map_err(Status::invalid_argument)?;
         tracing::Span::current().record("domain", req.domain.as_str());
         let work = self.limiter.should_rate_limit(&req);
         let result = match deadline {

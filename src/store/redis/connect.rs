@@ -3,14 +3,19 @@
 //! The URL's scheme chooses the topology: `redis://` / `rediss://` (standalone, TLS),
 //! `redis-sentinel://h:p,h:p?sentinelServiceName=name` (Sentinel),
 //! `redis-cluster://h:p,h:p` (Cluster); `rediss-` variants use TLS. Credentials
-//! (`user:password@`) authenticate with ACL. Several comma-separated hosts become fred's
-//! `node=` query parameters.
+//! (`user:password@`) authenticate with ACL; `--redis-username` and a password from
+//! `SLUICE_REDIS_PASSWORD` or `--redis-password-file` take precedence over the URL's, so the
+//! password need not be in the URL. The password is never logged (it is a [`Secret`]). With
+//! TLS, a custom CA and a client certificate (Redis `tls-auth-clients yes`) may be given.
+//! Several comma-separated hosts become fred's `node=` query parameters.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, ServerConfig, TlsConnector};
+
+use crate::hardening::Secret;
 
 /// How the store reaches Redis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +31,14 @@ pub struct ConnectOptions {
     pub url: String,
     /// PEM file of CA certificates to trust instead of the system's (TLS URLs only).
     pub tls_ca: Option<std::path::PathBuf>,
+    /// PEM client certificate and key for TLS client authentication (TLS URLs only).
+    pub tls_client: Option<(PathBuf, PathBuf)>,
+    /// ACL user name; overrides the URL's.
+    pub username: Option<String>,
+    /// Password; overrides the URL's.
+    pub password: Option<Secret>,
+    /// File holding the password (trailing newline ignored); overrides the URL's.
+    pub password_file: Option<PathBuf>,
     pub pool_size: usize,
     /// TCP connect plus TLS handshake, and the connection's own commands (AUTH, CLUSTER SLOTS).
     pub connect_timeout: Duration,
@@ -88,14 +101,20 @@ pub fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), ConfigError
         #[allow(unreachable_patterns)]
         _ => return Err(ConfigError("unsupported --redis-url".into())),
     };
-    if let Some(ca) = &opts.tls_ca {
-        if !uses_tls(&opts.url) {
-            return Err(ConfigError(
-                "--redis-tls-ca needs a TLS URL (rediss://, rediss-cluster://, rediss-sentinel://)"
-                    .into(),
-            ));
-        }
-        config.tls = Some(tls_with_ca(ca)?.into());
+    if (opts.tls_ca.is_some() || opts.tls_client.is_some()) && !uses_tls(&opts.url) {
+        return Err(ConfigError(
+            "--redis-tls-ca and --redis-tls-cert need a TLS URL (rediss://, rediss-cluster://, rediss-sentinel://)"
+                .into(),
+        ));
+    }
+    if opts.tls_ca.is_some() || opts.tls_client.is_some() {
+        config.tls = Some(tls_config(opts.tls_ca.as_deref(), opts.tls_client.as_ref())?.into());
+    }
+    if let Some(user) = &opts.username {
+        config.username = Some(user.clone());
+    }
+    if let Some(password) = password(opts)? {
+        config.password = Some(password.expose().to_string());
     }
     // A start with Redis down must not fail: connect in the background and keep retrying.
     config.fail_fast = false;
@@ -116,7 +135,26 @@ pub fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), ConfigError
     Ok((pool, topology))
 }
 
-fn tls_with_ca(path: &Path) -> Result<TlsConnector, ConfigError> {
+/// The password from `--redis-password` / `SLUICE_REDIS_PASSWORD` or `--redis-password-file`.
+fn password(opts: &ConnectOptions) -> Result<Option<Secret>, ConfigError> {
+    if let Some(p) = &opts.password {
+        return Ok(Some(p.clone()));
+    }
+    let Some(path) = &opts.password_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError(format!(
+            "cannot read --redis-password-file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    Ok(Some(Secret::new(text)))
+}
+
+fn roots(path: &Path) -> Result<rustls::RootCertStore, ConfigError> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;
 
@@ -144,12 +182,58 @@ fn tls_with_ca(path: &Path) -> Result<TlsConnector, ConfigError> {
             path.display()
         )));
     }
+    Ok(roots)
+}
+
+/// A rustls client config trusting the custom CA, with the client certificate if any.
+fn tls_config(
+    ca: Option<&Path>,
+    client: Option<&(PathBuf, PathBuf)>,
+) -> Result<TlsConnector, ConfigError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+    // fred's own TLS default (system roots) cannot carry a client certificate: with one, the
+    // CA that signed the server's certificate must be named too.
+    let Some(ca) = ca else {
+        return Err(ConfigError(
+            "--redis-tls-cert needs --redis-tls-ca (the CA that signed the Redis server's certificate)"
+                .into(),
+        ));
+    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| ConfigError(format!("TLS: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots(ca)?);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                .and_then(|it| it.collect::<Result<_, _>>())
+                .map_err(|e| {
+                    ConfigError(format!(
+                        "cannot read --redis-tls-cert {}: {e}",
+                        cert.display()
+                    ))
+                })?;
+            if chain.is_empty() {
+                return Err(ConfigError(format!(
+                    "--redis-tls-cert {}: no certificate found",
+                    cert.display()
+                )));
+            }
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+                ConfigError(format!(
+                    "cannot read --redis-tls-key {}: {e}",
+                    key.display()
+                ))
+            })?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| ConfigError(format!("--redis-tls-cert / --redis-tls-key: {e}")))?
+        }
+    };
     Ok(TlsConnector::from(config))
 }
 
@@ -174,6 +258,10 @@ mod tests {
         ConnectOptions {
             url: url.into(),
             tls_ca: None,
+            tls_client: None,
+            username: None,
+            password: None,
+            password_file: None,
             pool_size: 1,
             connect_timeout: Duration::from_secs(1),
         }
