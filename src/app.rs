@@ -221,7 +221,17 @@ fn watch_memory(metrics: &Metrics, role: &'static str, store: &Arc<MemoryStore>)
         .unwrap_or_else(|e| e.into_inner())
         .push((
             role,
-            Box::new(move || weak.upgrade().map(|s| s.len() as u64)),
+            Box::new(move || {
+                weak.upgrade().map(|s| {
+                    let st = s.stats();
+                    crate::metrics::MemoryCounts {
+                        entries: s.len() as u64,
+                        bytes: st.bytes.load(Ordering::Relaxed) as u64,
+                        evictions: st.evictions.load(Ordering::Relaxed),
+                        evictions_over_limit: st.evictions_over_limit.load(Ordering::Relaxed),
+                    }
+                })
+            }),
         ));
 }
 

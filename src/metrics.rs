@@ -34,6 +34,19 @@ pub struct MetricsOptions {
 
 /// Reads a gauge value; `None` when its source is gone.
 pub type ReadU64 = Box<dyn Fn() -> Option<u64> + Send + Sync>;
+/// Reads an in-memory store's [`MemoryCounts`] (`None` once the store is gone).
+pub type ReadMemory = Box<dyn Fn() -> Option<MemoryCounts> + Send + Sync>;
+
+/// What an in-memory store reports to metrics.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemoryCounts {
+    pub entries: u64,
+    pub bytes: u64,
+    /// Keys forgotten before they expired because the store was full.
+    pub evictions: u64,
+    /// Of those, keys that were over their limit at the time.
+    pub evictions_over_limit: u64,
+}
 
 /// Reads the Redis state: (connected, breaker open).
 pub type ReadRedis = Box<dyn Fn() -> (bool, bool) + Send + Sync>;
@@ -44,7 +57,7 @@ pub struct GaugeSources {
     /// The number of the rule set in use (0 before the first good config).
     pub generation: AtomicU64,
     /// Entries of each in-memory store, by role (`primary`, `fallback`).
-    pub memory: Mutex<Vec<(&'static str, ReadU64)>>,
+    pub memory: Mutex<Vec<(&'static str, ReadMemory)>>,
     /// Redis connection state: (connected, breaker open).
     pub redis: Mutex<Option<ReadRedis>>,
 }
@@ -239,20 +252,56 @@ fn register_observables(meter: &Meter, stats: &Arc<StatsRegistry>, gauges: &Arc<
             .with_callback(move |o| o.observe(g.generation.load(Ordering::Relaxed), &[]))
             .build();
     }
-    {
+    type Pick = fn(&MemoryCounts) -> u64;
+    let memory: [(&str, &str, bool, Pick); 4] = [
+        (
+            "sluice.store.memory.entries",
+            "Keys held by an in-memory store",
+            false,
+            |c| c.entries,
+        ),
+        (
+            "sluice.store.memory.bytes",
+            "Estimated bytes held by an in-memory store (capped by --memory-max-bytes)",
+            false,
+            |c| c.bytes,
+        ),
+        (
+            "sluice.store.memory.evictions",
+            "Keys forgotten before they expired because an in-memory store was full",
+            true,
+            |c| c.evictions,
+        ),
+        (
+            "sluice.store.memory.evictions_over_limit",
+            "Evicted keys that were over their limit (their clients regain quota early)",
+            true,
+            |c| c.evictions_over_limit,
+        ),
+    ];
+    for (name, help, counter, pick) in memory {
         let g = gauges.clone();
-        meter
-            .u64_observable_gauge("sluice.store.memory.entries")
-            .with_description("Keys held by an in-memory store")
-            .with_callback(move |o| {
-                let memory = g.memory.lock().unwrap_or_else(|e| e.into_inner());
-                for (role, len) in memory.iter() {
-                    if let Some(n) = len() {
-                        o.observe(n, &[KeyValue::new("store", *role)]);
-                    }
+        let observe = move |o: &dyn opentelemetry::metrics::AsyncInstrument<u64>| {
+            let memory = g.memory.lock().unwrap_or_else(|e| e.into_inner());
+            for (role, read) in memory.iter() {
+                if let Some(c) = read() {
+                    o.observe(pick(&c), &[KeyValue::new("store", *role)]);
                 }
-            })
-            .build();
+            }
+        };
+        if counter {
+            meter
+                .u64_observable_counter(name)
+                .with_description(help)
+                .with_callback(move |o| observe(o))
+                .build();
+        } else {
+            meter
+                .u64_observable_gauge(name)
+                .with_description(help)
+                .with_callback(move |o| observe(o))
+                .build();
+        }
     }
     {
         let g = gauges.clone();
