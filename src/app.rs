@@ -64,6 +64,14 @@ impl Server {
         self.redis.as_ref().map(RedisStore::status)
     }
 
+    /// Waits until the store can decide: at once for the in-memory store; for Redis, until it
+    /// is connected with the script loaded (it connects in the background).
+    pub async fn store_ready(&self) {
+        if let Some(r) = &self.redis {
+            r.ready().await;
+        }
+    }
+
     /// The server's metrics (as `/metrics` shows them).
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -144,7 +152,7 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
                         1,
                         &[
                             opentelemetry::KeyValue::new("backend", "redis"),
-                            opentelemetry::KeyValue::new("kind", error_kind(e)),
+                            opentelemetry::KeyValue::new("kind", e.kind().as_str()),
                             opentelemetry::KeyValue::new("policy", policy_name(policy)),
                         ],
                     );
@@ -159,20 +167,6 @@ struct Listeners {
     grpc: TcpListener,
     http: TcpListener,
     prometheus: Option<TcpListener>,
-}
-
-/// The `kind` label of a store error.
-fn error_kind(e: &StoreError) -> &'static str {
-    let StoreError::Unavailable { message, .. } = e;
-    if message.starts_with("circuit breaker") {
-        "breaker_open"
-    } else if message.contains("Timeout") || message.contains("timed out") {
-        "timeout"
-    } else if message.starts_with("IO") || message.starts_with("Canceled") {
-        "connection"
-    } else {
-        "other"
-    }
 }
 
 fn policy_name(p: FailurePolicy) -> &'static str {

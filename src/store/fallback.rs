@@ -117,10 +117,11 @@ mod tests {
 
     impl Store for Down {
         async fn decide(&self, _: &[Check<'_>], _: Micros) -> Result<Vec<Verdict>, StoreError> {
-            Err(StoreError::Unavailable {
-                backend: "down",
-                message: "down".into(),
-            })
+            Err(StoreError::new(
+                "down",
+                crate::store::ErrorKind::Connection,
+                "down",
+            ))
         }
     }
 

@@ -8,7 +8,7 @@ use fred::types::Value;
 
 use crate::algorithm::{Algorithm, Limit};
 use crate::model::Micros;
-use crate::store::{Charge, Check, StoreError, Verdict};
+use crate::store::{Charge, Check, ErrorKind, StoreError, Verdict};
 
 /// The Lua source; its SHA-1 names it in `EVALSHA`.
 pub const LUA: &str = include_str!("decide.lua");
@@ -167,13 +167,14 @@ pub struct Reply {
 /// Parses the flat integer reply for `n` checks.
 pub fn decode(reply: Vec<i64>, n: usize) -> Result<Reply, StoreError> {
     if reply.len() != 1 + n * 5 {
-        return Err(StoreError::Unavailable {
-            backend: "redis",
-            message: format!(
+        return Err(StoreError::new(
+            "redis",
+            ErrorKind::Script,
+            format!(
                 "decision script answered {} values for {n} checks",
                 reply.len()
             ),
-        });
+        ));
     }
     let answers = reply[1..]
         .chunks_exact(5)
