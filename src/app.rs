@@ -26,7 +26,9 @@ use crate::service::ServiceState;
 use crate::settings::{Backend, ClockArg, OnStoreError, RedisArgs, ServeArgs};
 use crate::store::redis::breaker::BreakerOptions;
 use crate::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStatus};
-use crate::store::{FailurePolicy, Fallback, MemoryStore, RedisStore, Store, StoreError};
+use crate::store::{
+    FailurePolicy, Fallback, LocalCache, MemoryStore, RedisStore, Store, StoreError,
+};
 
 /// How often expired in-memory entries are reclaimed.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -146,7 +148,8 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
                 }));
             }
             let errors = metrics.store_errors.clone();
-            let store = Fallback::new(redis.clone(), policy, local).with_error_hook(Arc::new(
+            let cached = LocalCache::new(redis.clone(), args.redis.local_cache);
+            let store = Fallback::new(cached, policy, local).with_error_hook(Arc::new(
                 move |e: &StoreError, policy: FailurePolicy| {
                     errors.add(
                         1,

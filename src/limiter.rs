@@ -420,6 +420,7 @@ impl<S: Store> Limiter<S> {
                         charged: v.charged,
                         remaining: v.remaining,
                         shadow,
+                        cached: v.cached,
                     },
                 );
             }

@@ -1138,3 +1138,129 @@ async fn a_short_grpc_deadline_caps_the_command_timeout() {
     server.shutdown();
     server.wait().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// The local over-limit cache.
+// ---------------------------------------------------------------------------------------------
+
+/// The `over_limit_with_local_cache` counter of rule `d.k` in the server's /metrics.
+fn with_local_cache(server: &sluice::app::Server) -> u64 {
+    let text = server.metrics().render();
+    text.lines()
+        .find(|l| {
+            l.starts_with("sluice_rate_limit_over_limit_with_local_cache_total{")
+                && l.contains("key=\"d.k\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|n| n.parse::<f64>().unwrap() as u64)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_over_limit_keys_are_answered_without_redis_until_their_retry_time() {
+    let redis = RedisNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let limit_of = |n: u32| {
+        format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: hour, requests_per_unit: {n}}}\n")
+    };
+    std::fs::write(&config, limit_of(2)).unwrap();
+    let url = redis.url();
+    let cli = Cli::try_parse_from([
+        "sluice",
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--backend",
+        "redis",
+        "--redis-url",
+        &url,
+        "--redis-command-timeout",
+        "2s",
+        "--clock",
+        "local",
+        "--local-cache",
+        "1000",
+        "--watch-config",
+        "false",
+    ])
+    .unwrap();
+    let Command::Serve(args) = cli.command else {
+        panic!("serve")
+    };
+    let clock = ManualClock::new(T0);
+    let server = sluice::app::start(args, Arc::new(clock.clone()))
+        .await
+        .unwrap();
+    server.store_ready().await;
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr))
+        .await
+        .unwrap();
+    let mut code = |req: RateLimitRequest| {
+        let mut client = client.clone();
+        async move {
+            client
+                .should_rate_limit(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code
+        }
+    };
+    let one = request(&["a"], 1);
+    assert_eq!(code(one.clone()).await, Code::Ok as i32);
+    assert_eq!(code(one.clone()).await, Code::Ok as i32);
+    let before = redis.command_calls("evalsha");
+    assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    assert_eq!(
+        redis.command_calls("evalsha"),
+        before + 1,
+        "Redis said over"
+    );
+    assert_eq!(with_local_cache(&server), 0);
+
+    // Known over: answered here, Redis untouched, until the hour ends (T0 is 800 s into one).
+    for _ in 0..5 {
+        assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    }
+    clock.advance(2_800 * SEC - 1);
+    assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    assert_eq!(redis.command_calls("evalsha"), before + 1, "no round trip");
+    assert_eq!(with_local_cache(&server), 6);
+    // Another descriptor in the request, not known over: the request goes to Redis whole.
+    assert_eq!(code(request(&["a", "b"], 1)).await, Code::OverLimit as i32);
+    assert_eq!(redis.command_calls("evalsha"), before + 2);
+
+    // A limit override is another limit: not blocked by the entry.
+    let mut raised = one.clone();
+    raised.descriptors[0].limit = Some(sluice::proto::rate_limit_descriptor::RateLimitOverride {
+        requests_per_unit: 50,
+        unit: sluice::proto::rate_limit_response::rate_limit::Unit::Hour as i32,
+    });
+    assert_eq!(code(raised).await, Code::Ok as i32);
+    assert_eq!(redis.command_calls("evalsha"), before + 3);
+
+    // So is a raised limit after a reload.
+    assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    let calls = redis.command_calls("evalsha");
+    std::fs::write(&config, limit_of(10)).unwrap();
+    assert!(server.reload());
+    assert_eq!(code(one.clone()).await, Code::Ok as i32);
+    assert_eq!(redis.command_calls("evalsha"), calls + 1);
+
+    // And the retry time comes: Redis decides again.
+    std::fs::write(&config, limit_of(2)).unwrap();
+    assert!(server.reload());
+    assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    let calls = redis.command_calls("evalsha");
+    clock.advance(1);
+    assert_eq!(code(one.clone()).await, Code::Ok as i32);
+    assert_eq!(redis.command_calls("evalsha"), calls + 1);
+    server.shutdown();
+    server.wait().await.unwrap();
+}

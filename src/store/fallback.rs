@@ -75,6 +75,7 @@ impl<S: Store> Fallback<S> {
                     remaining: c.limit.requests,
                     reset: until_end(c),
                     charged: false,
+                    cached: false,
                 })
                 .collect()),
             (FailurePolicy::Deny, _) => Ok(checks
@@ -84,6 +85,7 @@ impl<S: Store> Fallback<S> {
                     remaining: 0,
                     reset: until_end(c),
                     charged: false,
+                    cached: false,
                 })
                 .collect()),
             (FailurePolicy::Local, Some(local)) => Ok(local.decide_now(checks, now)),

@@ -5,6 +5,7 @@ pub mod batch;
 pub mod deadline;
 pub mod fallback;
 pub mod key;
+pub mod local_cache;
 pub mod memory;
 pub mod redis;
 
@@ -15,6 +16,7 @@ use crate::model::Micros;
 
 pub use batch::{Charge, Verdict};
 pub use fallback::{FailurePolicy, Fallback};
+pub use local_cache::LocalCache;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 

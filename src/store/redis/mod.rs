@@ -501,6 +501,7 @@ const REJECTED: Verdict = Verdict {
     remaining: 0,
     reset: 0,
     charged: false,
+    cached: false,
 };
 
 /// Loading the script is rare and larger than a decision: allow it at least this long.

@@ -184,6 +184,7 @@ pub fn decode(reply: Vec<i64>, n: usize) -> Result<Reply, StoreError> {
                 remaining: u64::try_from(a[1]).unwrap_or(0),
                 reset: a[2],
                 charged: a[3] != 0,
+                cached: false,
             },
             first_allowed: a[4] != 0,
         })
