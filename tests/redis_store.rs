@@ -1197,10 +1197,10 @@ async fn known_over_limit_keys_are_answered_without_redis_until_their_retry_time
         .await
         .unwrap();
     server.store_ready().await;
-    let mut client = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr))
+    let client = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr))
         .await
         .unwrap();
-    let mut code = |req: RateLimitRequest| {
+    let code = |req: RateLimitRequest| {
         let mut client = client.clone();
         async move {
             client
