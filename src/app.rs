@@ -125,17 +125,18 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
             // Redis being down is not an error here (the store connects in the background);
             // an invalid URL or CA file is.
             let redis = RedisStore::connect(redis_options(&args.redis))?;
-            let (policy, local) = match args.redis.on_store_error {
-                OnStoreError::Unavailable => (FailurePolicy::Unavailable, None),
-                OnStoreError::Allow => (FailurePolicy::Allow, None),
-                OnStoreError::Deny => (FailurePolicy::Deny, None),
-                OnStoreError::Local => {
-                    let local = Arc::new(MemoryStore::new(args.memory_max_entries));
-                    spawn_sweeper(local.clone(), clock.clone());
-                    watch_memory(&metrics, "fallback", &local);
-                    (FailurePolicy::Local, Some(local))
-                }
+            let policy = match args.redis.on_store_error {
+                OnStoreError::Unavailable => FailurePolicy::Unavailable,
+                OnStoreError::Allow => FailurePolicy::Allow,
+                OnStoreError::Deny => FailurePolicy::Deny,
+                OnStoreError::Local => FailurePolicy::Local,
             };
+            // Always there: a domain or rule may ask for `local` whatever the flag says. Empty
+            // (and nearly free) until Redis fails.
+            let local = Arc::new(MemoryStore::new(args.memory_max_entries));
+            spawn_sweeper(local.clone(), clock.clone());
+            watch_memory(&metrics, "fallback", &local);
+            let local = Some(local);
             {
                 let r = redis.clone();
                 *metrics

@@ -47,6 +47,7 @@ fn check<'a>(key: &'a [u8], limit: &'a Limit, hits: u64, group: u32) -> Check<'a
         charge: Charge::IfAdmitted,
         group,
         quota: false,
+        on_error: None,
     }
 }
 
@@ -312,6 +313,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
                             },
                             group: d as u32,
                             quota,
+                            on_error: None,
                         }
                     })
                     .collect();

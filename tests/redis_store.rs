@@ -100,6 +100,7 @@ fn take<'a>(key: &'a [u8], limit: &'a Limit, hits: u64, group: u32) -> Check<'a>
         charge: Charge::IfAdmitted,
         group,
         quota: false,
+        on_error: None,
     }
 }
 
@@ -353,6 +354,7 @@ fn lua_script_matches_the_in_memory_policy() {
                             },
                             group: c.group,
                             quota: step.quota[c.group as usize],
+                            on_error: None,
                         }
                     })
                     .collect();
@@ -1261,6 +1263,139 @@ async fn known_over_limit_keys_are_answered_without_redis_until_their_retry_time
     clock.advance(1);
     assert_eq!(code(one.clone()).await, Code::Ok as i32);
     assert_eq!(redis.command_calls("evalsha"), calls + 1);
+    server.shutdown();
+    server.wait().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failure policies per domain and per rule.
+// ---------------------------------------------------------------------------------------------
+
+const POLICIES: &str = r#"
+domain: api
+descriptors:
+  - key: login
+    rate_limit: {unit: hour, requests_per_unit: 5, on_store_error: deny}
+  - key: path
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: report
+    rate_limit: {unit: hour, requests_per_unit: 5, on_store_error: unavailable}
+  - key: upload
+    rate_limit: {unit: hour, requests_per_unit: 1, on_store_error: local}
+"#;
+
+const CLOSED_DOMAIN: &str = r#"
+domain: bank
+on_store_error: deny
+descriptors:
+  - key: transfer
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: balance
+    rate_limit: {unit: hour, requests_per_unit: 5, on_store_error: allow}
+"#;
+
+/// With Redis down, each request is answered by the strictest policy among its limits': the
+/// rule's, else its domain's, else `--on-store-error` (allow here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policies_per_domain_and_rule_with_redis_down() {
+    let mut redis = RedisNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("api.yaml"), POLICIES).unwrap();
+    std::fs::write(dir.path().join("bank.yaml"), CLOSED_DOMAIN).unwrap();
+    let url = redis.url();
+    let cli = Cli::try_parse_from([
+        "sluice",
+        "serve",
+        "--config",
+        dir.path().to_str().unwrap(),
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--backend",
+        "redis",
+        "--redis-url",
+        &url,
+        "--clock",
+        "local",
+        "--on-store-error",
+        "allow",
+    ])
+    .unwrap();
+    let Command::Serve(args) = cli.command else {
+        panic!("serve")
+    };
+    let server = sluice::app::start(args, Arc::new(ManualClock::new(T0)))
+        .await
+        .unwrap();
+    server.store_ready().await;
+    let client = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr))
+        .await
+        .unwrap();
+    let ask = |domain: &str, keys: &[&str]| {
+        let req = RateLimitRequest {
+            domain: domain.into(),
+            descriptors: keys
+                .iter()
+                .map(|k| RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: k.as_bytes().to_vec(),
+                        value: b"x".to_vec(),
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+            hits_addend: 1,
+        };
+        let mut client = client.clone();
+        async move {
+            match client.should_rate_limit(req).await {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
+                    Ok((r.overall_code, codes))
+                }
+                Err(s) => Err(s.code()),
+            }
+        }
+    };
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    // Up: Redis decides everything.
+    assert_eq!(ask("api", &["login", "path"]).await, Ok((ok, vec![ok, ok])));
+
+    redis.kill();
+    assert_eq!(ask("api", &["path"]).await, Ok((ok, vec![ok])), "the flag");
+    assert_eq!(
+        ask("api", &["login"]).await,
+        Ok((over, vec![over])),
+        "the rule"
+    );
+    assert_eq!(
+        ask("api", &["path", "login"]).await,
+        Ok((over, vec![over, over])),
+        "deny wins over allow"
+    );
+    assert_eq!(
+        ask("api", &["report", "path"]).await,
+        Err(tonic::Code::Unavailable),
+        "unavailable wins over allow"
+    );
+    assert_eq!(
+        ask("api", &["report", "login"]).await,
+        Ok((over, vec![over, over])),
+        "deny wins over unavailable"
+    );
+    // Local: the same rule, counted in this instance (1 per hour).
+    assert_eq!(ask("api", &["upload"]).await, Ok((ok, vec![ok])));
+    assert_eq!(ask("api", &["upload"]).await, Ok((over, vec![over])));
+    assert_eq!(
+        ask("api", &["upload", "report"]).await,
+        Err(tonic::Code::Unavailable),
+        "unavailable wins over local"
+    );
+    // A domain's policy, and a rule overriding it.
+    assert_eq!(ask("bank", &["transfer"]).await, Ok((over, vec![over])));
+    assert_eq!(ask("bank", &["balance"]).await, Ok((ok, vec![ok])));
     server.shutdown();
     server.wait().await.unwrap();
 }

@@ -217,6 +217,7 @@ mod tests {
             charge,
             group,
             quota: false,
+            on_error: None,
         }
     }
 

@@ -213,6 +213,7 @@ mod tests {
             charge: Charge::IfAdmitted,
             group: 0,
             quota: false,
+            on_error: None,
         }
     }
 

@@ -239,6 +239,7 @@ mod tests {
             charge: Charge::IfAdmitted,
             group: 0,
             quota: false,
+            on_error: None,
         }];
         s.decide_now(&c, 0);
         assert_eq!(s.len(), 1);
@@ -260,6 +261,7 @@ mod tests {
                 charge: Charge::IfAdmitted,
                 group: 0,
                 quota: false,
+                on_error: None,
             }];
             assert!(s.decide_now(&c, 0)[0].allowed);
         }

@@ -34,6 +34,9 @@ pub struct Check<'a> {
     /// The descriptor is in quota mode: the request is rejected by quota descriptors only
     /// when all of them are over their limits.
     pub quota: bool,
+    /// What this check gets if the store fails (`on_store_error` of its rule or domain);
+    /// `None`: the server's `--on-store-error`. See [`fallback`].
+    pub on_error: Option<FailurePolicy>,
 }
 
 /// Errors of a store backend.

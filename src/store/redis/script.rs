@@ -210,6 +210,7 @@ mod tests {
             charge: Charge::Always,
             group,
             quota: true,
+            on_error: None,
         };
         let (a, b, c) = (mk(b"a", 0), mk(b"b", 1), mk(b"a", 2));
         let (keys, args) = encode(&[&a, &b, &c], Scope::All, Some(7), 7);
@@ -255,6 +256,7 @@ mod tests {
             charge: Charge::IfAdmitted,
             group: 0,
             quota: false,
+            on_error: None,
         };
         let now = 1_700_000_000_000_000;
         let Frame {
