@@ -27,7 +27,8 @@
 //!   charged until their window ends (over-counting, never under) and the verdicts say
 //!   `charged`. Checks charged anyway are otherwise exact, admission (quota mode included)
 //!   is computed over all descriptors exactly as on one node, and if every check lands in
-//!   one slot (e.g. a single descriptor) the decision is exact as on one node.
+//!   one slot (a single descriptor, or a domain with `redis_hash_tag: domain`, whose keys
+//!   share the domain's tag) the decision is exact as on one node.
 //! * **Algorithms**: all of them, each a Lua port of its `src/algorithm` function in the one
 //!   script, deciding bit for bit as the in-memory store (the `distinct` HyperLogLog included:
 //!   our estimator over our registers, not Redis' `PFCOUNT`). Each state is one string per
@@ -50,11 +51,13 @@
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
-//! * **Failures**: a call that fails or exceeds `--redis-command-timeout` is an error (the
-//!   caller's failure policy decides); an `EVALSHA` is never retried on another connection,
+//! * **Failures**: a call that fails or exceeds `--redis-command-timeout` (or nine tenths of
+//!   what is left of the request's gRPC deadline, when less: [`deadline`](super::deadline))
+//!   is an error with its [`ErrorKind`] (the caller's failure policy decides); an `EVALSHA` is never retried on another connection,
 //!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
 //!   the script on every primary and retries once. A [`breaker`] stops calling Redis after
-//!   consecutive failures and probes until it answers again.
+//!   consecutive outage failures ([`ErrorKind::is_outage`]: not script errors) and probes
+//!   until it answers again.
 
 pub mod breaker;
 pub mod connect;
