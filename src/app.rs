@@ -29,7 +29,9 @@ use crate::service::ServiceState;
 use crate::settings::{Backend, ClockArg, OnStoreError, RedisArgs, ServeArgs};
 use crate::store::redis::breaker::BreakerOptions;
 use crate::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStatus};
-use crate::store::{FailurePolicy, Fallback, MemoryStore, RedisStore, Store, StoreError};
+use crate::store::{
+    FailurePolicy, Fallback, LocalCache, MemoryStore, RedisStore, Store, StoreError,
+};
 
 /// How often the runtime report is logged (debug level).
 const REPORT_EVERY: Duration = Duration::from_secs(10);
@@ -70,6 +72,14 @@ impl Server {
     /// Connection and circuit-breaker state of the Redis backend (`None` with another backend).
     pub fn redis_status(&self) -> Option<RedisStatus> {
         self.redis.as_ref().map(RedisStore::status)
+    }
+
+    /// Waits until the store can decide: at once for the in-memory store; for Redis, until it
+    /// is connected with the script loaded (it connects in the background).
+    pub async fn store_ready(&self) {
+        if let Some(r) = &self.redis {
+            r.ready().await;
+        }
     }
 
     /// The server's metrics (as `/metrics` shows them).
@@ -139,20 +149,20 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
             // Redis being down is not an error here (the store connects in the background);
             // an invalid URL or CA file is.
             let redis = RedisStore::connect(redis_options(&args.redis))?;
-            let (policy, local) = match args.redis.on_store_error {
-                OnStoreError::Unavailable => (FailurePolicy::Unavailable, None),
-                OnStoreError::Allow => (FailurePolicy::Allow, None),
-                OnStoreError::Deny => (FailurePolicy::Deny, None),
-                OnStoreError::Local => {
-                    let local = Arc::new(
-                        MemoryStore::new(args.memory_max_entries)
-                            .with_max_bytes(args.memory_max_bytes),
-                    );
-                    spawn_sweeper(local.clone(), clock.clone());
-                    watch_memory(&metrics, "fallback", &local);
-                    (FailurePolicy::Local, Some(local))
-                }
+            let policy = match args.redis.on_store_error {
+                OnStoreError::Unavailable => FailurePolicy::Unavailable,
+                OnStoreError::Allow => FailurePolicy::Allow,
+                OnStoreError::Deny => FailurePolicy::Deny,
+                OnStoreError::Local => FailurePolicy::Local,
             };
+            // Always there: a domain or rule may ask for `local` whatever the flag says. Empty
+            // (and nearly free) until Redis fails.
+            let local = Arc::new(
+                MemoryStore::new(args.memory_max_entries).with_max_bytes(args.memory_max_bytes),
+            );
+            spawn_sweeper(local.clone(), clock.clone());
+            watch_memory(&metrics, "fallback", &local);
+            let local = Some(local);
             {
                 let r = redis.clone();
                 *metrics
@@ -165,13 +175,14 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
                 }));
             }
             let errors = metrics.store_errors.clone();
-            let store = Fallback::new(redis.clone(), policy, local).with_error_hook(Arc::new(
+            let cached = LocalCache::new(redis.clone(), args.redis.local_cache);
+            let store = Fallback::new(cached, policy, local).with_error_hook(Arc::new(
                 move |e: &StoreError, policy: FailurePolicy| {
                     errors.add(
                         1,
                         &[
                             opentelemetry::KeyValue::new("backend", "redis"),
-                            opentelemetry::KeyValue::new("kind", error_kind(e)),
+                            opentelemetry::KeyValue::new("kind", e.kind().as_str()),
                             opentelemetry::KeyValue::new("policy", policy_name(policy)),
                         ],
                     );
@@ -186,20 +197,6 @@ struct Listeners {
     grpc: TcpListener,
     http: TcpListener,
     prometheus: Option<TcpListener>,
-}
-
-/// The `kind` label of a store error.
-fn error_kind(e: &StoreError) -> &'static str {
-    let StoreError::Unavailable { message, .. } = e;
-    if message.starts_with("circuit breaker") {
-        "breaker_open"
-    } else if message.contains("Timeout") || message.contains("timed out") {
-        "timeout"
-    } else if message.starts_with("IO") || message.starts_with("Canceled") {
-        "connection"
-    } else {
-        "other"
-    }
 }
 
 fn policy_name(p: FailurePolicy) -> &'static str {

@@ -348,10 +348,11 @@ impl<S: Store> Limiter<S> {
                         },
                     });
                 let name = if *named { limit.name.as_deref() } else { None };
-                key::build(
+                key::build_tagged(
                     &mut k,
                     &self.opts.key_prefix,
                     &req.domain,
+                    domain.hash_tag,
                     parts,
                     &limit.limit,
                     name,
@@ -380,6 +381,7 @@ impl<S: Store> Limiter<S> {
                     charge: limit.charge.unwrap_or(default_charge),
                     group: i as u32,
                     quota,
+                    on_error: limit.on_error.or(domain.on_store_error),
                 }
             })
             .collect();
@@ -433,6 +435,7 @@ impl<S: Store> Limiter<S> {
                         charged: v.charged,
                         remaining: v.remaining,
                         shadow,
+                        cached: v.cached,
                     },
                 );
             }
@@ -555,6 +558,7 @@ fn resolve<'r>(
                 unit: o.unit,
                 limit,
                 charge: base.and_then(|b| b.charge),
+                on_error: base.and_then(|b| b.on_error),
             }],
             steps: m.map(|m| m.steps).unwrap_or_default(),
             value_to_metric: 0,

@@ -50,7 +50,7 @@ const IGNORED: [(&str, &str); 14] = [
     ),
     (
         "LOCAL_CACHE_SIZE_IN_BYTES",
-        "there is no local over-limit cache yet (over_limit_with_local_cache stays 0)",
+        "the local over-limit cache is sized in keys: set --local-cache (SLUICE_LOCAL_CACHE)",
     ),
     (
         "EXPIRATION_JITTER_MAX_SECONDS",

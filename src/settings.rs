@@ -286,6 +286,16 @@ pub struct RedisArgs {
     /// What a request gets when Redis fails or does not answer in time.
     #[arg(long, env = "SLUICE_ON_STORE_ERROR", value_enum, default_value_t = OnStoreError::Unavailable)]
     pub on_store_error: OnStoreError,
+
+    /// Keys known to be over their limit are answered without Redis until their retry time:
+    /// at most this many keys (0: off). See README "Local over-limit cache".
+    #[arg(
+        long,
+        env = "SLUICE_LOCAL_CACHE",
+        default_value_t = 0,
+        value_name = "ENTRIES"
+    )]
+    pub local_cache: usize,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -86,6 +86,8 @@ pub struct Observation {
     pub remaining: u64,
     /// The rule is in shadow mode.
     pub shadow: bool,
+    /// Answered by the local over-limit cache.
+    pub cached: bool,
 }
 
 /// Every stats key seen since start, across reloads (so counters of unchanged rules go on).
@@ -182,6 +184,10 @@ impl StatsRegistry {
         c.add(TOTAL_HITS, o.hits);
         if !o.allowed {
             c.add(OVER_LIMIT, o.hits);
+            // As envoyproxy/ratelimit: counted in over_limit too.
+            if o.cached {
+                c.add(OVER_LIMIT_WITH_LOCAL_CACHE, o.hits);
+            }
             if o.shadow {
                 c.add(SHADOW_MODE, o.hits);
             }
@@ -310,6 +316,7 @@ mod tests {
             charged: allowed,
             remaining,
             shadow: false,
+            cached: false,
         };
         // 10 per window, near at 8: hits 1..=10 allowed (the 9th and 10th are near), then over.
         for i in 1..=10u64 {

@@ -76,6 +76,7 @@ async fn concurrent_multi_key_requests_are_all_or_nothing() {
                     charge: Charge::IfAdmitted,
                     group: 0,
                     quota: false,
+                    on_error: None,
                 };
                 let b = Check {
                     key: b"loose",
@@ -108,6 +109,7 @@ async fn concurrent_multi_key_requests_are_all_or_nothing() {
         charge: Charge::IfAdmitted,
         group: 0,
         quota: false,
+        on_error: None,
     };
     let v = store.decide(&[peek], T0).await.unwrap();
     assert_eq!(v[0].remaining, 1_000_000 - u64::from(LIMIT));

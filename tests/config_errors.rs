@@ -23,7 +23,7 @@ const CASES: &[(&str, &[&str])] = &[
     ),
     (
         "unknown_top_level_key.yaml",
-        &["2:1: unknown key 'descriptor' (expected one of: domain, descriptors, allow_refunds, allow_overrides)"],
+        &["2:1: unknown key 'descriptor' (expected one of: domain, descriptors, allow_refunds, on_store_error, redis_hash_tag, allow_overrides)"],
     ),
     (
         "empty_domain.yaml",
@@ -108,6 +108,14 @@ const CASES: &[(&str, &[&str])] = &[
     (
         "invalid_charge.yaml",
         &["4:62: invalid charge 'sometimes' (expected always or if_admitted)"],
+    ),
+    (
+        "invalid_store_settings.yaml",
+        &[
+            "2:17: invalid on_store_error 'closed' (expected unavailable, allow, deny or local)",
+            "3:17: invalid redis_hash_tag 'everything' (expected descriptor or domain)",
+            "6:70: invalid on_store_error 'open' (expected unavailable, allow, deny or local)",
+        ],
     ),
     (
         "several_errors.yaml",

@@ -4,7 +4,12 @@
 //!
 //! Every expected `duration_until_reset` is checked too: by default it is the rest of the
 //! epoch-aligned window at the test clock, rounded up to the millisecond (see `support::T0`).
+//!
+//! The same table runs on the in-memory store, on a standalone Redis and on a 6-node Redis
+//! Cluster, each started once for this binary on loopback ports.
 
+#[path = "support/redis.rs"]
+mod redis_support;
 mod support;
 
 use serde_json::json;
@@ -973,4 +978,27 @@ fn all_cases() -> Vec<Case> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_memory() {
     run_suite(StoreKind::Memory, all_cases()).await;
+}
+
+/// One standalone Redis for every case of this binary (each case has its own key prefix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_redis() {
+    let redis = redis_support::RedisNode::start();
+    let url: &'static str = Box::leak(redis.url().into_boxed_str());
+    run_suite(StoreKind::Redis(url), all_cases()).await;
+    // The answers came from Redis (the cases leave their counters there).
+    assert!(redis.command_calls("evalsha") > 100);
+    assert!(redis.cli(&["DBSIZE"]).parse::<u64>().unwrap() > 50);
+}
+
+/// A 6-node Redis Cluster (3 primaries, 3 replicas) on loopback ports: the same answers, the
+/// descriptors of a request spread over slots and nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_redis_cluster() {
+    let cluster = tokio::task::spawn_blocking(redis_support::RedisCluster::start)
+        .await
+        .expect("cluster starts");
+    let url: &'static str = Box::leak(cluster.url().into_boxed_str());
+    run_suite(StoreKind::Redis(url), all_cases()).await;
+    assert!(cluster.command_calls("evalsha") > 100);
 }

@@ -47,6 +47,7 @@ fn check<'a>(key: &'a [u8], limit: &'a Limit, hits: u64, group: u32) -> Check<'a
         charge: Charge::IfAdmitted,
         group,
         quota: false,
+        on_error: None,
     }
 }
 
@@ -316,6 +317,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
                             },
                             group: d as u32,
                             quota,
+                            on_error: None,
                         }
                     })
                     .collect();
@@ -328,4 +330,110 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
             Ok(())
         })
         .unwrap();
+
+    // `redis_hash_tag: domain`: every key of the domain in one slot, so a request of several
+    // descriptors is one EVALSHA and its rejection exact (nothing charged, nothing undone).
+    let tagged = |value: &[u8], limit: &Limit| {
+        let mut out = Vec::new();
+        key::build_tagged(
+            &mut out,
+            b"t:",
+            "d",
+            key::HashTag::Domain,
+            [Part::Value { key: b"k", value }],
+            limit,
+            None,
+        );
+        out
+    };
+    let tagged_keys: Vec<Vec<u8>> = values
+        .iter()
+        .map(|v| tagged(v.as_bytes(), &limit))
+        .collect();
+    let tagged_tight = tagged(b"echo", &tight);
+    let slots: HashSet<u16> = tagged_keys
+        .iter()
+        .chain([&tagged_tight])
+        .map(|k| cluster.keyslot(k))
+        .collect();
+    assert_eq!(slots.len(), 1, "one slot for the domain");
+    let mut checks: Vec<Check<'_>> = (0..4)
+        .map(|i| check(&tagged_keys[i], &limit, 1, i as u32))
+        .collect();
+    checks.push(check(&tagged_tight, &tight, 2, 4));
+    let before = cluster.command_calls("evalsha");
+    let v = rt.block_on(store.decide_checks(&checks, T0)).unwrap();
+    assert_eq!(
+        cluster.command_calls("evalsha") - before,
+        1,
+        "one round trip"
+    );
+    assert!(!v[4].allowed && v.iter().all(|v| !v.charged));
+    assert!(v[..4].iter().all(|v| v.allowed && v.remaining == 3));
+    assert!(tagged_keys.iter().all(|k| count(&cluster, k) == 0));
+
+    // A primary dies: its replica is promoted (the cluster notices after
+    // cluster-node-timeout) and decisions on its slots recover, NOSCRIPT included (scripts
+    // are not replicated). Polled, never slept for: a starved box may even fail over early.
+    let mut cluster = cluster;
+    let victim = cluster.owner(&keys[0]);
+    cluster
+        .nodes
+        .iter_mut()
+        .find(|n| n.port == victim)
+        .expect("the owner is one of ours")
+        .kill();
+    let survivors: Vec<&redis_support::RedisNode> =
+        cluster.nodes.iter().filter(|n| n.port != victim).collect();
+    redis_support::wait_until(
+        "a replica to be promoted for the dead primary's slots",
+        || {
+            survivors.iter().all(|n| {
+                let info = n.cli(&["CLUSTER", "INFO"]);
+                info.contains("cluster_state:ok")
+            }) && survivors
+                .iter()
+                .filter(|n| n.cli(&["ROLE"]).starts_with("master"))
+                .count()
+                == 3
+        },
+    );
+    // The slot now answers on a promoted replica (asked without following redirections).
+    let key0 = String::from_utf8(keys[0].clone()).unwrap();
+    let owner_now = redis_support::wait_until_value("the slot to move", || {
+        let answer = survivors[0].cli(&["GET", &key0]);
+        match answer.strip_prefix("MOVED ") {
+            Some(rest) => rest
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse::<u16>().ok())
+                .filter(|&p| p != victim),
+            // Served here: the state (numbers) or nothing; anything else is an error reply.
+            None if answer.is_empty() || answer.starts_with(|c: char| c.is_ascii_digit()) => {
+                Some(survivors[0].port)
+            }
+            None => None,
+        }
+    });
+    assert_ne!(owner_now, victim);
+    let fresh = key_of("failover:", &[(b"k", b"alpha")], &tight, None);
+    assert_eq!(
+        fred::util::redis_keyslot(&fresh),
+        fred::util::redis_keyslot(&keys[0]),
+        "on the dead primary's slot"
+    );
+    let c = [check(&fresh, &tight, 1, 0)];
+    let first = std::cell::Cell::new(None);
+    redis_support::wait_until("decisions on the promoted replica", || {
+        match rt.block_on(store.decide_checks(&c, T0)) {
+            Ok(v) => {
+                first.set(Some(v[0]));
+                true
+            }
+            Err(_) => false,
+        }
+    });
+    assert!(first.get().unwrap().allowed);
+    let v = rt.block_on(store.decide_checks(&c, T0)).unwrap();
+    assert!(!v[0].allowed, "the limit of 1 holds on the new primary");
 }

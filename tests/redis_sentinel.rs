@@ -60,6 +60,7 @@ async fn the_store_finds_the_primary_through_sentinel_and_decides() {
         charge: Charge::IfAdmitted,
         group: 0,
         quota: false,
+        on_error: None,
     }];
     let v = store.decide_checks(&c, 0).await.unwrap();
     assert!(v[0].allowed && v[0].charged);

@@ -31,7 +31,7 @@ use sluice::store::batch::{self, StateTable};
 use sluice::store::key::{self, Part};
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
-use sluice::store::{Charge, Check, FailurePolicy, Fallback, Store};
+use sluice::store::{Charge, Check, ErrorKind, FailurePolicy, Fallback, Store};
 
 const SEC: Micros = 1_000_000;
 /// A realistic "now" (November 2023): timestamps of 16 digits, as in production.
@@ -104,6 +104,7 @@ fn take<'a>(key: &'a [u8], limit: &'a Limit, hits: u64, group: u32) -> Check<'a>
         charge: Charge::IfAdmitted,
         group,
         quota: false,
+        on_error: None,
     }
 }
 
@@ -357,6 +358,7 @@ fn lua_script_matches_the_in_memory_policy() {
                             },
                             group: c.group,
                             quota: step.quota[c.group as usize],
+                            on_error: None,
                         }
                     })
                     .collect();
@@ -697,8 +699,9 @@ async fn outage_allow_policy_breaker_and_recovery_with_noscript() {
     let mut refused_at_once = 0;
     for _ in 0..20 {
         match store.decide_checks(&c, T0).await {
-            Err(e) if e.to_string().contains("circuit breaker open") => refused_at_once += 1,
-            Err(_) => {}
+            Err(e) if e.kind() == ErrorKind::BreakerOpen => refused_at_once += 1,
+            // The probe let through: the connection is down.
+            Err(e) => assert_eq!(e.kind(), ErrorKind::Connection, "{e}"),
             Ok(_) => panic!("redis is down"),
         }
     }
@@ -770,7 +773,11 @@ async fn a_stalled_redis_costs_the_command_timeout_not_more() {
         .unwrap();
     wait_until("redis to stall", || !ping(redis.port));
     let r = store.decide_checks(&c, T0).await;
-    assert!(r.is_err(), "a stalled redis is an error: {r:?}");
+    assert_eq!(
+        r.as_ref().map_err(|e| e.kind()).err(),
+        Some(ErrorKind::Timeout),
+        "a stalled redis is a timeout: {r:?}"
+    );
     assert!(
         sleeper.try_wait().unwrap().is_none(),
         "the call gave up while redis was still stalled"
@@ -1055,4 +1062,344 @@ async fn every_algorithm_serves_on_redis_as_in_memory() {
         s.shutdown();
         s.wait().await.unwrap();
     }
+}
+
+/// The command timeout never outlives the request's gRPC deadline: with a command timeout of
+/// 30 s and a stalled Redis, a call with a 1.5 s `grpc-timeout` is answered by the failure
+/// policy before its deadline instead of failing with DEADLINE_EXCEEDED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_grpc_deadline_caps_the_command_timeout() {
+    let redis = RedisNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+    )
+    .unwrap();
+    let url = redis.url();
+    let cli = Cli::try_parse_from([
+        "sluice",
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--backend",
+        "redis",
+        "--redis-url",
+        &url,
+        "--redis-command-timeout",
+        "30s",
+        "--on-store-error",
+        "allow",
+        "--clock",
+        "local",
+    ])
+    .unwrap();
+    let Command::Serve(args) = cli.command else {
+        panic!("serve")
+    };
+    let server = sluice::app::start(args, Arc::new(ManualClock::new(T0)))
+        .await
+        .unwrap();
+    server.store_ready().await;
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr))
+        .await
+        .unwrap();
+    // Three hits against a limit of two: only the allow policy says OK.
+    let over = request(&["a"], 3);
+    let with_deadline = || {
+        let mut r = tonic::Request::new(over.clone());
+        r.set_timeout(Duration::from_millis(1_500));
+        r
+    };
+    let r = client.should_rate_limit(with_deadline()).await.unwrap();
+    assert_eq!(
+        r.into_inner().overall_code,
+        Code::OverLimit as i32,
+        "redis decides"
+    );
+
+    let mut sleeper = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string(), "DEBUG", "SLEEP", "8"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("redis to stall", || !ping(redis.port));
+    let r = client.should_rate_limit(with_deadline()).await;
+    assert!(
+        sleeper.try_wait().unwrap().is_none(),
+        "redis was stalled for the whole call"
+    );
+    let r = r.expect("answered before the deadline");
+    assert_eq!(
+        r.into_inner().overall_code,
+        Code::Ok as i32,
+        "the failure policy answered"
+    );
+    sleeper.wait().unwrap();
+    server.shutdown();
+    server.wait().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The local over-limit cache.
+// ---------------------------------------------------------------------------------------------
+
+/// The `over_limit_with_local_cache` counter of rule `d.k` in the server's /metrics.
+fn with_local_cache(server: &sluice::app::Server) -> u64 {
+    let text = server.metrics().render();
+    text.lines()
+        .find(|l| {
+            l.starts_with("sluice_rate_limit_over_limit_with_local_cache_total{")
+                && l.contains("key=\"d.k\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|n| n.parse::<f64>().unwrap() as u64)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_over_limit_keys_are_answered_without_redis_until_their_retry_time() {
+    let redis = RedisNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let limit_of = |n: u32| {
+        format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: hour, requests_per_unit: {n}}}\n")
+    };
+    std::fs::write(&config, limit_of(2)).unwrap();
+    let url = redis.url();
+    let cli = Cli::try_parse_from([
+        "sluice",
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--backend",
+        "redis",
+        "--redis-url",
+        &url,
+        "--redis-command-timeout",
+        "2s",
+        "--clock",
+        "local",
+        "--local-cache",
+        "1000",
+        "--watch-config",
+        "false",
+    ])
+    .unwrap();
+    let Command::Serve(args) = cli.command else {
+        panic!("serve")
+    };
+    let clock = ManualClock::new(T0);
+    let server = sluice::app::start(args, Arc::new(clock.clone()))
+        .await
+        .unwrap();
+    server.store_ready().await;
+    let client = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr))
+        .await
+        .unwrap();
+    let code = |req: RateLimitRequest| {
+        let mut client = client.clone();
+        async move {
+            client
+                .should_rate_limit(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code
+        }
+    };
+    let one = request(&["a"], 1);
+    assert_eq!(code(one.clone()).await, Code::Ok as i32);
+    assert_eq!(code(one.clone()).await, Code::Ok as i32);
+    let before = redis.command_calls("evalsha");
+    assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    assert_eq!(
+        redis.command_calls("evalsha"),
+        before + 1,
+        "Redis said over"
+    );
+    assert_eq!(with_local_cache(&server), 0);
+
+    // Known over: answered here, Redis untouched, until the hour ends (T0 is 800 s into one).
+    for _ in 0..5 {
+        assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    }
+    clock.advance(2_800 * SEC - 1);
+    assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    assert_eq!(redis.command_calls("evalsha"), before + 1, "no round trip");
+    assert_eq!(with_local_cache(&server), 6);
+    // Another descriptor in the request, not known over: the request goes to Redis whole.
+    assert_eq!(code(request(&["a", "b"], 1)).await, Code::OverLimit as i32);
+    assert_eq!(redis.command_calls("evalsha"), before + 2);
+
+    // A limit override is another limit: not blocked by the entry.
+    let mut raised = one.clone();
+    raised.descriptors[0].limit = Some(sluice::proto::rate_limit_descriptor::RateLimitOverride {
+        requests_per_unit: 50,
+        unit: sluice::proto::rate_limit_response::rate_limit::Unit::Hour as i32,
+    });
+    assert_eq!(code(raised).await, Code::Ok as i32);
+    assert_eq!(redis.command_calls("evalsha"), before + 3);
+
+    // So is a raised limit after a reload.
+    assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    let calls = redis.command_calls("evalsha");
+    std::fs::write(&config, limit_of(10)).unwrap();
+    assert!(server.reload());
+    assert_eq!(code(one.clone()).await, Code::Ok as i32);
+    assert_eq!(redis.command_calls("evalsha"), calls + 1);
+
+    // And the retry time comes: Redis decides again.
+    std::fs::write(&config, limit_of(2)).unwrap();
+    assert!(server.reload());
+    assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    assert_eq!(code(one.clone()).await, Code::OverLimit as i32);
+    let calls = redis.command_calls("evalsha");
+    clock.advance(1);
+    assert_eq!(code(one.clone()).await, Code::Ok as i32);
+    assert_eq!(redis.command_calls("evalsha"), calls + 1);
+    server.shutdown();
+    server.wait().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failure policies per domain and per rule.
+// ---------------------------------------------------------------------------------------------
+
+const POLICIES: &str = r#"
+domain: api
+descriptors:
+  - key: login
+    rate_limit: {unit: hour, requests_per_unit: 5, on_store_error: deny}
+  - key: path
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: report
+    rate_limit: {unit: hour, requests_per_unit: 5, on_store_error: unavailable}
+  - key: upload
+    rate_limit: {unit: hour, requests_per_unit: 1, on_store_error: local}
+"#;
+
+const CLOSED_DOMAIN: &str = r#"
+domain: bank
+on_store_error: deny
+descriptors:
+  - key: transfer
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: balance
+    rate_limit: {unit: hour, requests_per_unit: 5, on_store_error: allow}
+"#;
+
+/// With Redis down, each request is answered by the strictest policy among its limits': the
+/// rule's, else its domain's, else `--on-store-error` (allow here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policies_per_domain_and_rule_with_redis_down() {
+    let mut redis = RedisNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("api.yaml"), POLICIES).unwrap();
+    std::fs::write(dir.path().join("bank.yaml"), CLOSED_DOMAIN).unwrap();
+    let url = redis.url();
+    let cli = Cli::try_parse_from([
+        "sluice",
+        "serve",
+        "--config",
+        dir.path().to_str().unwrap(),
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--backend",
+        "redis",
+        "--redis-url",
+        &url,
+        "--clock",
+        "local",
+        "--on-store-error",
+        "allow",
+    ])
+    .unwrap();
+    let Command::Serve(args) = cli.command else {
+        panic!("serve")
+    };
+    let server = sluice::app::start(args, Arc::new(ManualClock::new(T0)))
+        .await
+        .unwrap();
+    server.store_ready().await;
+    let client = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr))
+        .await
+        .unwrap();
+    let ask = |domain: &str, keys: &[&str]| {
+        let req = RateLimitRequest {
+            domain: domain.into(),
+            descriptors: keys
+                .iter()
+                .map(|k| RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: k.as_bytes().to_vec(),
+                        value: b"x".to_vec(),
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+            hits_addend: 1,
+        };
+        let mut client = client.clone();
+        async move {
+            match client.should_rate_limit(req).await {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
+                    Ok((r.overall_code, codes))
+                }
+                Err(s) => Err(s.code()),
+            }
+        }
+    };
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    // Up: Redis decides everything.
+    assert_eq!(ask("api", &["login", "path"]).await, Ok((ok, vec![ok, ok])));
+
+    redis.kill();
+    assert_eq!(ask("api", &["path"]).await, Ok((ok, vec![ok])), "the flag");
+    assert_eq!(
+        ask("api", &["login"]).await,
+        Ok((over, vec![over])),
+        "the rule"
+    );
+    assert_eq!(
+        ask("api", &["path", "login"]).await,
+        Ok((over, vec![over, over])),
+        "deny wins over allow"
+    );
+    assert_eq!(
+        ask("api", &["report", "path"]).await,
+        Err(tonic::Code::Unavailable),
+        "unavailable wins over allow"
+    );
+    assert_eq!(
+        ask("api", &["report", "login"]).await,
+        Ok((over, vec![over, over])),
+        "deny wins over unavailable"
+    );
+    // Local: the same rule, counted in this instance (1 per hour).
+    assert_eq!(ask("api", &["upload"]).await, Ok((ok, vec![ok])));
+    assert_eq!(ask("api", &["upload"]).await, Ok((over, vec![over])));
+    assert_eq!(
+        ask("api", &["upload", "report"]).await,
+        Err(tonic::Code::Unavailable),
+        "unavailable wins over local"
+    );
+    // A domain's policy, and a rule overriding it.
+    assert_eq!(ask("bank", &["transfer"]).await, Ok((over, vec![over])));
+    assert_eq!(ask("bank", &["balance"]).await, Ok((ok, vec![ok])));
+    server.shutdown();
+    server.wait().await.unwrap();
 }

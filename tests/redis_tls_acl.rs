@@ -155,6 +155,7 @@ async fn decide(store: &RedisStore, key: &[u8]) -> Result<bool, String> {
         charge: Charge::IfAdmitted,
         group: 0,
         quota: false,
+        on_error: None,
     }];
     store
         .decide_checks(&c, T0)

@@ -164,6 +164,7 @@ pub fn check_rejections_are_free(limit: &Limit, events: &[Event]) {
             charge: Charge::IfAdmitted,
             group: 0,
             quota: false,
+            on_error: None,
         };
         let v = batch::decide(&mut table, &[check], now);
         if !v[0].allowed {

@@ -15,7 +15,8 @@ use crate::rules::{
     content_hash, Branch, Domain, Node, Pattern, Rule, RuleKind, RuleLimit, RuleSet, Source,
     Wildcard,
 };
-use crate::store::Charge;
+use crate::store::key::HashTag;
+use crate::store::{Charge, FailurePolicy};
 
 /// Options of a load.
 #[derive(Clone, Copy, Debug, Default)]
@@ -66,6 +67,8 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
             continue;
         };
         let (name, pos) = domain;
+        let merged = first_seen.contains_key(&name);
+        let pos_of_domain = pos.clone();
         if let Some(prev) = first_seen.get(&name) {
             if !opts.merge_domains {
                 cx.err(
@@ -84,11 +87,57 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
             root: Node::default(),
             allow_refunds: false,
             allow_overrides: true,
+            on_store_error: None,
+            hash_tag: HashTag::Descriptor,
         });
         // Merged files: overrides are refused when any file of the domain refuses them.
         domain.allow_overrides &= raw.allow_overrides;
         // Merged files: refunds are allowed when any file of the domain allows them.
         domain.allow_refunds |= raw.allow_refunds;
+        if let Some(p) = &raw.on_store_error {
+            if let Some(policy) = cx.policy(p) {
+                match domain.on_store_error {
+                    Some(other) if other != policy => {
+                        let at = cx.at(p);
+                        cx.err(
+                            at,
+                            "merged files of one domain set different on_store_error",
+                        );
+                    }
+                    _ => domain.on_store_error = Some(policy),
+                }
+            }
+        }
+        let tag = match &raw.redis_hash_tag {
+            None => Some(HashTag::Descriptor),
+            Some(t) => match t.value.as_str() {
+                "descriptor" => Some(HashTag::Descriptor),
+                "domain" => Some(HashTag::Domain),
+                other => {
+                    let at = cx.at(t);
+                    cx.err(
+                        at,
+                        format!("invalid redis_hash_tag '{other}' (expected descriptor or domain)"),
+                    );
+                    None
+                }
+            },
+        };
+        if let Some(tag) = tag {
+            // The keys of one domain share one layout: merged files must agree.
+            if merged && tag != domain.hash_tag {
+                let at = raw
+                    .redis_hash_tag
+                    .as_ref()
+                    .map_or(pos_of_domain, |t| cx.at(t));
+                cx.err(
+                    at,
+                    "merged files of one domain set different redis_hash_tag",
+                );
+            } else {
+                domain.hash_tag = tag;
+            }
+        }
         if let Some(descriptors) = &raw.descriptors {
             cx.descriptors(&mut domain.root, &name, descriptors);
         }
@@ -489,6 +538,7 @@ impl Cx<'_> {
                 }
             },
         };
+        let on_error = rl.on_store_error.as_ref().and_then(|p| self.policy(p));
         let algorithm = match &rl.algorithm {
             None => Algorithm::FixedWindow,
             Some(a) => Algorithm::parse(&a.value).unwrap_or_else(|| {
@@ -631,7 +681,28 @@ impl Cx<'_> {
             unit,
             limit,
             charge,
+            on_error,
         })
+    }
+
+    /// An `on_store_error` value.
+    fn policy(&mut self, p: &Spanned<String>) -> Option<FailurePolicy> {
+        match p.value.as_str() {
+            "unavailable" => Some(FailurePolicy::Unavailable),
+            "allow" => Some(FailurePolicy::Allow),
+            "deny" => Some(FailurePolicy::Deny),
+            "local" => Some(FailurePolicy::Local),
+            other => {
+                let at = self.at(p);
+                self.err(
+                    at,
+                    format!(
+                        "invalid on_store_error '{other}' (expected unavailable, allow, deny or local)"
+                    ),
+                );
+                None
+            }
+        }
     }
 }
 

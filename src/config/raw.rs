@@ -14,6 +14,12 @@ pub struct RawFile {
     /// sluice: accept `is_negative_hits` refunds for this domain (off by default).
     #[serde(default)]
     pub allow_refunds: bool,
+    /// sluice: what the domain's requests get when the store fails (overrides
+    /// `--on-store-error`): unavailable, allow, deny or local.
+    pub on_store_error: Option<Spanned<String>>,
+    /// sluice: `descriptor` (default) or `domain`: the Redis Cluster hash tag of the domain's
+    /// keys; `domain` puts them all in one slot, so a request is decided exactly in one call.
+    pub redis_hash_tag: Option<Spanned<String>>,
     /// sluice: accept a descriptor's `limit` override for this domain (on by default, as
     /// Envoy sends them); `false` refuses them with PERMISSION_DENIED.
     #[serde(default = "yes")]
@@ -58,6 +64,8 @@ pub struct RawRateLimit {
     /// sluice: `always` charges even rejected requests; `if_admitted` (the default unless
     /// `--charge-rejected`) only admitted ones.
     pub charge: Option<Spanned<String>>,
+    /// sluice: the failure policy of this limit (overrides the domain's and the flag's).
+    pub on_store_error: Option<Spanned<String>>,
     /// sluice: a window of any length (`500ms`, `30s`, `5m`, `2h`, `7d`) instead of `unit`.
     pub window: Option<Spanned<String>>,
     /// sluice: fixed_window (default), sliding_window, sliding_log, token_bucket,

@@ -14,7 +14,8 @@ use std::sync::{Arc, OnceLock};
 use crate::algorithm::Limit;
 use crate::config::Position;
 use crate::model::{Entry, Unit};
-use crate::store::Charge;
+use crate::store::key::HashTag;
+use crate::store::{Charge, FailurePolicy};
 
 pub use pattern::Pattern;
 
@@ -45,6 +46,10 @@ pub struct Domain {
     /// Whether a descriptor's `limit` override is accepted (YAML `allow_overrides`, on by
     /// default as Envoy uses them; off for domains whose callers must not choose their limit).
     pub allow_overrides: bool,
+    /// YAML `on_store_error`: the failure policy of the domain's limits without their own.
+    pub on_store_error: Option<FailurePolicy>,
+    /// YAML `redis_hash_tag`: what the Redis Cluster hash tag of the domain's keys covers.
+    pub hash_tag: HashTag,
 }
 
 #[derive(Debug, Default)]
@@ -128,6 +133,8 @@ pub struct RuleLimit {
     pub limit: Limit,
     /// `None`: the server's default (`--charge-rejected`).
     pub charge: Option<Charge>,
+    /// YAML `on_store_error` of the limit; `None`: the domain's, else `--on-store-error`.
+    pub on_error: Option<FailurePolicy>,
 }
 
 /// How one request entry was matched.

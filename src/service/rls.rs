@@ -59,7 +59,12 @@ impl<S: Store> RlsService<S> {
         self.limits.check(&req).map_err(Status::invalid_argument)?;
         let req = convert::request(req).map_err(Status::invalid_argument)?;
         tracing::Span::current().record("domain", req.domain.as_str());
-        let work = self.limiter.should_rate_limit(&req);
+        // The store sees the deadline too, so a slow Redis fails early enough for the
+        // failure policy to answer in time.
+        let work = crate::store::deadline::scope(
+            deadline.map(|d| monotonic() + d),
+            self.limiter.should_rate_limit(&req),
+        );
         let result = match deadline {
             Some(d) => tokio::time::timeout(d, work).await.map_err(|_| {
                 Status::deadline_exceeded("rate limit decision exceeded the request deadline")

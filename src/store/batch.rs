@@ -36,6 +36,8 @@ pub struct Verdict {
     pub reset: Micros,
     /// Whether the check's ask was applied to the stored state.
     pub charged: bool,
+    /// Answered by the local over-limit cache ([`super::local_cache`]) without the backend.
+    pub cached: bool,
 }
 
 /// Read and write access to stored states, for [`decide`].
@@ -130,6 +132,7 @@ pub fn decide<T: StateTable>(table: &mut T, checks: &[Check<'_>], now: Micros) -
                 remaining: peek.remaining,
                 reset: peek.reset,
                 charged: false,
+                cached: false,
             });
         } else {
             verdicts.push(verdict(before, false));
@@ -150,6 +153,7 @@ fn verdict(o: &Outcome, charged: bool) -> Verdict {
         // A rejected request that is charged anyway must also wait out its own debt.
         reset: if charged { o.debt_reset } else { o.reset },
         charged,
+        cached: false,
     }
 }
 
@@ -213,6 +217,7 @@ mod tests {
             charge,
             group,
             quota: false,
+            on_error: None,
         }
     }
 

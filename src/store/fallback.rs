@@ -1,4 +1,10 @@
-//! What a request gets when its store fails (`--on-store-error`).
+//! What a request gets when its store fails: `--on-store-error`, overridden per domain and per
+//! rule (`on_store_error` in the YAML, carried by each [`Check`]).
+//!
+//! A request fails as a whole, so one policy answers it: the strictest of its checks'
+//! policies, in the order deny > unavailable > local > allow. A login limit that fails closed
+//! thus rejects the requests it is part of even where the other descriptors would fail open,
+//! and a request whose descriptors all fail open is let through.
 
 use std::sync::Arc;
 
@@ -20,6 +26,27 @@ pub enum FailurePolicy {
     Local,
 }
 
+impl FailurePolicy {
+    /// The order in which policies win when a request's checks name several.
+    fn strictness(self) -> u8 {
+        match self {
+            FailurePolicy::Allow => 0,
+            FailurePolicy::Local => 1,
+            FailurePolicy::Unavailable => 2,
+            FailurePolicy::Deny => 3,
+        }
+    }
+
+    /// The policy that answers a failed request of `checks`, `default` for checks without one.
+    pub fn of_request(checks: &[Check<'_>], default: FailurePolicy) -> FailurePolicy {
+        checks
+            .iter()
+            .map(|c| c.on_error.unwrap_or(default))
+            .max_by_key(|p| p.strictness())
+            .unwrap_or(default)
+    }
+}
+
 /// Told of every failure of the primary store, with the policy that answers instead (for
 /// metrics).
 pub type ErrorHook = Arc<dyn Fn(&StoreError, FailurePolicy) + Send + Sync>;
@@ -33,8 +60,9 @@ pub struct Fallback<S> {
 }
 
 impl<S: Store> Fallback<S> {
-    /// `local` is used (and required) by [`FailurePolicy::Local`]; without it that policy
-    /// answers like [`FailurePolicy::Unavailable`].
+    /// `policy` answers checks without their own. `local` is used (and required) by
+    /// [`FailurePolicy::Local`]; without it that policy answers like
+    /// [`FailurePolicy::Unavailable`].
     pub fn new(primary: S, policy: FailurePolicy, local: Option<Arc<MemoryStore>>) -> Self {
         Fallback {
             primary,
@@ -63,11 +91,12 @@ impl<S: Store> Fallback<S> {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
+        let policy = FailurePolicy::of_request(checks, self.policy);
         if let Some(hook) = &self.on_error {
-            hook(&err, self.policy);
+            hook(&err, policy);
         }
         let until_end = |c: &Check<'_>| (c.limit.frame(now).window_end - now).max(0);
-        match (self.policy, &self.local) {
+        match (policy, &self.local) {
             (FailurePolicy::Allow, _) => Ok(checks
                 .iter()
                 .map(|c| Verdict {
@@ -75,6 +104,7 @@ impl<S: Store> Fallback<S> {
                     remaining: c.limit.requests,
                     reset: until_end(c),
                     charged: false,
+                    cached: false,
                 })
                 .collect()),
             (FailurePolicy::Deny, _) => Ok(checks
@@ -84,6 +114,7 @@ impl<S: Store> Fallback<S> {
                     remaining: 0,
                     reset: until_end(c),
                     charged: false,
+                    cached: false,
                 })
                 .collect()),
             (FailurePolicy::Local, Some(local)) => Ok(local.decide_now(checks, now)),
@@ -117,10 +148,11 @@ mod tests {
 
     impl Store for Down {
         async fn decide(&self, _: &[Check<'_>], _: Micros) -> Result<Vec<Verdict>, StoreError> {
-            Err(StoreError::Unavailable {
-                backend: "down",
-                message: "down".into(),
-            })
+            Err(StoreError::new(
+                "down",
+                crate::store::ErrorKind::Connection,
+                "down",
+            ))
         }
     }
 
@@ -134,6 +166,7 @@ mod tests {
             charge: Charge::IfAdmitted,
             group: 0,
             quota: false,
+            on_error: None,
         }];
         let now = 30_000_000;
         let unavailable = Fallback::new(Down, FailurePolicy::Unavailable, None);
@@ -156,5 +189,38 @@ mod tests {
             !f.decide(&c, now).await.unwrap()[0].allowed,
             "the local limit holds"
         );
+    }
+}
+
+#[cfg(test)]
+mod combination {
+    use super::*;
+    use crate::algorithm::{Ask, Limit};
+    use crate::store::Charge;
+    use FailurePolicy::*;
+
+    #[test]
+    fn the_strictest_policy_of_a_request_wins() {
+        let l = Limit::fixed_window(1, 60_000_000);
+        let c = |on_error| Check {
+            key: b"k",
+            limit: &l,
+            ask: Ask::take(1),
+            charge: Charge::IfAdmitted,
+            group: 0,
+            quota: false,
+            on_error,
+        };
+        let of = |ps: &[Option<FailurePolicy>], default| {
+            let checks: Vec<Check<'_>> = ps.iter().map(|&p| c(p)).collect();
+            FailurePolicy::of_request(&checks, default)
+        };
+        assert_eq!(of(&[], Allow), Allow);
+        assert_eq!(of(&[None], Local), Local);
+        assert_eq!(of(&[Some(Allow), None], Unavailable), Unavailable);
+        assert_eq!(of(&[Some(Allow), Some(Local)], Unavailable), Local);
+        assert_eq!(of(&[Some(Deny), Some(Allow)], Allow), Deny);
+        assert_eq!(of(&[Some(Unavailable), Some(Local)], Allow), Unavailable);
+        assert_eq!(of(&[Some(Allow)], Deny), Allow, "a rule overrides the flag");
     }
 }

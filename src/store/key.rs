@@ -1,6 +1,7 @@
 //! Storage keys, built in one place for every store.
 //!
-//! `[prefix]sluice:v1:{<domain>|<k>=<v>|...}:<shape>`
+//! `[prefix]sluice:v1:{<domain>|<k>=<v>|...}:<shape>`, or with `redis_hash_tag: domain`
+//! `[prefix]sluice:v1:{<domain>}|<k>=<v>|...:<shape>` (every key of the domain in one slot).
 //!
 //! * Every user-supplied byte outside `[A-Za-z0-9._/@-]` is percent-encoded, `%` included, so
 //!   the encoding is injective and the separators `|`, `=`, `~`, `:`, `{`, `}` never come from
@@ -32,11 +33,45 @@ pub enum Part<'a> {
     Counted { key: &'a [u8] },
 }
 
-/// Builds the key of one limit of one descriptor into `out` (cleared first).
+/// What the `{...}` Redis Cluster hash tag of a key covers (YAML `redis_hash_tag`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HashTag {
+    /// The domain and the descriptor: each descriptor has its own slot, so a domain's keys
+    /// spread over the cluster (`{domain|k=v|...}`).
+    #[default]
+    Descriptor,
+    /// The domain only: every key of the domain is in one slot, on one node, so a request is
+    /// decided in one exact call even on Cluster (`{domain}|k=v|...`).
+    Domain,
+}
+
+/// Builds the key of one limit of one descriptor into `out` (cleared first), hash tag per
+/// descriptor.
 pub fn build<'a>(
     out: &mut Vec<u8>,
     prefix: &[u8],
     domain: &str,
+    parts: impl IntoIterator<Item = Part<'a>>,
+    limit: &Limit,
+    limit_name: Option<&str>,
+) {
+    build_tagged(
+        out,
+        prefix,
+        domain,
+        HashTag::Descriptor,
+        parts,
+        limit,
+        limit_name,
+    );
+}
+
+/// [`build`] with the hash tag covering `tag`.
+pub fn build_tagged<'a>(
+    out: &mut Vec<u8>,
+    prefix: &[u8],
+    domain: &str,
+    tag: HashTag,
     parts: impl IntoIterator<Item = Part<'a>>,
     limit: &Limit,
     limit_name: Option<&str>,
@@ -47,6 +82,9 @@ pub fn build<'a>(
     out.extend_from_slice(VERSION.as_bytes());
     out.extend_from_slice(b":{");
     escape_into(out, domain.as_bytes());
+    if tag == HashTag::Domain {
+        out.push(b'}');
+    }
     for part in parts {
         out.push(b'|');
         match part {
@@ -66,7 +104,7 @@ pub fn build<'a>(
             }
         }
     }
-    out.extend_from_slice(b"}:");
+    out.extend_from_slice(if tag == HashTag::Domain { b":" } else { b"}:" });
     out.extend_from_slice(limit.algorithm.as_str().as_bytes());
     out.push(b':');
     push_decimal(out, limit.window as u64);
@@ -175,6 +213,30 @@ mod tests {
             build_with(&d, &[user, Part::Counted { key: b"ip" }], None),
             "sluice:v1:{d|user=u1|ip#}:distinct:1000000:set=hll"
         );
+    }
+
+    #[test]
+    fn a_domain_hash_tag_covers_the_domain_only() {
+        let mut out = Vec::new();
+        let parts = [Part::Value {
+            key: b"k",
+            value: b"{v}",
+        }];
+        build_tagged(
+            &mut out,
+            b"p:",
+            "d",
+            HashTag::Domain,
+            parts,
+            &Limit::fixed_window(1, 1_000_000),
+            None,
+        );
+        assert_eq!(
+            out,
+            b"p:sluice:v1:{d}|k=%7Bv%7D:fixed_window:1000000".to_vec()
+        );
+        assert_eq!(hash_tag(&out), b"d");
+        assert_ne!(out, key("d", &[(b"k", b"{v}")]), "the layouts differ");
     }
 
     #[test]

@@ -370,6 +370,7 @@ mod tests {
             charge: Charge::IfAdmitted,
             group: 0,
             quota: false,
+            on_error: None,
         }];
         s.decide_now(&c, 0);
         assert_eq!(s.len(), 1);
@@ -391,6 +392,7 @@ mod tests {
                 charge: Charge::IfAdmitted,
                 group: 0,
                 quota: false,
+                on_error: None,
             }];
             assert!(s.decide_now(&c, 0)[0].allowed);
         }
@@ -406,6 +408,7 @@ mod tests {
             charge: Charge::IfAdmitted,
             group: 0,
             quota: false,
+            on_error: None,
         }];
         s.decide_now(&c, now)[0].allowed
     }

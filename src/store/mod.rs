@@ -2,8 +2,10 @@
 //! check of a request and applies the charging policy atomically (see [`batch`]).
 
 pub mod batch;
+pub mod deadline;
 pub mod fallback;
 pub mod key;
+pub mod local_cache;
 pub mod memory;
 pub mod redis;
 
@@ -14,6 +16,7 @@ use crate::model::Micros;
 
 pub use batch::{Charge, Verdict};
 pub use fallback::{FailurePolicy, Fallback};
+pub use local_cache::LocalCache;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 
@@ -31,17 +34,76 @@ pub struct Check<'a> {
     /// The descriptor is in quota mode: the request is rejected by quota descriptors only
     /// when all of them are over their limits.
     pub quota: bool,
+    /// What this check gets if the store fails (`on_store_error` of its rule or domain);
+    /// `None`: the server's `--on-store-error`. See [`fallback`].
+    pub on_error: Option<FailurePolicy>,
 }
 
 /// Errors of a store backend.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The backend could not be reached or did not answer in time; worth retrying later.
+    /// The backend could not decide the request; `kind` says why (for metrics and the circuit
+    /// breaker), `message` the details.
     #[error("{backend} unavailable: {message}")]
     Unavailable {
         backend: &'static str,
+        kind: ErrorKind,
         message: String,
     },
+}
+
+impl StoreError {
+    pub fn new(backend: &'static str, kind: ErrorKind, message: impl Into<String>) -> Self {
+        StoreError::Unavailable {
+            backend,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        let StoreError::Unavailable { kind, .. } = self;
+        *kind
+    }
+}
+
+/// Why a store call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// No answer within the command timeout (or the request's deadline, when sooner).
+    Timeout,
+    /// Not connected: refused, lost, reset, TLS or authentication failures.
+    Connection,
+    /// The circuit breaker is open: the backend was not called.
+    BreakerOpen,
+    /// Redis Cluster in flux: `CLUSTERDOWN`, a slot with no reachable node, redirections.
+    Cluster,
+    /// The server answered that it cannot serve now: `BUSY`, `LOADING`, `OOM`, `READONLY`,
+    /// `MASTERDOWN`, `TRYAGAIN`.
+    Server,
+    /// The server answered, but with an error from the script or a reply that could not be
+    /// read: a bug or a version mismatch rather than an outage.
+    Script,
+}
+
+impl ErrorKind {
+    /// The `kind` label of `sluice_store_errors_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Connection => "connection",
+            ErrorKind::BreakerOpen => "breaker_open",
+            ErrorKind::Cluster => "cluster",
+            ErrorKind::Server => "server",
+            ErrorKind::Script => "script",
+        }
+    }
+
+    /// Whether the backend is failing (what a circuit breaker counts): not a script error,
+    /// which a healthy server answers, nor the breaker's own refusal.
+    pub fn is_outage(self) -> bool {
+        !matches!(self, ErrorKind::Script | ErrorKind::BreakerOpen)
+    }
 }
 
 /// A backend that keeps rate-limit state.

@@ -2,8 +2,9 @@
 //! [`ManualClock`], a gRPC client, and the table-driven conformance runner ([`check`]).
 //!
 //! The store is a parameter ([`StoreKind`]) so the same conformance tables run against every
-//! backend; only the in-memory store exists today. [`envoy`] puts a real Envoy in front of the
-//! server for the end-to-end tests (`tests/envoy_*.rs`).
+//! backend: the in-memory store, and Redis (standalone or Cluster) at a URL the test binary
+//! started (`support/redis.rs`). [`envoy`] puts a real Envoy in front of the server for the
+//! end-to-end tests (`tests/envoy_*.rs`).
 
 #![allow(dead_code)] // each test crate uses a different part of this module
 
@@ -35,13 +36,41 @@ pub const SEC: Micros = 1_000_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreKind {
     Memory,
+    /// `--backend redis` at this URL (`redis://` or `redis-cluster://`), deciding with the
+    /// test's clock (`--clock local`).
+    Redis(&'static str),
 }
 
+/// Numbers the servers started on a shared Redis, so each gets its own `--key-prefix`.
+static SERVERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl StoreKind {
-    /// The command-line flags that select this store.
+    /// The command-line flags that select this store. On Redis every call gets a fresh key
+    /// prefix: cases share one Redis per test binary but never each other's counters.
     pub fn flags(self) -> Vec<String> {
         match self {
             StoreKind::Memory => vec!["--backend".into(), "memory".into()],
+            StoreKind::Redis(url) => {
+                let n = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                [
+                    "--backend",
+                    "redis",
+                    "--redis-url",
+                    url,
+                    "--clock",
+                    "local",
+                    "--redis-pool-size",
+                    "1",
+                    // Generous: a small shared box; no case is about timeouts.
+                    "--redis-command-timeout",
+                    "5s",
+                    "--key-prefix",
+                    &format!("t{}-{n}:", std::process::id()),
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+            }
         }
     }
 }
@@ -91,6 +120,10 @@ impl Sluice {
         let server = sluice::app::start(args, Arc::new(clock.clone()))
             .await
             .expect("server starts");
+        // Redis connects in the background: start deciding once it is there.
+        tokio::time::timeout(std::time::Duration::from_secs(60), server.store_ready())
+            .await
+            .expect("the store connects");
         let client = RateLimitServiceClient::new(channel(server.grpc_addr).await);
         Sluice {
             server,

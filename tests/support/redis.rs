@@ -27,6 +27,16 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Polls `f` until it gives a value; panics with `what` if it does not within [`READY_WITHIN`].
+pub fn wait_until_value<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let mut out = None;
+    wait_until(what, || {
+        out = f();
+        out.is_some()
+    });
+    out.expect("set when the wait ends")
+}
+
 /// An async [`wait_until`].
 pub async fn wait_until_async<F, Fut>(what: &str, mut cond: F)
 where
@@ -321,6 +331,12 @@ impl RedisCluster {
                     &format!("nodes-{i}.conf"),
                     "--cluster-node-timeout",
                     "5000",
+                    // A replica may take over however stale (a test kills primaries early),
+                    // and syncs at once rather than waiting for more replicas.
+                    "--cluster-replica-validity-factor",
+                    "0",
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ])
             })
             .collect();

@@ -27,7 +27,8 @@
 //!   charged until their window ends (over-counting, never under) and the verdicts say
 //!   `charged`. Checks charged anyway are otherwise exact, admission (quota mode included)
 //!   is computed over all descriptors exactly as on one node, and if every check lands in
-//!   one slot (e.g. a single descriptor) the decision is exact as on one node.
+//!   one slot (a single descriptor, or a domain with `redis_hash_tag: domain`, whose keys
+//!   share the domain's tag) the decision is exact as on one node.
 //! * **Algorithms**: all of them, each a Lua port of its `src/algorithm` function in the one
 //!   script, deciding bit for bit as the in-memory store (the `distinct` HyperLogLog included:
 //!   our estimator over our registers, not Redis' `PFCOUNT`). Each state is one string per
@@ -50,11 +51,13 @@
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
-//! * **Failures**: a call that fails or exceeds `--redis-command-timeout` is an error (the
-//!   caller's failure policy decides); an `EVALSHA` is never retried on another connection,
+//! * **Failures**: a call that fails or exceeds `--redis-command-timeout` (or nine tenths of
+//!   what is left of the request's gRPC deadline, when less: [`deadline`](super::deadline))
+//!   is an error with its [`ErrorKind`] (the caller's failure policy decides); an `EVALSHA` is never retried on another connection,
 //!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
 //!   the script on every primary and retries once. A [`breaker`] stops calling Redis after
-//!   consecutive failures and probes until it answers again.
+//!   consecutive outage failures ([`ErrorKind::is_outage`]: not script errors) and probes
+//!   until it answers again.
 
 pub mod breaker;
 pub mod connect;
@@ -74,7 +77,7 @@ use self::breaker::{Breaker, BreakerOptions, Permit};
 pub use self::connect::{ConfigError, ConnectOptions, Topology};
 use self::script::{Answer, Scope};
 use super::batch::admission;
-use super::{Charge, Check, Store, StoreError, Verdict};
+use super::{Charge, Check, ErrorKind, Store, StoreError, Verdict};
 use crate::model::Micros;
 
 const BACKEND: &str = "redis";
@@ -138,15 +141,35 @@ impl Drop for Inner {
     }
 }
 
-fn unavailable(message: impl Into<String>) -> StoreError {
-    StoreError::Unavailable {
-        backend: BACKEND,
-        message: message.into(),
-    }
+fn error(kind: ErrorKind, message: impl Into<String>) -> StoreError {
+    StoreError::new(BACKEND, kind, message)
 }
 
 fn from_fred(e: &fred::error::Error) -> StoreError {
-    unavailable(format!("{:?}: {}", e.kind(), e.details()))
+    error(kind_of(e), format!("{:?}: {}", e.kind(), e.details()))
+}
+
+/// Classifies a fred error: its kind for client-side failures; for an error reply, the
+/// reply's first word.
+fn kind_of(e: &fred::error::Error) -> ErrorKind {
+    use fred::error::ErrorKind as F;
+    match e.kind() {
+        F::Timeout => ErrorKind::Timeout,
+        F::Cluster | F::Routing => ErrorKind::Cluster,
+        F::Backpressure => ErrorKind::Server,
+        F::Parse | F::Protocol | F::InvalidArgument | F::InvalidCommand | F::NotFound => {
+            ErrorKind::Script
+        }
+        F::Unknown => match e.details().split_whitespace().next().unwrap_or("") {
+            "BUSY" | "LOADING" | "OOM" | "READONLY" | "MASTERDOWN" | "TRYAGAIN" | "NOREPLICAS" => {
+                ErrorKind::Server
+            }
+            "CLUSTERDOWN" | "MOVED" | "ASK" | "CROSSSLOT" => ErrorKind::Cluster,
+            _ => ErrorKind::Script,
+        },
+        // IO, TLS, auth, configuration, sentinel, cancelled by a closing connection.
+        _ => ErrorKind::Connection,
+    }
 }
 
 impl RedisStore {
@@ -203,7 +226,10 @@ impl RedisStore {
         let inner = &*self.inner;
         let permit = inner.breaker.permit();
         if permit == Permit::Reject {
-            return Err(unavailable("circuit breaker open (redis failing)"));
+            return Err(error(
+                ErrorKind::BreakerOpen,
+                "circuit breaker open (redis failing)",
+            ));
         }
         let mut probe = ProbeGuard {
             breaker: &inner.breaker,
@@ -216,13 +242,21 @@ impl RedisStore {
             },
             local: now,
         };
+        let timeout = inner.timeout();
         let result = match inner.topology {
-            Topology::Cluster => inner.decide_cluster(checks, now).await,
-            Topology::Standalone | Topology::Sentinel => inner.decide_one(checks, now).await,
+            Topology::Cluster => inner.decide_cluster(checks, now, timeout).await,
+            Topology::Standalone | Topology::Sentinel => {
+                inner.decide_one(checks, now, timeout).await
+            }
         };
         probe.armed = false;
         match &result {
             Ok(_) => inner.breaker.success(),
+            // Redis answered (with an error of ours): it is up.
+            Err(e) if !e.kind().is_outage() => {
+                tracing::warn!(target: "sluice::store::redis", error = %e, "redis call failed");
+                inner.breaker.success();
+            }
             Err(e) => {
                 tracing::debug!(target: "sluice::store::redis", error = %e, "redis call failed");
                 inner.breaker.failure(permit == Permit::Probe);
@@ -264,14 +298,25 @@ impl Drop for ProbeGuard<'_> {
 }
 
 impl Inner {
+    /// The timeout of this request's round trips: `--redis-command-timeout`, or less when the
+    /// request's deadline leaves less (see [`deadline`](super::deadline)).
+    fn timeout(&self) -> Duration {
+        match super::deadline::budget() {
+            // Never zero: fred would read it as "no timeout".
+            Some(b) => self.command_timeout.min(b).max(MIN_TIMEOUT),
+            None => self.command_timeout,
+        }
+    }
+
     /// Standalone and Sentinel: the whole request in one `EVALSHA`.
     async fn decide_one(
         &self,
         checks: &[Check<'_>],
         now: When,
+        timeout: Duration,
     ) -> Result<Vec<Verdict>, StoreError> {
         let all: Vec<&Check<'_>> = checks.iter().collect();
-        let reply = self.run(&all, Scope::All, now, None).await?;
+        let reply = self.run(&all, Scope::All, now, None, timeout).await?;
         Ok(reply.answers.into_iter().map(|a| a.verdict).collect())
     }
 
@@ -281,6 +326,7 @@ impl Inner {
         &self,
         checks: &[Check<'_>],
         now: When,
+        timeout: Duration,
     ) -> Result<Vec<Verdict>, StoreError> {
         // Parts by slot, each in request order; `index` maps back to the request.
         let mut parts: Vec<(u16, Vec<usize>)> = Vec::new();
@@ -295,13 +341,16 @@ impl Inner {
             // One slot: the exact policy in one call.
             let all: Vec<&Check<'_>> = checks.iter().collect();
             let slot = parts.first().map(|(s, _)| *s);
-            let reply = self.run(&all, Scope::All, now, slot).await?;
+            let reply = self.run(&all, Scope::All, now, slot, timeout).await?;
             return Ok(reply.answers.into_iter().map(|a| a.verdict).collect());
         }
 
         let calls = parts.iter().map(|(slot, idx)| {
             let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
-            async move { self.run(&part, Scope::Part, now, Some(*slot)).await }
+            async move {
+                self.run(&part, Scope::Part, now, Some(*slot), timeout)
+                    .await
+            }
         });
         let replies = join_all(calls).await;
 
@@ -357,8 +406,14 @@ impl Inner {
         let calls = undo.iter().map(|(slot, part_now, idx)| {
             let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
             async move {
-                self.run(&part, Scope::Undo, When::at(*part_now), Some(*slot))
-                    .await
+                self.run(
+                    &part,
+                    Scope::Undo,
+                    When::at(*part_now),
+                    Some(*slot),
+                    timeout,
+                )
+                .await
             }
         });
         let undone = join_all(calls).await;
@@ -421,14 +476,20 @@ impl Inner {
         scope: Scope,
         now: When,
         slot: Option<u16>,
+        timeout: Duration,
     ) -> Result<script::Reply, StoreError> {
         let (keys, args) = script::encode(checks, scope, now.script, now.local);
         let args = evalsha_args(&self.sha, &keys, args);
         let client = self.pool.next_connected();
-        let reply = match eval(client, slot, args.clone(), self.command_timeout).await {
+        let reply = match eval(client, slot, args.clone(), timeout).await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
-                load_script(client, self.command_timeout.max(LOAD_TIMEOUT_MIN)).await?;
-                eval(client, slot, args, self.command_timeout).await
+                // Longer than a decision, unless the request's deadline is nearer.
+                let load = match super::deadline::budget() {
+                    Some(b) => LOAD_TIMEOUT_MIN.min(b).max(MIN_TIMEOUT),
+                    None => LOAD_TIMEOUT_MIN,
+                };
+                load_script(client, timeout.max(load)).await?;
+                eval(client, slot, args, timeout).await
             }
             r => r,
         }
@@ -443,10 +504,14 @@ const REJECTED: Verdict = Verdict {
     remaining: 0,
     reset: 0,
     charged: false,
+    cached: false,
 };
 
 /// Loading the script is rare and larger than a decision: allow it at least this long.
 const LOAD_TIMEOUT_MIN: Duration = Duration::from_millis(500);
+
+/// The shortest timeout a call is given, however near the deadline.
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 
 fn evalsha_args(sha: &Value, keys: &[&[u8]], args: Vec<Value>) -> Vec<Value> {
     let mut out = Vec::with_capacity(2 + keys.len() + args.len());
@@ -483,7 +548,7 @@ async fn load_script(client: &fred::prelude::Client, timeout: Duration) -> Resul
     match tokio::time::timeout(timeout, client.script_load_cluster::<(), _>(script::LUA)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(from_fred(&e)),
-        Err(_) => Err(unavailable("SCRIPT LOAD timed out")),
+        Err(_) => Err(error(ErrorKind::Timeout, "SCRIPT LOAD timed out")),
     }
 }
 

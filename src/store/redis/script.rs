@@ -8,7 +8,7 @@ use fred::types::Value;
 
 use crate::algorithm::{Algorithm, Limit};
 use crate::model::Micros;
-use crate::store::{Charge, Check, StoreError, Verdict};
+use crate::store::{Charge, Check, ErrorKind, StoreError, Verdict};
 
 /// The Lua source; its SHA-1 names it in `EVALSHA`.
 pub const LUA: &str = include_str!("decide.lua");
@@ -167,13 +167,14 @@ pub struct Reply {
 /// Parses the flat integer reply for `n` checks.
 pub fn decode(reply: Vec<i64>, n: usize) -> Result<Reply, StoreError> {
     if reply.len() != 1 + n * 5 {
-        return Err(StoreError::Unavailable {
-            backend: "redis",
-            message: format!(
+        return Err(StoreError::new(
+            "redis",
+            ErrorKind::Script,
+            format!(
                 "decision script answered {} values for {n} checks",
                 reply.len()
             ),
-        });
+        ));
     }
     let answers = reply[1..]
         .chunks_exact(5)
@@ -183,6 +184,7 @@ pub fn decode(reply: Vec<i64>, n: usize) -> Result<Reply, StoreError> {
                 remaining: u64::try_from(a[1]).unwrap_or(0),
                 reset: a[2],
                 charged: a[3] != 0,
+                cached: false,
             },
             first_allowed: a[4] != 0,
         })
@@ -208,6 +210,7 @@ mod tests {
             charge: Charge::Always,
             group,
             quota: true,
+            on_error: None,
         };
         let (a, b, c) = (mk(b"a", 0), mk(b"b", 1), mk(b"a", 2));
         let (keys, args) = encode(&[&a, &b, &c], Scope::All, Some(7), 7);
@@ -253,6 +256,7 @@ mod tests {
             charge: Charge::IfAdmitted,
             group: 0,
             quota: false,
+            on_error: None,
         };
         let now = 1_700_000_000_000_000;
         let Frame {
