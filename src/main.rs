@@ -1,6 +1,10 @@
 //! The `sluice` binary: parses the command line (and envoyproxy/ratelimit's environment
 //! variables), sets up logs and traces, and runs a subcommand.
 
+// The layout of the RLS handler's future nests the store stack (Fallback<LocalCache<Redis>>)
+// deeper than rustc's default query depth allows in release builds.
+#![recursion_limit = "256"]
+
 use std::process::ExitCode;
 use std::sync::Arc;
 
