@@ -5,13 +5,10 @@
 
 mod support;
 
-use prost::bytes::BufMut;
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use support::*;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::codegen::http::uri::PathAndQuery;
 
 const CONFIG: &str = r#"
 domain: h
@@ -269,53 +266,6 @@ async fn odd_values_are_counted_as_bytes_without_colliding() {
     s.stop().await;
 }
 
-/// Sends pre-encoded bytes as the request message.
-struct RawCodec;
-
-struct RawEncoder;
-
-impl Encoder for RawEncoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-struct ResponseDecoder(tonic_prost::ProstDecoder<RateLimitResponse>);
-
-impl Decoder for ResponseDecoder {
-    type Item = RateLimitResponse;
-    type Error = tonic::Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, tonic::Status> {
-        self.0.decode(src)
-    }
-}
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = RateLimitResponse;
-    type Encoder = RawEncoder;
-    type Decoder = ResponseDecoder;
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-    fn decoder(&mut self) -> ResponseDecoder {
-        ResponseDecoder(tonic_prost::ProstDecoder::default())
-    }
-}
-
-async fn raw_call(s: &Sluice, bytes: Vec<u8>) -> Result<RateLimitResponse, tonic::Status> {
-    let mut grpc = tonic::client::Grpc::new(channel(s.server.grpc_addr).await);
-    grpc.ready().await.expect("ready");
-    let path =
-        PathAndQuery::from_static("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
-    grpc.unary(tonic::Request::new(bytes), path, RawCodec)
-        .await
-        .map(|r| r.into_inner())
-}
-
 /// Bytes that are not a RateLimitRequest (a domain that is not UTF-8, truncated fields, a
 /// bad varint, nesting that never ends) get INVALID_ARGUMENT, and the server keeps serving.
 #[tokio::test]
@@ -346,14 +296,14 @@ async fn malformed_protobuf_is_invalid_argument() {
         },
     ];
     for g in garbage {
-        match raw_call(&s, g.clone()).await {
+        match raw::raw_call(s.server.grpc_addr, g.clone()).await {
             Err(e) if e.code() == tonic::Code::InvalidArgument => {}
             // Some byte strings are valid (unknown fields are skipped): then an ordinary answer.
             Ok(_) => {}
             Err(e) => panic!("{g:?}: expected INVALID_ARGUMENT, got {e:?}"),
         }
     }
-    let e = raw_call(&s, vec![0x0a, 0x02, 0xff, 0xfe])
+    let e = raw::raw_call(s.server.grpc_addr, vec![0x0a, 0x02, 0xff, 0xfe])
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);

@@ -4,50 +4,10 @@
 
 mod support;
 
-use prost::bytes::BufMut;
 use prost::Message;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::{RateLimitRequest, RateLimitResponse};
 use support::*;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::codegen::http::uri::PathAndQuery;
-
-/// Sends pre-encoded request bytes as they are; decodes the response with prost.
-struct RawCodec;
-
-struct RawEncoder;
-
-impl Encoder for RawEncoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-struct ResponseDecoder(tonic_prost::ProstDecoder<RateLimitResponse>);
-
-impl Decoder for ResponseDecoder {
-    type Item = RateLimitResponse;
-    type Error = tonic::Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, tonic::Status> {
-        self.0.decode(src)
-    }
-}
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = RateLimitResponse;
-    type Encoder = RawEncoder;
-    type Decoder = ResponseDecoder;
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-    fn decoder(&mut self) -> ResponseDecoder {
-        ResponseDecoder(tonic_prost::ProstDecoder::default())
-    }
-}
 
 /// A length-delimited protobuf field (wire type 2).
 fn field(tag: u8, body: &[u8]) -> Vec<u8> {
@@ -84,14 +44,9 @@ descriptors:
 "#;
 
 async fn send(s: &Sluice, bytes: Vec<u8>) -> RateLimitResponse {
-    let mut grpc = tonic::client::Grpc::new(channel(s.server.grpc_addr).await);
-    grpc.ready().await.expect("ready");
-    let path =
-        PathAndQuery::from_static("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
-    grpc.unary(tonic::Request::new(bytes), path, RawCodec)
+    raw::raw_call(s.server.grpc_addr, bytes)
         .await
         .expect("answered")
-        .into_inner()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

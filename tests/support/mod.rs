@@ -9,6 +9,7 @@
 #![allow(dead_code)] // each test crate uses a different part of this module
 
 pub mod envoy;
+pub mod raw;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
