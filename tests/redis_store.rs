@@ -26,7 +26,7 @@ use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::settings::{Cli, Command};
+use sluice::settings::{Cli, Command, ServeArgs};
 use sluice::store::batch::{self, StateTable};
 use sluice::store::key::{self, Part};
 use sluice::store::redis::breaker::BreakerOptions;
@@ -793,6 +793,30 @@ async fn a_stalled_redis_costs_the_command_timeout_not_more() {
 // The server with `--backend redis`.
 // ---------------------------------------------------------------------------------------------
 
+/// `sluice serve` on the Redis at `url` with `config`, on free ports, plus `extra` flags.
+fn serve_on_redis(config: &std::path::Path, url: &str, extra: &[&str]) -> ServeArgs {
+    let config = config.to_str().unwrap();
+    let mut argv = vec![
+        "sluice",
+        "serve",
+        "--config",
+        config,
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--backend",
+        "redis",
+        "--redis-url",
+        url,
+    ];
+    argv.extend_from_slice(extra);
+    let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("serve")
+    };
+    args
+}
+
 fn request(values: &[&str], hits: u32) -> RateLimitRequest {
     RateLimitRequest {
         domain: "d".into(),
@@ -822,30 +846,18 @@ async fn server_starts_with_redis_down_then_decides_in_redis() {
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
     )
     .unwrap();
-    let cli = Cli::try_parse_from([
-        "sluice",
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--backend",
-        "redis",
-        "--redis-url",
+    let args = serve_on_redis(
+        &config,
         &redis.url(),
-        "--redis-command-timeout",
-        "2s",
-        "--on-store-error",
-        "allow",
-        "--clock",
-        "local",
-    ])
-    .unwrap();
-    let Command::Serve(args) = cli.command else {
-        panic!("serve")
-    };
+        &[
+            "--redis-command-timeout",
+            "2s",
+            "--on-store-error",
+            "allow",
+            "--clock",
+            "local",
+        ],
+    );
     let server = sluice::app::start(args, Arc::new(ManualClock::new(T0)))
         .await
         .expect("starts with redis down");
@@ -1078,30 +1090,18 @@ async fn a_short_grpc_deadline_caps_the_command_timeout() {
     )
     .unwrap();
     let url = redis.url();
-    let cli = Cli::try_parse_from([
-        "sluice",
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--backend",
-        "redis",
-        "--redis-url",
+    let args = serve_on_redis(
+        &config,
         &url,
-        "--redis-command-timeout",
-        "30s",
-        "--on-store-error",
-        "allow",
-        "--clock",
-        "local",
-    ])
-    .unwrap();
-    let Command::Serve(args) = cli.command else {
-        panic!("serve")
-    };
+        &[
+            "--redis-command-timeout",
+            "30s",
+            "--on-store-error",
+            "allow",
+            "--clock",
+            "local",
+        ],
+    );
     let server = sluice::app::start(args, Arc::new(ManualClock::new(T0)))
         .await
         .unwrap();
@@ -1172,32 +1172,20 @@ async fn known_over_limit_keys_are_answered_without_redis_until_their_retry_time
     };
     std::fs::write(&config, limit_of(2)).unwrap();
     let url = redis.url();
-    let cli = Cli::try_parse_from([
-        "sluice",
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--backend",
-        "redis",
-        "--redis-url",
+    let args = serve_on_redis(
+        &config,
         &url,
-        "--redis-command-timeout",
-        "2s",
-        "--clock",
-        "local",
-        "--local-cache",
-        "1000",
-        "--watch-config",
-        "false",
-    ])
-    .unwrap();
-    let Command::Serve(args) = cli.command else {
-        panic!("serve")
-    };
+        &[
+            "--redis-command-timeout",
+            "2s",
+            "--clock",
+            "local",
+            "--local-cache",
+            "1000",
+            "--watch-config",
+            "false",
+        ],
+    );
     let clock = ManualClock::new(T0);
     let server = sluice::app::start(args, Arc::new(clock.clone()))
         .await
@@ -1307,28 +1295,11 @@ async fn failure_policies_per_domain_and_rule_with_redis_down() {
     std::fs::write(dir.path().join("api.yaml"), POLICIES).unwrap();
     std::fs::write(dir.path().join("bank.yaml"), CLOSED_DOMAIN).unwrap();
     let url = redis.url();
-    let cli = Cli::try_parse_from([
-        "sluice",
-        "serve",
-        "--config",
-        dir.path().to_str().unwrap(),
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--backend",
-        "redis",
-        "--redis-url",
+    let args = serve_on_redis(
+        &dir.path(),
         &url,
-        "--clock",
-        "local",
-        "--on-store-error",
-        "allow",
-    ])
-    .unwrap();
-    let Command::Serve(args) = cli.command else {
-        panic!("serve")
-    };
+        &["--clock", "local", "--on-store-error", "allow"],
+    );
     let server = sluice::app::start(args, Arc::new(ManualClock::new(T0)))
         .await
         .unwrap();
