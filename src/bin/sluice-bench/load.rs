@@ -243,8 +243,10 @@ async fn drive(
             let mut k = conn as u64;
             let due = |k: u64| t0 + Duration::from_secs_f64(k as f64 / rate);
             let mut next = due(k);
-            let sleep = tokio::time::sleep_until(next);
+            let sleep = tokio::time::sleep_until(next - EARLY);
             tokio::pin!(sleep);
+            // Re-arming the timer costs a timer-wheel update: only when the slot changed.
+            let mut armed = next;
             loop {
                 let now = Instant::now();
                 // Send everything due by now + EARLY (behind schedule: all that is late, at
@@ -263,7 +265,10 @@ async fn drive(
                     next = due(k);
                 }
                 if next < end {
-                    sleep.as_mut().reset(next - EARLY);
+                    if armed != next {
+                        sleep.as_mut().reset(next - EARLY);
+                        armed = next;
+                    }
                     tokio::select! {
                         biased;
                         Some((due, from, outcome)) = inflight.next() => {
