@@ -48,6 +48,11 @@
 //!   clock and Redis' differ), plus one second of grace for instances whose clocks run behind.
 //!   A call that times out may still run in Redis later (its charge stands, unseen). Hit counts and limits are clamped to 2^53 - 1
 //!   (Lua numbers are doubles); below that the arithmetic is identical to Rust's.
+//! * **Connections**: a pool (`--redis-pool-size`) on the runtime that connected the store,
+//!   and one client per gRPC serving thread ([`RedisStore::attach_thread`]) driven by that
+//!   thread's runtime: a fred command is handed to its connection's task, so a request on a
+//!   serving thread that used the shared pool would wake another thread twice. The breaker,
+//!   readiness and status are the store's, over all of them.
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
