@@ -16,6 +16,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::config::{self, ConfigError, ConfigErrors, LoadOptions};
+use crate::grpc_threads;
 use crate::limiter::{HeaderNames, Limiter, LimiterMetrics, LimiterOptions};
 use crate::metrics::{Metrics, MetricsOptions};
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
@@ -109,9 +110,20 @@ impl Server {
 
 /// Binds the listeners (so a port in use fails here), loads the config and starts serving.
 pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Server> {
-    let grpc = TcpListener::bind(args.grpc_addr)
-        .await
-        .with_context(|| format!("cannot listen for gRPC on {}", args.grpc_addr))?;
+    let grpc = match args
+        .grpc_threads
+        .unwrap_or_else(grpc_threads::default_count)
+    {
+        0 => GrpcListeners::Shared(
+            TcpListener::bind(args.grpc_addr)
+                .await
+                .with_context(|| format!("cannot listen for gRPC on {}", args.grpc_addr))?,
+        ),
+        n => GrpcListeners::PerThread(
+            grpc_threads::bind(args.grpc_addr, n)
+                .with_context(|| format!("cannot listen for gRPC on {}", args.grpc_addr))?,
+        ),
+    };
     let http = TcpListener::bind(args.http_addr)
         .await
         .with_context(|| format!("cannot listen for HTTP on {}", args.http_addr))?;
@@ -194,9 +206,28 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
 }
 
 struct Listeners {
-    grpc: TcpListener,
+    grpc: GrpcListeners,
     http: TcpListener,
     prometheus: Option<TcpListener>,
+}
+
+/// `--grpc-threads 0`: one listener served on the main runtime; otherwise one SO_REUSEPORT
+/// listener per serving thread.
+enum GrpcListeners {
+    Shared(TcpListener),
+    PerThread(Vec<std::net::TcpListener>),
+}
+
+impl GrpcListeners {
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            GrpcListeners::Shared(l) => l.local_addr(),
+            GrpcListeners::PerThread(ls) => ls
+                .first()
+                .ok_or_else(|| std::io::Error::other("no gRPC listener"))?
+                .local_addr(),
+        }
+    }
 }
 
 fn policy_name(p: FailurePolicy) -> &'static str {
@@ -463,13 +494,10 @@ async fn run<S: Store>(
         _ => None,
     };
     spawn_runtime_report(in_flight.clone(), stop_rx.clone());
-    let grpc_server: std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
-    > = {
-        let mut rx = stop_rx.clone();
-        let shutdown = async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
+    // Builds and runs the gRPC server on one listener, on whichever runtime polls it: the
+    // main one (`--grpc-threads 0`) or a serving thread's own.
+    let serve_grpc = {
+        let stop_rx = stop_rx.clone();
         let svc = RateLimitServiceServer::new(
             RlsService::new(limiter.clone())
                 .with_metrics(metrics.clone())
@@ -497,21 +525,74 @@ async fn run<S: Store>(
                 .max_connection_age(age)
                 .max_connection_age_grace(hard.grpc_max_connection_age_grace);
         }
-        let router = builder
-            .add_service(health)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-            .add_service(Gate::new(svc, in_flight.clone()));
-        match &tls {
-            None => {
-                let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-                Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown))
+        let in_flight = in_flight.clone();
+        let tls = tls.clone();
+        move |grpc: TcpListener| {
+            let mut rx = stop_rx.clone();
+            let shutdown = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            let router = builder
+                .clone()
+                .add_service(health.clone())
+                .add_service(reflection_v1.clone())
+                .add_service(reflection_v1alpha.clone())
+                .add_service(Gate::new(svc.clone(), in_flight.clone()));
+            let tls = tls.clone();
+            async move {
+                match tls {
+                    None => {
+                        let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+                        router
+                            .serve_with_incoming_shutdown(incoming, shutdown)
+                            .await
+                    }
+                    Some(tls) => {
+                        router
+                            .serve_with_incoming_shutdown(tls::incoming(grpc, tls), shutdown)
+                            .await
+                    }
+                }
             }
-            Some(tls) => Box::pin(
-                router.serve_with_incoming_shutdown(tls::incoming(grpc, tls.clone()), shutdown),
-            ),
         }
     };
+    // Resolves when every gRPC listener has stopped (after the drain).
+    let grpc_done: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> =
+        match grpc {
+            GrpcListeners::Shared(l) => {
+                let task = tokio::spawn(serve_grpc(l));
+                Box::pin(async move {
+                    task.await
+                        .context("gRPC server panicked")?
+                        .context("gRPC server failed")
+                })
+            }
+            GrpcListeners::PerThread(ls) => {
+                // Each thread decides on its own Redis connection, driven by its own runtime.
+                let redis = redis.clone();
+                let serve = move |l: TcpListener| {
+                    if let Some(r) = &redis {
+                        if let Err(e) = r.attach_thread() {
+                            tracing::warn!(error = %e, "no own Redis connection for a gRPC thread");
+                        }
+                    }
+                    serve_grpc(l)
+                };
+                let ended = grpc_threads::spawn(ls, serve)
+                    .context("cannot start the gRPC serving threads")?;
+                Box::pin(async move {
+                    let mut result = Ok(());
+                    for e in ended {
+                        match e.await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(m)) => result = Err(anyhow::anyhow!("gRPC server failed: {m}")),
+                            Err(_) => result = Err(anyhow::anyhow!("gRPC serving thread panicked")),
+                        }
+                    }
+                    result
+                })
+            }
+        };
     let decide: Option<DecideFn> = args.json_api.then(|| {
         let limiter = limiter.clone();
         let f: DecideFn = Arc::new(move |req, explain| {
@@ -556,13 +637,12 @@ async fn run<S: Store>(
         let mut rx = stop_rx.clone();
         let metrics = metrics.clone();
         async move {
-            let grpc_task = tokio::spawn(grpc_server);
             let http_task = tokio::spawn(async move { http_server.await });
             let prom_task = prometheus_server.map(|p| tokio::spawn(async move { p.await }));
             let _ = rx.wait_for(|s| *s).await;
             state.set_draining().await;
             let drained = tokio::time::timeout(drain_timeout, async {
-                let g = grpc_task.await;
+                let g = grpc_done.await;
                 let h = http_task.await;
                 if let Some(p) = prom_task {
                     let _ = p.await;
@@ -574,8 +654,7 @@ async fn run<S: Store>(
             let _ = tokio::task::spawn_blocking(move || metrics.shutdown()).await;
             match drained {
                 Ok((g, h)) => {
-                    g.context("gRPC server panicked")?
-                        .context("gRPC server failed")?;
+                    g?;
                     h.context("HTTP server panicked")?
                         .context("HTTP server failed")?;
                 }

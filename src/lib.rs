@@ -13,6 +13,7 @@ pub mod clock;
 pub mod config;
 pub mod dry_run;
 pub mod fuzzing;
+pub mod grpc_threads;
 pub mod hardening;
 pub mod limiter;
 pub mod metrics;

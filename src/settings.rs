@@ -93,6 +93,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
     pub grpc_addr: SocketAddr,
 
+    /// Threads serving gRPC, each a single-threaded runtime with its own SO_REUSEPORT listener
+    /// on --grpc-addr (the kernel spreads connections over them). `0` serves gRPC on the main
+    /// multi-threaded runtime instead. Default: the cores available (CPU quota included).
+    #[arg(long, env = "SLUICE_GRPC_THREADS", value_name = "N")]
+    pub grpc_threads: Option<usize>,
+
     /// Address of the HTTP side port (/healthcheck, /rlconfig).
     #[arg(long, env = "SLUICE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,

@@ -29,7 +29,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 
-/// TLS handshakes in progress at most; connections beyond it are closed at once.
+/// TLS handshakes in progress at most (over all listeners); connections beyond it are closed
+/// at once.
 pub const MAX_HANDSHAKES: usize = 1024;
 /// A client that has not finished its handshake by then is disconnected.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,6 +55,8 @@ pub struct ReloadingTls {
     files: TlsFiles,
     config: ArcSwap<ServerConfig>,
     contents: Mutex<Vec<Vec<u8>>>,
+    /// Handshakes in progress, over every listener (one per `--grpc-threads` thread).
+    handshakes: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for ReloadingTls {
@@ -73,6 +76,7 @@ impl ReloadingTls {
             files,
             config: ArcSwap::from_pointee(config),
             contents: Mutex::new(contents),
+            handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)),
         }))
     }
 
@@ -262,7 +266,7 @@ pub fn incoming(
 type Accepted = mpsc::Sender<Result<TlsStream<TcpStream>, std::io::Error>>;
 
 async fn accept_loop(listener: TcpListener, tls: Arc<ReloadingTls>, tx: Accepted) {
-    let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    let handshakes = tls.handshakes.clone();
     loop {
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, ServerConfig, TlsConnector};
+use fred::prelude::{Builder, Client, Config, Pool, ReconnectPolicy, ServerConfig, TlsConnector};
 
 use crate::hardening::Secret;
 
@@ -91,6 +91,22 @@ fn uses_tls(url: &str) -> bool {
 
 /// Builds the client pool (not connected yet) and tells its topology.
 pub fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), ConfigError> {
+    let (builder, topology) = builder(opts)?;
+    let pool = builder
+        .build_pool(opts.pool_size.max(1))
+        .map_err(|e| ConfigError(e.details().to_string()))?;
+    Ok((pool, topology))
+}
+
+/// Builds one more client (not connected yet) with the pool's settings.
+pub fn build_client(opts: &ConnectOptions) -> Result<Client, ConfigError> {
+    builder(opts)?
+        .0
+        .build()
+        .map_err(|e| ConfigError(e.details().to_string()))
+}
+
+fn builder(opts: &ConnectOptions) -> Result<(Builder, Topology), ConfigError> {
     let url = normalize_url(&opts.url);
     let mut config = Config::from_url(&url)
         .map_err(|e| ConfigError(format!("invalid --redis-url: {}", e.details())))?;
@@ -118,8 +134,8 @@ pub fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), ConfigError
     }
     // A start with Redis down must not fail: connect in the background and keep retrying.
     config.fail_fast = false;
-    let pool_size = opts.pool_size.max(1);
-    let pool = Builder::from_config(config)
+    let mut builder = Builder::from_config(config);
+    builder
         .with_connection_config(|c| {
             c.connection_timeout = opts.connect_timeout;
             c.internal_command_timeout = opts.connect_timeout.max(Duration::from_millis(100));
@@ -129,10 +145,8 @@ pub fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), ConfigError
             c.unresponsive.max_timeout = Some(opts.connect_timeout.max(Duration::from_secs(1)));
             c.unresponsive.interval = Duration::from_millis(250);
         })
-        .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
-        .build_pool(pool_size)
-        .map_err(|e| ConfigError(e.details().to_string()))?;
-    Ok((pool, topology))
+        .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
+    Ok((builder, topology))
 }
 
 /// The password from `--redis-password` / `SLUICE_REDIS_PASSWORD` or `--redis-password-file`.

@@ -87,6 +87,21 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
+-- The two decimal integers of `raw` separated by spaces, the second not negative, or nil if it
+-- holds anything else (what `ints` accepts with two values, without its iterator and table of
+-- tokens: this is the state of the commonest algorithms).
+local function pair(raw)
+  local a, b = string.match(raw, '^%s*(%-?%d+)%s+(%-?%d+)%s*$')
+  if a == nil then
+    return nil
+  end
+  b = tonumber(b)
+  if b < 0 then
+    return nil
+  end
+  return { tonumber(a), b }
+end
+
 -- The decimal integers of `raw` separated by spaces, or nil if it holds anything else.
 local function ints(raw)
   local out = {}
@@ -109,21 +124,6 @@ end
 -- an outcome's state may be another check's input (the same key twice in one request).
 ---------------------------------------------------------------------------------------------
 
--- fixed_window (src/algorithm/fixed_window.rs); state 'window_start count'.
-local fixed_window = {}
-
-function fixed_window.decode(raw)
-  local v = ints(raw)
-  if v == nil or #v ~= 2 or v[2] < 0 then
-    return nil
-  end
-  return v
-end
-
-function fixed_window.encode(st)
-  return int(st[1]) .. ' ' .. int(st[2])
-end
-
 -- The window a windowed state counts in: its own if it is from a later window (another
 -- instance's clock runs ahead), else the frame's. Returns start, end, until the end.
 local function window_of(st_start, f)
@@ -140,344 +140,366 @@ local function window_of(st_start, f)
   return start, e, max(e - f.now, 0)
 end
 
-function fixed_window.evaluate(c, st, f, hits, refund)
-  local start, e, until_end = window_of(st and st[1], f)
-  local count = 0
-  if st ~= nil and st[1] == start then
-    count = st[2]
+-- The state of fixed_window and of the buckets: two integers.
+local function encode_pair(st)
+  return int(st[1]) .. ' ' .. int(st[2])
+end
+
+-- fixed_window (src/algorithm/fixed_window.rs); state 'window_start count'.
+local function new_fixed_window()
+  local fixed_window = {}
+
+  function fixed_window.decode(raw)
+    return pair(raw)
   end
-  local function out(allowed, rem, cnt)
-    return { allowed = allowed, remaining = rem, reset = until_end, debt_reset = until_end,
-      state = { start, cnt }, expires_at = e }
+
+  fixed_window.encode = encode_pair
+
+  function fixed_window.evaluate(c, st, f, hits, refund)
+    local start, e, until_end = window_of(st and st[1], f)
+    local count = 0
+    if st ~= nil and st[1] == start then
+      count = st[2]
+    end
+    local function out(allowed, rem, cnt)
+      return { allowed = allowed, remaining = rem, reset = until_end, debt_reset = until_end,
+        state = { start, cnt }, expires_at = e }
+    end
+    if refund then
+      count = max(count - hits, 0)
+      return out(true, max(c.limit - count, 0), count)
+    end
+    local after = min(add(count, hits), max(COUNT_CAP, count))
+    local allowed = count + hits <= c.limit
+    local rem = 0
+    if allowed then
+      rem = c.limit - after
+    end
+    return out(allowed, rem, after)
   end
-  if refund then
-    count = max(count - hits, 0)
-    return out(true, max(c.limit - count, 0), count)
-  end
-  local after = min(add(count, hits), max(COUNT_CAP, count))
-  local allowed = count + hits <= c.limit
-  local rem = 0
-  if allowed then
-    rem = c.limit - after
-  end
-  return out(allowed, rem, after)
+  return fixed_window
 end
 
 -- sliding_window (src/algorithm/sliding_window.rs); state 'head c0 c1 ... cP', the counts
 -- newest first, trailing zeros left out.
-local sliding_window = {}
+local function new_sliding_window()
+  local sliding_window = {}
 
-function sliding_window.decode(raw)
-  local v = ints(raw)
-  if v == nil then
-    return nil
-  end
-  local st = { head = v[1], counts = {} }
-  for j = 2, #v do
-    if v[j] < 0 then
+  function sliding_window.decode(raw)
+    local v = ints(raw)
+    if v == nil then
       return nil
     end
-    st.counts[j - 1] = v[j]
+    local st = { head = v[1], counts = {} }
+    for j = 2, #v do
+      if v[j] < 0 then
+        return nil
+      end
+      st.counts[j - 1] = v[j]
+    end
+    return st
   end
-  return st
-end
 
-function sliding_window.encode(st)
-  local last = #st.counts
-  while last > 0 and st.counts[last] == 0 do
-    last = last - 1
+  function sliding_window.encode(st)
+    local last = #st.counts
+    while last > 0 and st.counts[last] == 0 do
+      last = last - 1
+    end
+    local parts = { int(st.head) }
+    for j = 1, last do
+      parts[#parts + 1] = int(st.counts[j])
+    end
+    return table.concat(parts, ' ')
   end
-  local parts = { int(st.head) }
-  for j = 1, last do
-    parts[#parts + 1] = int(st.counts[j])
-  end
-  return table.concat(parts, ' ')
-end
 
-function sliding_window.evaluate(c, st, f, hits, refund)
-  local p = max(c.param, 1)
-  local sub = max(fdiv(c.window, p), 1)
-  local window = sub * p
-  local now = f.now
-  local i = fdiv(now, sub)
-  -- counts[1 + j] belongs to sub-window head - j.
-  local head, counts = i, {}
-  if st ~= nil and #st.counts <= p + 1 then
-    head = max(st.head, i)
-    local shift = min(head - st.head, p + 1)
-    for j = 1, p + 1 do
-      counts[j] = 0
-      if j > shift then
-        counts[j] = st.counts[j - shift] or 0
+  function sliding_window.evaluate(c, st, f, hits, refund)
+    local p = max(c.param, 1)
+    local sub = max(fdiv(c.window, p), 1)
+    local window = sub * p
+    local now = f.now
+    local i = fdiv(now, sub)
+    -- counts[1 + j] belongs to sub-window head - j.
+    local head, counts = i, {}
+    if st ~= nil and #st.counts <= p + 1 then
+      head = max(st.head, i)
+      local shift = min(head - st.head, p + 1)
+      for j = 1, p + 1 do
+        counts[j] = 0
+        if j > shift then
+          counts[j] = st.counts[j - shift] or 0
+        end
+      end
+    else
+      for j = 1, p + 1 do
+        counts[j] = 0
       end
     end
-  else
-    for j = 1, p + 1 do
-      counts[j] = 0
-    end
-  end
-  local function sum()
-    local s = 0
-    for j = 1, p + 1 do
-      s = s + counts[j]
-    end
-    return s
-  end
-  local function drop_at(k)
-    return (k + 1) * sub + window
-  end
-  local function until_empty()
-    for j = 1, p + 1 do
-      if counts[j] > 0 then
-        return max(drop_at(head - (j - 1)) - now, 0)
+    local function sum()
+      local s = 0
+      for j = 1, p + 1 do
+        s = s + counts[j]
       end
+      return s
     end
-    return 0
-  end
-  local function retry()
-    if hits > c.limit then
+    local function drop_at(k)
+      return (k + 1) * sub + window
+    end
+    local function until_empty()
+      for j = 1, p + 1 do
+        if counts[j] > 0 then
+          return max(drop_at(head - (j - 1)) - now, 0)
+        end
+      end
+      return 0
+    end
+    local function retry()
+      if hits > c.limit then
+        return until_empty()
+      end
+      local total = sum()
+      for j = p, 0, -1 do
+        if total + hits <= c.limit then
+          if j == p then
+            return 0
+          end
+          return max(drop_at(head - j - 1) - now, 0)
+        end
+        total = total - counts[j + 1]
+      end
       return until_empty()
     end
-    local total = sum()
-    for j = p, 0, -1 do
-      if total + hits <= c.limit then
-        if j == p then
-          return 0
-        end
-        return max(drop_at(head - j - 1) - now, 0)
+    local function state()
+      return { head = head, counts = counts }
+    end
+
+    if refund then
+      local left = hits
+      for j = 1, p + 1 do
+        local take = min(left, counts[j])
+        counts[j] = counts[j] - take
+        left = left - take
       end
-      total = total - counts[j + 1]
+      local reset = until_empty()
+      return { allowed = true, remaining = max(c.limit - sum(), 0), reset = reset,
+        debt_reset = reset, state = state(), expires_at = now + reset }
     end
-    return until_empty()
-  end
-  local function state()
-    return { head = head, counts = counts }
-  end
 
-  if refund then
-    local left = hits
-    for j = 1, p + 1 do
-      local take = min(left, counts[j])
-      counts[j] = counts[j] - take
-      left = left - take
+    local count = sum()
+    local allowed = count + hits <= c.limit
+    local uncharged = 0
+    if not allowed then
+      uncharged = retry()
     end
-    local reset = until_empty()
-    return { allowed = true, remaining = max(c.limit - sum(), 0), reset = reset,
-      debt_reset = reset, state = state(), expires_at = now + reset }
+    counts[1] = counts[1] + min(hits, max(COUNT_CAP - count, 0))
+    local after = sum()
+    local u = until_empty()
+    local o = { allowed = allowed, remaining = 0, reset = u, debt_reset = u, state = state(),
+      expires_at = now + u }
+    if allowed then
+      o.remaining = c.limit - after
+    else
+      o.reset = uncharged
+      o.debt_reset = retry()
+    end
+    return o
   end
-
-  local count = sum()
-  local allowed = count + hits <= c.limit
-  local uncharged = 0
-  if not allowed then
-    uncharged = retry()
-  end
-  counts[1] = counts[1] + min(hits, max(COUNT_CAP - count, 0))
-  local after = sum()
-  local u = until_empty()
-  local o = { allowed = allowed, remaining = 0, reset = u, debt_reset = u, state = state(),
-    expires_at = now + u }
-  if allowed then
-    o.remaining = c.limit - after
-  else
-    o.reset = uncharged
-    o.debt_reset = retry()
-  end
-  return o
+  return sliding_window
 end
 
 -- sliding_log (src/algorithm/sliding_log.rs); state 'oldest d1 d2 ...': the first timestamp,
 -- then each one's distance to the one before (mostly 0: the hits of one request share one).
-local sliding_log = {}
+local function new_sliding_log()
+  local sliding_log = {}
 
-function sliding_log.decode(raw)
-  local v = ints(raw)
-  if v == nil then
-    return nil
-  end
-  local log = { v[1] }
-  for j = 2, #v do
-    if v[j] < 0 then
+  function sliding_log.decode(raw)
+    local v = ints(raw)
+    if v == nil then
       return nil
     end
-    log[j] = log[j - 1] + v[j]
+    local log = { v[1] }
+    for j = 2, #v do
+      if v[j] < 0 then
+        return nil
+      end
+      log[j] = log[j - 1] + v[j]
+    end
+    return log
   end
-  return log
-end
 
-function sliding_log.encode(log)
-  if #log == 0 then
-    return ''
+  function sliding_log.encode(log)
+    if #log == 0 then
+      return ''
+    end
+    local parts = { int(log[1]) }
+    for j = 2, #log do
+      parts[j] = int(log[j] - log[j - 1])
+    end
+    return table.concat(parts, ' ')
   end
-  local parts = { int(log[1]) }
-  for j = 2, #log do
-    parts[j] = int(log[j] - log[j - 1])
-  end
-  return table.concat(parts, ' ')
-end
 
-function sliding_log.evaluate(c, st, f, hits, refund)
-  local window, n, now = c.window, c.limit, f.now
-  local log = {}
-  if st ~= nil then
-    for _, t in ipairs(st) do
-      if t > now - window then
-        log[#log + 1] = t
+  function sliding_log.evaluate(c, st, f, hits, refund)
+    local window, n, now = c.window, c.limit, f.now
+    local log = {}
+    if st ~= nil then
+      for _, t in ipairs(st) do
+        if t > now - window then
+          log[#log + 1] = t
+        end
       end
     end
-  end
-  local function until_empty(l)
-    if #l == 0 then
-      return 0
+    local function until_empty(l)
+      if #l == 0 then
+        return 0
+      end
+      return max(l[#l] + window - now, 0)
     end
-    return max(l[#l] + window - now, 0)
-  end
-  local function retry(l)
-    if hits > n then
-      return until_empty(l)
+    local function retry(l)
+      if hits > n then
+        return until_empty(l)
+      end
+      local m = #l + hits - n
+      if m <= 0 then
+        return 0
+      end
+      return max(l[m] + window - now, 0)
     end
-    local m = #l + hits - n
-    if m <= 0 then
-      return 0
-    end
-    return max(l[m] + window - now, 0)
-  end
 
-  if refund then
-    local keep = max(#log - hits, 0)
-    for j = #log, keep + 1, -1 do
-      log[j] = nil
+    if refund then
+      local keep = max(#log - hits, 0)
+      for j = #log, keep + 1, -1 do
+        log[j] = nil
+      end
+      local reset = until_empty(log)
+      return { allowed = true, remaining = max(n - #log, 0), reset = reset, debt_reset = reset,
+        state = log, expires_at = now + reset }
     end
-    local reset = until_empty(log)
-    return { allowed = true, remaining = max(n - #log, 0), reset = reset, debt_reset = reset,
-      state = log, expires_at = now + reset }
-  end
 
-  local len = #log
-  local allowed = hits <= n and len + hits <= n
-  local uncharged = 0
-  if not allowed then
-    uncharged = retry(log)
-  end
-  -- Charge: `hits` entries at `now` after every entry <= now, keeping only the newest n.
-  local merged = {}
-  local added = false
-  local function push_now()
-    for _ = 1, min(hits, n) do
-      merged[#merged + 1] = now
+    local len = #log
+    local allowed = hits <= n and len + hits <= n
+    local uncharged = 0
+    if not allowed then
+      uncharged = retry(log)
     end
-    added = true
-  end
-  for _, t in ipairs(log) do
-    if not added and t > now then
+    -- Charge: `hits` entries at `now` after every entry <= now, keeping only the newest n.
+    local merged = {}
+    local added = false
+    local function push_now()
+      for _ = 1, min(hits, n) do
+        merged[#merged + 1] = now
+      end
+      added = true
+    end
+    for _, t in ipairs(log) do
+      if not added and t > now then
+        push_now()
+      end
+      merged[#merged + 1] = t
+    end
+    if not added then
       push_now()
     end
-    merged[#merged + 1] = t
+    local excess = max(#merged - n, 0)
+    local kept = {}
+    for j = excess + 1, #merged do
+      kept[#kept + 1] = merged[j]
+    end
+    local u = until_empty(kept)
+    local o = { allowed = allowed, remaining = 0, reset = u, debt_reset = u, state = kept,
+      expires_at = now + u }
+    if allowed then
+      o.remaining = n - #kept
+    else
+      o.reset = uncharged
+      o.debt_reset = retry(kept)
+    end
+    return o
   end
-  if not added then
-    push_now()
-  end
-  local excess = max(#merged - n, 0)
-  local kept = {}
-  for j = excess + 1, #merged do
-    kept[#kept + 1] = merged[j]
-  end
-  local u = until_empty(kept)
-  local o = { allowed = allowed, remaining = 0, reset = u, debt_reset = u, state = kept,
-    expires_at = now + u }
-  if allowed then
-    o.remaining = n - #kept
-  else
-    o.reset = uncharged
-    o.debt_reset = retry(kept)
-  end
-  return o
+  return sliding_log
 end
 
 -- token_bucket, leaky_bucket and gcra: the shared meter (src/algorithm/bucket.rs); state
 -- 'at level' in ticks.
-local bucket = {}
+local function new_bucket()
+  local bucket = {}
 
-function bucket.decode(raw)
-  local v = ints(raw)
-  if v == nil or #v ~= 2 or v[2] < 0 then
-    return nil
+  function bucket.decode(raw)
+    return pair(raw)
   end
-  return v
-end
 
-bucket.encode = fixed_window.encode
+  bucket.encode = encode_pair
 
-local function gcd(a, b)
-  while b ~= 0 do
-    a, b = b, math.fmod(a, b)
+  local function gcd(a, b)
+    while b ~= 0 do
+      a, b = b, math.fmod(a, b)
+    end
+    return a
   end
-  return a
-end
 
-function bucket.evaluate(c, st, f, hits, refund)
-  local now = f.now
-  if c.limit == 0 then
-    -- requests_per_unit 0: nothing passes but looks and refunds, and nothing is kept.
-    return { allowed = hits == 0 or refund, remaining = 0, reset = 0, debt_reset = 0,
-      state = { now, 0 }, expires_at = now }
-  end
-  local w = max(c.window, 1)
-  local g = gcd(w, c.limit)
-  -- g divides both: these quotients are exact.
-  local hit, drain, burst = w / g, c.limit / g, c.param
-  local cap = burst * hit
-  local function until_level(level, target)
-    if level <= target then
-      return 0
+  function bucket.evaluate(c, st, f, hits, refund)
+    local now = f.now
+    if c.limit == 0 then
+      -- requests_per_unit 0: nothing passes but looks and refunds, and nothing is kept.
+      return { allowed = hits == 0 or refund, remaining = 0, reset = 0, debt_reset = 0,
+        state = { now, 0 }, expires_at = now }
     end
-    return cdiv(level - target, drain)
-  end
-  local at, level = now, 0
-  if st ~= nil and st[1] >= now then
-    at, level = st[1], st[2]
-  elseif st ~= nil then
-    local dt = now - st[1]
-    if dt <= fdiv(st[2], drain) then
-      level = st[2] - dt * drain
+    local w = max(c.window, 1)
+    local g = gcd(w, c.limit)
+    -- g divides both: these quotients are exact.
+    local hit, drain, burst = w / g, c.limit / g, c.param
+    local cap = burst * hit
+    local function until_level(level, target)
+      if level <= target then
+        return 0
+      end
+      return cdiv(level - target, drain)
     end
-  end
-  -- Times are computed from `at`; when the clock is behind it, the difference is added.
-  local skew = at - now
-  local function out(allowed, remaining, reset, debt_reset, lvl)
-    return { allowed = allowed, remaining = remaining, reset = skew + reset,
-      debt_reset = skew + debt_reset, state = { at, lvl }, expires_at = at + until_level(lvl, 0) }
-  end
-  local function remaining_at(lvl)
-    return fdiv(max(cap - lvl, 0), hit)
-  end
-  if refund then
-    local lvl = 0
-    if hits <= fdiv(level, hit) then
-      lvl = level - hits * hit
+    local at, level = now, 0
+    if st ~= nil and st[1] >= now then
+      at, level = st[1], st[2]
+    elseif st ~= nil then
+      local dt = now - st[1]
+      if dt <= fdiv(st[2], drain) then
+        level = st[2] - dt * drain
+      end
     end
-    local r = until_level(lvl, 0)
-    return out(true, remaining_at(lvl), r, r, lvl)
-  end
-  if hits <= burst and level + hits * hit <= cap then
-    local lvl = level + hits * hit
-    local r = until_level(lvl, 0)
-    return out(true, remaining_at(lvl), r, r, lvl)
-  end
-  local function retry(lvl)
-    if hits > burst then
-      return until_level(lvl, 0)
+    -- Times are computed from `at`; when the clock is behind it, the difference is added.
+    local skew = at - now
+    local function out(allowed, remaining, reset, debt_reset, lvl)
+      return { allowed = allowed, remaining = remaining, reset = skew + reset,
+        debt_reset = skew + debt_reset, state = { at, lvl }, expires_at = at + until_level(lvl, 0) }
     end
-    return until_level(lvl, cap - hits * hit)
+    local function remaining_at(lvl)
+      return fdiv(max(cap - lvl, 0), hit)
+    end
+    if refund then
+      local lvl = 0
+      if hits <= fdiv(level, hit) then
+        lvl = level - hits * hit
+      end
+      local r = until_level(lvl, 0)
+      return out(true, remaining_at(lvl), r, r, lvl)
+    end
+    if hits <= burst and level + hits * hit <= cap then
+      local lvl = level + hits * hit
+      local r = until_level(lvl, 0)
+      return out(true, remaining_at(lvl), r, r, lvl)
+    end
+    local function retry(lvl)
+      if hits > burst then
+        return until_level(lvl, 0)
+      end
+      return until_level(lvl, cap - hits * hit)
+    end
+    local debt_cap = 2 * cap
+    local debt
+    if hits > 2 * burst then
+      debt = max(debt_cap, level)
+    else
+      debt = max(min(level + hits * hit, debt_cap), level)
+    end
+    return out(false, 0, retry(level), retry(debt), debt)
   end
-  local debt_cap = 2 * cap
-  local debt
-  if hits > 2 * burst then
-    debt = max(debt_cap, level)
-  else
-    debt = max(min(level + hits * hit, debt_cap), level)
-  end
-  return out(false, 0, retry(level), retry(debt), debt)
+  return bucket
 end
 
 -- distinct (src/algorithm/distinct.rs). Values arrive as SipHash hashes (16 hex digits).
@@ -485,216 +507,244 @@ end
 -- ascending. HyperLogLog (limit > 1000): 'h <window_start> <n0> ... <n51>\n' (how many
 -- registers hold each rank, kept so that the estimate never sums all registers) then the
 -- 2^14 registers, one byte each. States are { ws, hll, data, ranks }.
-local distinct = {}
-local EXACT_MAX = 1000
-local REGISTERS = 16384
-local MAX_RANK = 51
-local POW = { [0] = 1 } -- POW[k] = 2^-k, exact
-for k = 1, MAX_RANK do
-  POW[k] = POW[k - 1] / 2
-end
+local function new_distinct()
+  local distinct = {}
+  local EXACT_MAX = 1000
+  local REGISTERS = 16384
+  local MAX_RANK = 51
+  -- POW[k] = 2^-k, exact. Built on first use: the whole script runs on every call, and only a
+  -- HyperLogLog estimate needs it (building it costs about 2 us of Redis CPU).
+  local POW = nil
+  local function pow_table()
+    local t = { [0] = 1 }
+    for k = 1, MAX_RANK do
+      t[k] = t[k - 1] / 2
+    end
+    return t
+  end
 
-function distinct.decode(raw)
-  local nl = string.find(raw, '\n', 1, true)
-  if nl == nil then
-    return nil
-  end
-  local kind, rest = string.match(string.sub(raw, 1, nl - 1), '^([eh]) (.*)$')
-  local v = rest and ints(rest)
-  if v == nil then
-    return nil
-  end
-  local data = string.sub(raw, nl + 1)
-  if kind == 'e' then
-    if #v ~= 1 or #data % 8 ~= 0 then
+  function distinct.decode(raw)
+    local nl = string.find(raw, '\n', 1, true)
+    if nl == nil then
       return nil
     end
-    return { ws = v[1], hll = false, data = data }
+    local kind, rest = string.match(string.sub(raw, 1, nl - 1), '^([eh]) (.*)$')
+    local v = rest and ints(rest)
+    if v == nil then
+      return nil
+    end
+    local data = string.sub(raw, nl + 1)
+    if kind == 'e' then
+      if #v ~= 1 or #data % 8 ~= 0 then
+        return nil
+      end
+      return { ws = v[1], hll = false, data = data }
+    end
+    if #v ~= MAX_RANK + 2 or #data ~= REGISTERS then
+      return nil
+    end
+    local ranks = {}
+    for k = 0, MAX_RANK do
+      ranks[k] = v[k + 2]
+    end
+    return { ws = v[1], hll = true, data = data, ranks = ranks }
   end
-  if #v ~= MAX_RANK + 2 or #data ~= REGISTERS then
-    return nil
-  end
-  local ranks = {}
-  for k = 0, MAX_RANK do
-    ranks[k] = v[k + 2]
-  end
-  return { ws = v[1], hll = true, data = data, ranks = ranks }
-end
 
-function distinct.encode(st)
-  if not st.hll then
-    return 'e ' .. int(st.ws) .. '\n' .. st.data
+  function distinct.encode(st)
+    if not st.hll then
+      return 'e ' .. int(st.ws) .. '\n' .. st.data
+    end
+    local parts = { 'h', int(st.ws) }
+    for k = 0, MAX_RANK do
+      parts[#parts + 1] = int(st.ranks[k])
+    end
+    return table.concat(parts, ' ') .. '\n' .. st.data
   end
-  local parts = { 'h', int(st.ws) }
-  for k = 0, MAX_RANK do
-    parts[#parts + 1] = int(st.ranks[k])
-  end
-  return table.concat(parts, ' ') .. '\n' .. st.data
-end
 
--- Rust's `estimate_by_rank`, operation for operation.
-local function estimate(ranks)
-  local m = REGISTERS
-  local sum = 0.0
-  for k = 0, MAX_RANK do
-    sum = sum + ranks[k] * POW[k]
+  -- Rust's `estimate_by_rank`, operation for operation.
+  local function estimate(ranks)
+    local m = REGISTERS
+    local sum = 0.0
+    if POW == nil then
+      POW = pow_table()
+    end
+    for k = 0, MAX_RANK do
+      sum = sum + ranks[k] * POW[k]
+    end
+    local zeros = ranks[0]
+    local alpha = 0.7213 / (1.0 + 1.079 / m)
+    local raw = alpha * m * m / sum
+    local e = raw
+    if raw <= 2.5 * m and zeros > 0 then
+      e = m * math.log(m / zeros)
+    end
+    -- f64::round: halves away from zero (e >= 0; e - floor(e) is exact).
+    local fl = math.floor(e)
+    if e - fl >= 0.5 then
+      fl = fl + 1
+    end
+    return fl
   end
-  local zeros = ranks[0]
-  local alpha = 0.7213 / (1.0 + 1.079 / m)
-  local raw = alpha * m * m / sum
-  local e = raw
-  if raw <= 2.5 * m and zeros > 0 then
-    e = m * math.log(m / zeros)
-  end
-  -- f64::round: halves away from zero (e >= 0; e - floor(e) is exact).
-  local fl = math.floor(e)
-  if e - fl >= 0.5 then
-    fl = fl + 1
-  end
-  return fl
-end
 
--- The hash as its 8 big-endian bytes, and its HyperLogLog register (0-based) and rank.
-local function parse_hash(hex)
-  local bytes = {}
-  for j = 1, 16, 2 do
-    bytes[#bytes + 1] = tonumber(string.sub(hex, j, j + 1), 16)
+  -- The hash as its 8 big-endian bytes, and its HyperLogLog register (0-based) and rank.
+  local function parse_hash(hex)
+    local bytes = {}
+    for j = 1, 16, 2 do
+      bytes[#bytes + 1] = tonumber(string.sub(hex, j, j + 1), 16)
+    end
+    local top = tonumber(string.sub(hex, 1, 4), 16)
+    -- The 50 bits below the 14 index bits (exact: below 2^53).
+    local rest = math.fmod(top, 4) * 281474976710656 + tonumber(string.sub(hex, 5, 16), 16)
+    local bits = 0
+    while rest >= 1 do
+      rest = math.floor(rest / 2)
+      bits = bits + 1
+    end
+    return string.char(unpack(bytes)), math.floor(top / 4), MAX_RANK - bits
   end
-  local top = tonumber(string.sub(hex, 1, 4), 16)
-  -- The 50 bits below the 14 index bits (exact: below 2^53).
-  local rest = math.fmod(top, 4) * 281474976710656 + tonumber(string.sub(hex, 5, 16), 16)
-  local bits = 0
-  while rest >= 1 do
-    rest = math.floor(rest / 2)
-    bits = bits + 1
-  end
-  return string.char(unpack(bytes)), math.floor(top / 4), MAX_RANK - bits
-end
 
--- Position of an 8-byte hash in a sorted packed set: (found, 0-based index to insert at).
--- Bytes are compared as numbers (Lua's string `<` follows the locale).
-local function search(data, h)
-  local lo, hi = 0, #data / 8
-  local hb = { string.byte(h, 1, 8) }
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    local eb = { string.byte(data, mid * 8 + 1, mid * 8 + 8) }
-    local cmp = 0
-    for j = 1, 8 do
-      if eb[j] ~= hb[j] then
-        if eb[j] < hb[j] then
-          cmp = -1
-        else
-          cmp = 1
+  -- Position of an 8-byte hash in a sorted packed set: (found, 0-based index to insert at).
+  -- Bytes are compared as numbers (Lua's string `<` follows the locale).
+  local function search(data, h)
+    local lo, hi = 0, #data / 8
+    local hb = { string.byte(h, 1, 8) }
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      local eb = { string.byte(data, mid * 8 + 1, mid * 8 + 8) }
+      local cmp = 0
+      for j = 1, 8 do
+        if eb[j] ~= hb[j] then
+          if eb[j] < hb[j] then
+            cmp = -1
+          else
+            cmp = 1
+          end
+          break
         end
-        break
+      end
+      if cmp == 0 then
+        return true, mid
+      elseif cmp < 0 then
+        lo = mid + 1
+      else
+        hi = mid
       end
     end
-    if cmp == 0 then
-      return true, mid
-    elseif cmp < 0 then
-      lo = mid + 1
-    else
-      hi = mid
-    end
+    return false, lo
   end
-  return false, lo
-end
 
-function distinct.evaluate(c, st, f, hits, refund)
-  local hll = c.limit > EXACT_MAX
-  if st ~= nil and st.hll ~= hll then
-    st = nil
-  end
-  local start, e, until_end = window_of(st and st.ws, f)
-  local values = st
-  if st == nil or st.ws ~= start then
-    values = { ws = start, hll = hll, data = '' }
-    if hll then
-      values.data = string.rep('\0', REGISTERS)
-      values.ranks = {}
-      for k = 0, MAX_RANK do
-        values.ranks[k] = 0
+  function distinct.evaluate(c, st, f, hits, refund)
+    local hll = c.limit > EXACT_MAX
+    if st ~= nil and st.hll ~= hll then
+      st = nil
+    end
+    local start, e, until_end = window_of(st and st.ws, f)
+    local values = st
+    if st == nil or st.ws ~= start then
+      values = { ws = start, hll = hll, data = '' }
+      if hll then
+        values.data = string.rep('\0', REGISTERS)
+        values.ranks = {}
+        for k = 0, MAX_RANK do
+          values.ranks[k] = 0
+        end
+        values.ranks[0] = REGISTERS
       end
-      values.ranks[0] = REGISTERS
     end
-  end
-  local h, reg, rank = parse_hash(c.value)
-  local function count(v)
-    if v.hll then
-      return estimate(v.ranks)
+    local h, reg, rank = parse_hash(c.value)
+    local function count(v)
+      if v.hll then
+        return estimate(v.ranks)
+      end
+      return #v.data / 8
     end
-    return #v.data / 8
-  end
-  local function insert(v)
-    if v.hll then
-      local old = string.byte(v.data, reg + 1)
-      if old >= rank then
+    local function insert(v)
+      if v.hll then
+        local old = string.byte(v.data, reg + 1)
+        if old >= rank then
+          return v
+        end
+        local ranks = {}
+        for k = 0, MAX_RANK do
+          ranks[k] = v.ranks[k]
+        end
+        ranks[old] = ranks[old] - 1
+        ranks[rank] = ranks[rank] + 1
+        local data = string.sub(v.data, 1, reg) .. string.char(rank) .. string.sub(v.data, reg + 2)
+        return { ws = v.ws, hll = true, data = data, ranks = ranks }
+      end
+      local found, at = search(v.data, h)
+      if found then
         return v
       end
-      local ranks = {}
-      for k = 0, MAX_RANK do
-        ranks[k] = v.ranks[k]
-      end
-      ranks[old] = ranks[old] - 1
-      ranks[rank] = ranks[rank] + 1
-      local data = string.sub(v.data, 1, reg) .. string.char(rank) .. string.sub(v.data, reg + 2)
-      return { ws = v.ws, hll = true, data = data, ranks = ranks }
+      local data = string.sub(v.data, 1, at * 8) .. h .. string.sub(v.data, at * 8 + 1)
+      return { ws = v.ws, hll = false, data = data }
     end
-    local found, at = search(v.data, h)
-    if found then
-      return v
-    end
-    local data = string.sub(v.data, 1, at * 8) .. h .. string.sub(v.data, at * 8 + 1)
-    return { ws = v.ws, hll = false, data = data }
-  end
-  local before = count(values)
-  local seen
-  if hll then
-    seen = string.byte(values.data, reg + 1) >= rank
-  else
-    seen = search(values.data, h)
-  end
-
-  local allowed
-  if refund then
-    allowed = true
-  elseif hll then
-    allowed = before < c.limit
-    if allowed and hits > 0 and not seen then
-      values = insert(values)
-    end
-  elseif seen then
-    allowed = true
-  else
-    local added = insert(values)
-    allowed = count(added) <= c.limit
-    if allowed and hits > 0 then
-      values = added
-    end
-  end
-  local remaining = 0
-  if allowed then
-    if hits == 0 or refund then
-      remaining = max(c.limit - before, 0)
+    local before = count(values)
+    local seen
+    if hll then
+      seen = string.byte(values.data, reg + 1) >= rank
     else
-      remaining = max(c.limit - count(values), 0)
+      seen = search(values.data, h)
     end
+
+    local allowed
+    if refund then
+      allowed = true
+    elseif hll then
+      allowed = before < c.limit
+      if allowed and hits > 0 and not seen then
+        values = insert(values)
+      end
+    elseif seen then
+      allowed = true
+    else
+      local added = insert(values)
+      allowed = count(added) <= c.limit
+      if allowed and hits > 0 then
+        values = added
+      end
+    end
+    local remaining = 0
+    if allowed then
+      if hits == 0 or refund then
+        remaining = max(c.limit - before, 0)
+      else
+        remaining = max(c.limit - count(values), 0)
+      end
+    end
+    return { allowed = allowed, remaining = remaining, reset = until_end, debt_reset = until_end,
+      state = values, expires_at = e }
   end
-  return { allowed = allowed, remaining = remaining, reset = until_end, debt_reset = until_end,
-    state = values, expires_at = e }
+  return distinct
 end
 
 -- Algorithm codes: src/store/redis/script.rs `algorithm_code`.
+-- Each is made when a call first needs it: the whole script runs on every call, and making
+-- every algorithm's functions costs more Redis CPU than deciding most checks.
 local ALGORITHMS = {
-  [1] = fixed_window,
-  [2] = sliding_window,
-  [3] = sliding_log,
-  [4] = bucket, -- token_bucket
-  [5] = bucket, -- leaky_bucket
-  [6] = bucket, -- gcra
-  [7] = distinct,
+  [1] = new_fixed_window,
+  [2] = new_sliding_window,
+  [3] = new_sliding_log,
+  [4] = new_bucket, -- token_bucket
+  [5] = new_bucket, -- leaky_bucket
+  [6] = new_bucket, -- gcra
+  [7] = new_distinct,
 }
+local DISTINCT = 7
+local made = {}
+local function algorithm(code)
+  local new = ALGORITHMS[code]
+  if new == nil then
+    return nil
+  end
+  local a = made[new]
+  if a == nil then
+    a = new()
+    made[new] = a
+  end
+  return a
+end
 
 ---------------------------------------------------------------------------------------------
 -- Arguments
@@ -713,7 +763,7 @@ for i = 1, n do
   local b = 3 + (i - 1) * FIELDS
   local c = {
     k = tonumber(ARGV[b + 1]),
-    algo = ALGORITHMS[tonumber(ARGV[b + 2])],
+    code = tonumber(ARGV[b + 2]),
     limit = tonumber(ARGV[b + 3]),
     window = tonumber(ARGV[b + 4]),
     param = tonumber(ARGV[b + 5]),
@@ -724,10 +774,11 @@ for i = 1, n do
     group = tonumber(ARGV[b + 10]),
     quota = ARGV[b + 11] == '1',
   }
+  c.algo = algorithm(c.code)
   if c.algo == nil then
     return redis.error_reply('sluice: unknown algorithm code ' .. tostring(ARGV[b + 2]))
   end
-  if c.algo == distinct and (#c.value ~= 16 or string.find(c.value, '^%x+$') == nil) then
+  if c.code == DISTINCT and (#c.value ~= 16 or string.find(c.value, '^%x+$') == nil) then
     return redis.error_reply('sluice: distinct needs a 16-digit hex value')
   end
   -- The window of `now`: one of those the caller computed (calendar windows), else aligned to
@@ -833,13 +884,13 @@ local function evaluate_in_order(applies)
 end
 
 local reply = { now }
-local function push(allowed, remaining, reset, charged, first_allowed)
-  local function b(x)
-    if x then
-      return 1
-    end
-    return 0
+local function b(x)
+  if x then
+    return 1
   end
+  return 0
+end
+local function push(allowed, remaining, reset, charged, first_allowed)
   reply[#reply + 1] = b(allowed)
   reply[#reply + 1] = remaining
   reply[#reply + 1] = reset
@@ -858,7 +909,7 @@ end
 if scope == 'undo' then
   local current = {}
   for _, c in ipairs(checks) do
-    if c.algo ~= distinct then
+    if c.code ~= DISTINCT then
       local st = current[c.k]
       if st == nil then
         st = stored_state(c)
@@ -874,7 +925,7 @@ if scope == 'undo' then
       st = stored_state(c)
     end
     local peek = evaluate(c, st, 0, false)
-    push(true, peek.remaining, peek.reset, c.algo == distinct and takes_effect(c), true)
+    push(true, peek.remaining, peek.reset, c.code == DISTINCT and takes_effect(c), true)
   end
   return reply
 end

@@ -48,6 +48,11 @@
 //!   clock and Redis' differ), plus one second of grace for instances whose clocks run behind.
 //!   A call that times out may still run in Redis later (its charge stands, unseen). Hit counts and limits are clamped to 2^53 - 1
 //!   (Lua numbers are doubles); below that the arithmetic is identical to Rust's.
+//! * **Connections**: a pool (`--redis-pool-size`) on the runtime that connected the store,
+//!   and one client per gRPC serving thread ([`RedisStore::attach_thread`]) driven by that
+//!   thread's runtime: a fred command is handed to its connection's task, so a request on a
+//!   serving thread that used the shared pool would wake another thread twice. The breaker,
+//!   readiness and status are the store's, over all of them.
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
@@ -63,10 +68,11 @@ pub mod breaker;
 pub mod connect;
 pub mod script;
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, LuaInterface, Options, Pool};
+use fred::prelude::{Client, ClientLike, LuaInterface, Options, Pool};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
 use futures::future::join_all;
@@ -118,6 +124,11 @@ pub struct RedisStore {
 
 struct Inner {
     pool: Pool,
+    /// To build the serving threads' own clients ([`RedisStore::attach_thread`]).
+    connect: ConnectOptions,
+    /// The serving threads' clients (for the status) and their connection tasks (aborted
+    /// with the store, like the pool's).
+    threads: Mutex<Vec<(Client, ConnectionTask)>>,
     topology: Topology,
     sha: Value,
     command_timeout: Duration,
@@ -126,7 +137,7 @@ struct Inner {
     /// Turns true once connected with the script loaded (or its loading attempted).
     ready: watch::Receiver<bool>,
     monitor: OnceLock<JoinHandle<()>>,
-    connections: Vec<JoinHandle<Result<(), fred::error::Error>>>,
+    connections: Vec<ConnectionTask>,
 }
 
 impl Drop for Inner {
@@ -138,7 +149,25 @@ impl Drop for Inner {
         for c in &self.connections {
             c.abort();
         }
+        for (_, c) in self
+            .threads
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            c.abort();
+        }
     }
+}
+
+/// A fred client's connection task.
+type ConnectionTask = JoinHandle<Result<(), fred::error::Error>>;
+
+thread_local! {
+    /// This thread's own clients, one per store attached to it (keyed by the store's address):
+    /// a client's connection task runs on the runtime that connected it, so a serving thread
+    /// that uses its own client sends and receives without waking another thread.
+    static THREAD_CLIENTS: RefCell<Vec<(usize, Client)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> StoreError {
@@ -183,6 +212,8 @@ impl RedisStore {
         let (ready_tx, ready) = watch::channel(false);
         let inner = Arc::new(Inner {
             pool: pool.clone(),
+            connect: opts.connect.clone(),
+            threads: Mutex::new(Vec::new()),
             topology,
             sha,
             command_timeout: opts.command_timeout,
@@ -196,6 +227,27 @@ impl RedisStore {
         let monitor = tokio::spawn(monitor(Arc::downgrade(&inner), pool, ready_tx));
         let _ = inner.monitor.set(monitor);
         Ok(RedisStore { inner })
+    }
+
+    /// Gives the calling thread its own connection, created on (and driven by) the runtime it
+    /// runs, for the requests it decides: a serving thread of `--grpc-threads`. Requests on
+    /// other threads, and on this one while its connection is down, use the shared pool. The
+    /// breaker, readiness and status stay the store's as a whole. Must be called within the
+    /// thread's (current-thread) Tokio runtime; a second call on one thread does nothing.
+    pub fn attach_thread(&self) -> Result<(), ConfigError> {
+        let id = Arc::as_ptr(&self.inner) as usize;
+        if THREAD_CLIENTS.with(|t| t.borrow().iter().any(|(i, _)| *i == id)) {
+            return Ok(());
+        }
+        let client = connect::build_client(&self.inner.connect)?;
+        let task = client.connect();
+        self.inner
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((client.clone(), task));
+        THREAD_CLIENTS.with(|t| t.borrow_mut().push((id, client)));
+        Ok(())
     }
 
     /// Waits until the first connection is up and the script loaded on it. Never needed for
@@ -212,7 +264,15 @@ impl RedisStore {
     /// Connection and breaker state, for metrics and tests.
     pub fn status(&self) -> RedisStatus {
         RedisStatus {
-            connected: self.inner.pool.clients().iter().any(|c| c.is_connected()),
+            connected: self.inner.pool.clients().iter().any(|c| c.is_connected())
+                || self
+                    .inner
+                    .threads
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    // A thread's runtime may have ended (after the drain) under its client.
+                    .any(|(c, task)| !task.is_finished() && c.is_connected()),
             breaker_open: self.inner.breaker.is_open(),
         }
     }
@@ -315,8 +375,7 @@ impl Inner {
         now: When,
         timeout: Duration,
     ) -> Result<Vec<Verdict>, StoreError> {
-        let all: Vec<&Check<'_>> = checks.iter().collect();
-        let reply = self.run(&all, Scope::All, now, None, timeout).await?;
+        let reply = self.run(checks, Scope::All, now, None, timeout).await?;
         Ok(reply.answers.into_iter().map(|a| a.verdict).collect())
     }
 
@@ -339,9 +398,8 @@ impl Inner {
         }
         if parts.len() <= 1 {
             // One slot: the exact policy in one call.
-            let all: Vec<&Check<'_>> = checks.iter().collect();
             let slot = parts.first().map(|(s, _)| *s);
-            let reply = self.run(&all, Scope::All, now, slot, timeout).await?;
+            let reply = self.run(checks, Scope::All, now, slot, timeout).await?;
             return Ok(reply.answers.into_iter().map(|a| a.verdict).collect());
         }
 
@@ -457,8 +515,10 @@ impl Inner {
             .into_iter()
             .map(|(slot, now, idx)| {
                 let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
-                let (keys, args) = script::encode(&part, Scope::Undo, Some(now), now);
-                (slot, evalsha_args(&sha, &keys, args))
+                (
+                    slot,
+                    script::evalsha(&sha, &part, Scope::Undo, Some(now), now),
+                )
             })
             .collect();
         rt.spawn(async move {
@@ -469,19 +529,32 @@ impl Inner {
         });
     }
 
+    /// The client for a call: this thread's own when it has one and it is up, else one of the
+    /// shared pool.
+    fn client(&self) -> Client {
+        let id = self as *const Inner as usize;
+        let own = THREAD_CLIENTS.with(|t| {
+            t.borrow()
+                .iter()
+                .find(|(i, c)| *i == id && c.is_connected())
+                .map(|(_, c)| c.clone())
+        });
+        own.unwrap_or_else(|| self.pool.next_connected().clone())
+    }
+
     /// One `EVALSHA` of the script over `checks`, loading the script on `NOSCRIPT`.
-    async fn run(
+    async fn run<'k, C: std::borrow::Borrow<Check<'k>>>(
         &self,
-        checks: &[&Check<'_>],
+        checks: &[C],
         scope: Scope,
         now: When,
         slot: Option<u16>,
         timeout: Duration,
     ) -> Result<script::Reply, StoreError> {
-        let (keys, args) = script::encode(checks, scope, now.script, now.local);
-        let args = evalsha_args(&self.sha, &keys, args);
-        let client = self.pool.next_connected();
-        let reply = match eval(client, slot, args.clone(), timeout).await {
+        let args = || script::evalsha(&self.sha, checks, scope, now.script, now.local);
+        let client = self.client();
+        let client = &client;
+        let reply = match eval(client, slot, args(), timeout).await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 // Longer than a decision, unless the request's deadline is nearer.
                 let load = match super::deadline::budget() {
@@ -489,7 +562,8 @@ impl Inner {
                     None => LOAD_TIMEOUT_MIN,
                 };
                 load_script(client, timeout.max(load)).await?;
-                eval(client, slot, args, timeout).await
+                // Encoded again rather than kept: NOSCRIPT is rare, requests are not.
+                eval(client, slot, args(), timeout).await
             }
             r => r,
         }
@@ -512,15 +586,6 @@ const LOAD_TIMEOUT_MIN: Duration = Duration::from_millis(500);
 
 /// The shortest timeout a call is given, however near the deadline.
 const MIN_TIMEOUT: Duration = Duration::from_millis(1);
-
-fn evalsha_args(sha: &Value, keys: &[&[u8]], args: Vec<Value>) -> Vec<Value> {
-    let mut out = Vec::with_capacity(2 + keys.len() + args.len());
-    out.push(sha.clone());
-    out.push(Value::from(keys.len() as i64));
-    out.extend(keys.iter().map(|k| Value::from(*k)));
-    out.extend(args);
-    out
-}
 
 async fn eval(
     client: &fred::prelude::Client,

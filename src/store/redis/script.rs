@@ -4,6 +4,9 @@
 //! of `decide.lua` and written only here. Adding an algorithm means a Lua port next to the
 //! others in the script and a code in [`algorithm_code`].
 
+use std::borrow::Borrow;
+
+use fred::bytes::Bytes;
 use fred::types::Value;
 
 use crate::algorithm::{Algorithm, Limit};
@@ -96,56 +99,90 @@ fn clamp(n: u64) -> i64 {
     n.min(MAX_SAFE) as i64
 }
 
+/// An empty argument (no value, no window bound, the Redis clock): shared, never allocated.
+const EMPTY: Value = Value::Bytes(Bytes::from_static(b""));
+
 /// `KEYS` and `ARGV` of one call over `checks` (a subset of a request, in request order).
 /// `now`: `None` to let the script read the Redis clock; `local`: sluice's time, from which
 /// calendar windows are computed when `now` is `None`.
-pub fn encode<'k>(
-    checks: &[&Check<'k>],
+pub fn encode<'k, C: Borrow<Check<'k>>>(
+    checks: &[C],
     scope: Scope,
     now: Option<Micros>,
     local: Micros,
 ) -> (Vec<&'k [u8]>, Vec<Value>) {
+    let keys = distinct_keys(checks);
+    let mut args = Vec::with_capacity(3 + checks.len() * FIELDS);
+    push_argv(&mut args, &keys, checks, scope, now, local);
+    (keys, args)
+}
+
+/// The whole `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`) built in one allocation:
+/// this runs for every request.
+pub fn evalsha<'k, C: Borrow<Check<'k>>>(
+    sha: &Value,
+    checks: &[C],
+    scope: Scope,
+    now: Option<Micros>,
+    local: Micros,
+) -> Vec<Value> {
+    let keys = distinct_keys(checks);
+    let mut args = Vec::with_capacity(2 + keys.len() + 3 + checks.len() * FIELDS);
+    args.push(sha.clone());
+    args.push(Value::Integer(keys.len() as i64));
+    args.extend(keys.iter().map(|k| Value::Bytes(Bytes::copy_from_slice(k))));
+    push_argv(&mut args, &keys, checks, scope, now, local);
+    args
+}
+
+/// The checks' keys, each once, in order of first use.
+fn distinct_keys<'k, C: Borrow<Check<'k>>>(checks: &[C]) -> Vec<&'k [u8]> {
     let mut keys: Vec<&'k [u8]> = Vec::with_capacity(checks.len());
-    let mut args: Vec<Value> = Vec::with_capacity(3 + checks.len() * FIELDS);
-    args.push(Value::from(scope.as_str()));
-    args.push(match now {
-        Some(t) => Value::from(t),
-        None => Value::from(""),
-    });
-    args.push(Value::from(checks.len() as i64));
     for c in checks {
+        let key = c.borrow().key;
         // Requests carry a handful of keys: a linear search beats a map.
-        let index = match keys.iter().position(|k| *k == c.key) {
-            Some(i) => i,
-            None => {
-                keys.push(c.key);
-                keys.len() - 1
-            }
-        };
-        args.push(Value::from(index as i64 + 1));
-        args.push(Value::from(algorithm_code(c.limit.algorithm).unwrap_or(0)));
-        args.push(Value::from(clamp(c.limit.requests)));
-        args.push(Value::from(c.limit.window.clamp(1, MAX_SAFE as i64)));
-        args.push(Value::from(clamp(param(c.limit))));
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+fn push_argv<'k, C: Borrow<Check<'k>>>(
+    args: &mut Vec<Value>,
+    keys: &[&'k [u8]],
+    checks: &[C],
+    scope: Scope,
+    now: Option<Micros>,
+    local: Micros,
+) {
+    let int = Value::Integer;
+    args.push(Value::Bytes(Bytes::from_static(scope.as_str().as_bytes())));
+    args.push(now.map_or(EMPTY, int));
+    args.push(int(checks.len() as i64));
+    for c in checks {
+        let c = c.borrow();
+        let index = keys.iter().position(|k| *k == c.key).unwrap_or(0);
+        args.push(int(index as i64 + 1));
+        args.push(int(algorithm_code(c.limit.algorithm).unwrap_or(0)));
+        args.push(int(clamp(c.limit.requests)));
+        args.push(int(c.limit.window.clamp(1, MAX_SAFE as i64)));
+        args.push(int(clamp(param(c.limit))));
         if c.limit.algorithm == Algorithm::Distinct {
             args.push(Value::from(format!("{:016x}", c.ask.value)));
         } else {
-            args.push(Value::from(""));
+            args.push(EMPTY);
         }
-        args.push(Value::from(clamp(c.ask.hits)));
-        args.push(Value::from(i64::from(c.ask.refund)));
-        args.push(Value::from(i64::from(c.charge == Charge::Always)));
-        args.push(Value::from(i64::from(c.group)));
-        args.push(Value::from(i64::from(c.quota)));
+        args.push(int(clamp(c.ask.hits)));
+        args.push(int(i64::from(c.ask.refund)));
+        args.push(int(i64::from(c.charge == Charge::Always)));
+        args.push(int(i64::from(c.group)));
+        args.push(int(i64::from(c.quota)));
         let bounds = window_bounds(c.limit, now.unwrap_or(local), now.is_none());
         for b in bounds.unwrap_or([None; 4]) {
-            args.push(match b {
-                Some(t) => Value::from(t),
-                None => Value::from(""),
-            });
+            args.push(b.map_or(EMPTY, int));
         }
     }
-    (keys, args)
 }
 
 /// One check's answer from the script.
@@ -234,7 +271,7 @@ mod tests {
         assert_eq!(codes.len(), Algorithm::ALL.len());
         // The script's table holds codes 1..=7.
         assert!(codes.iter().all(|c| (1..=7).contains(c)));
-        assert!(LUA.contains("[7] = distinct"));
+        assert!(LUA.contains("[7] = new_distinct"));
     }
 
     #[test]
