@@ -163,7 +163,8 @@ const PARSE_STACK: usize = 64 << 20;
 
 /// Parses one file on a thread with [`PARSE_STACK`] (inline if no thread can be started).
 fn parse_yaml(content: &str) -> Result<Option<RawFile>, serde_saphyr::Error> {
-    let parse = || serde_saphyr::from_str::<Option<RawFile>>(content);
+    let parse =
+        || serde_saphyr::from_str_with_options::<Option<RawFile>>(content, options(content));
     std::thread::scope(|scope| {
         match std::thread::Builder::new()
             .name("sluice-config-parse".into())
@@ -176,6 +177,20 @@ fn parse_yaml(content: &str) -> Result<Option<RawFile>, serde_saphyr::Error> {
             Err(_) => parse(),
         }
     })
+}
+
+/// serde-saphyr's budget scaled to the file: its default (250,000 nodes, 1,000,000 events)
+/// caps a file at about 25,000 rules. Nodes and events are bounded by the input's size (at
+/// most one node per byte, a few events per node), so the work stays linear in the file; the
+/// limits that stop alias and anchor bombs keep their defaults.
+fn options(content: &str) -> serde_saphyr::Options {
+    let len = content.len();
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_nodes: len.max(250_000),
+            max_events: len.saturating_mul(3).max(1_000_000),
+        },
+    }
 }
 
 /// serde-saphyr's message, without its own location (we print ours in front).
@@ -315,7 +330,7 @@ impl Cx<'_> {
 
         let mut node = Node {
             rule,
-            children: HashMap::new(),
+            children: Default::default(),
             value_to_metric: d.value_to_metric,
         };
         if let Some(children) = &d.descriptors {
@@ -334,11 +349,7 @@ impl Cx<'_> {
                 }
             }
             (Some(_), Some(pattern)) => {
-                if branch
-                    .wildcards
-                    .iter()
-                    .any(|w| w.pattern.source() == pattern.source())
-                {
+                if branch.wildcards.contains(&pattern) {
                     true
                 } else {
                     branch.wildcards.push(Wildcard {
