@@ -5,6 +5,7 @@
 //! quota mode, several limits per descriptor (`rate_limits`), refund permission, response
 //! headers and metadata. The store decides and charges atomically.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -169,8 +170,9 @@ enum Resolved<'r> {
         steps: Vec<Step<'r>>,
         /// [`Match::value_to_metric`].
         value_to_metric: u64,
-        /// Every one must allow the request (one unless `rate_limits`).
-        limits: Vec<RuleLimit>,
+        /// Every one must allow the request (one unless `rate_limits`). Borrowed from the
+        /// rule (no copy per request) unless an override or `replaces` changed them.
+        limits: Cow<'r, [RuleLimit]>,
         /// The limits come from `rate_limits`: their names are part of their storage keys.
         named: bool,
     },
@@ -328,7 +330,7 @@ impl<S: Store> Limiter<S> {
                 continue;
             };
             let last = d.entries.len().saturating_sub(1);
-            for limit in limits {
+            for limit in limits.iter() {
                 // distinct counts the values of the last entry: its value stays out of the key.
                 let distinct = limit.limit.algorithm == Algorithm::Distinct;
                 let mut k = Vec::with_capacity(64);
@@ -574,14 +576,14 @@ fn resolve<'r>(
         }
         return Ok(Resolved::Limited {
             rule: None,
-            limits: vec![RuleLimit {
+            limits: Cow::Owned(vec![RuleLimit {
                 name: None,
                 requests_per_unit: o.requests_per_unit,
                 unit: o.unit,
                 limit,
                 charge: base.and_then(|b| b.charge),
                 on_error: base.and_then(|b| b.on_error),
-            }],
+            }]),
             steps: m.map(|m| m.steps).unwrap_or_default(),
             value_to_metric: 0,
             named: false,
@@ -595,14 +597,14 @@ fn resolve<'r>(
                 rule: Some(m.rule),
                 steps: m.steps,
                 value_to_metric: m.value_to_metric,
-                limits: vec![limit.clone()],
+                limits: Cow::Borrowed(std::slice::from_ref(limit)),
                 named: false,
             },
             RuleKind::Several(limits) => Resolved::Limited {
                 rule: Some(m.rule),
                 steps: m.steps,
                 value_to_metric: m.value_to_metric,
-                limits: limits.clone(),
+                limits: Cow::Borrowed(limits),
                 named: true,
             },
         },
@@ -698,7 +700,9 @@ fn apply_replaces(resolved: &mut [Resolved<'_>]) {
             Resolved::Unlimited(rule) => is_replaced(rule.name.as_ref()),
             Resolved::Limited { rule: None, .. } => false,
             Resolved::Limited { limits, .. } => {
-                limits.retain(|l| !is_replaced(l.name.as_ref()));
+                if limits.iter().any(|l| is_replaced(l.name.as_ref())) {
+                    limits.to_mut().retain(|l| !is_replaced(l.name.as_ref()));
+                }
                 limits.is_empty()
             }
         };

@@ -487,4 +487,39 @@ mod tests {
         assert_eq!(s.stats().evictions.load(Ordering::Relaxed), evictions);
         assert!(s.stats().expired_reclaimed.load(Ordering::Relaxed) > 0);
     }
+
+    /// The accounted bytes of one active key per algorithm (ALGORITHMS.md, "Memory per key"),
+    /// for a typical 54-byte key and 100 requests per second; fixed_window must stay under 250.
+    #[test]
+    fn accounted_bytes_per_key() {
+        let mut key = Vec::new();
+        let parts = [crate::store::key::Part::Value {
+            key: b"api_key",
+            value: b"k12345",
+        }];
+        let mut figures = Vec::new();
+        for algorithm in crate::algorithm::Algorithm::ALL {
+            let l = Limit::new(algorithm, 100, 1_000_000);
+            crate::store::key::build(&mut key, b"", "bench0", parts, &l, None);
+            let s = MemoryStore::new(1000);
+            let c = [Check {
+                key: &key,
+                limit: &l,
+                ask: Ask {
+                    value: 7,
+                    ..Ask::take(1)
+                },
+                charge: Charge::IfAdmitted,
+                group: 0,
+                quota: false,
+                on_error: None,
+            }];
+            s.decide_now(&c, 0);
+            figures.push((algorithm.as_str(), key.len(), s.bytes()));
+        }
+        println!("{figures:?}");
+        let fixed = figures[0];
+        assert_eq!(fixed.0, "fixed_window");
+        assert!(fixed.2 < 250, "{fixed:?}");
+    }
 }
