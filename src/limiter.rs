@@ -315,9 +315,11 @@ impl<S: Store> Limiter<S> {
         } else {
             Charge::IfAdmitted
         };
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        // (descriptor, limit, quota mode, distinct value hash), grouped by descriptor.
-        let mut specs: Vec<(usize, &RuleLimit, bool, u64)> = Vec::new();
+        // Every key in one buffer (one allocation per request, not one per key).
+        let mut key_buf: Vec<u8> = Vec::with_capacity(96 * req.descriptors.len());
+        // (descriptor, limit, quota mode, distinct value hash, key range in `key_buf`),
+        // grouped by descriptor.
+        let mut specs: Vec<(usize, &RuleLimit, bool, u64, (usize, usize))> = Vec::new();
         for (i, (r, d)) in resolved.iter().zip(&req.descriptors).enumerate() {
             let Resolved::Limited {
                 rule,
@@ -333,7 +335,7 @@ impl<S: Store> Limiter<S> {
             for limit in limits.iter() {
                 // distinct counts the values of the last entry: its value stays out of the key.
                 let distinct = limit.limit.algorithm == Algorithm::Distinct;
-                let mut k = Vec::with_capacity(64);
+                let start = key_buf.len();
                 let parts = d
                     .entries
                     .iter()
@@ -353,8 +355,8 @@ impl<S: Store> Limiter<S> {
                         },
                     });
                 let name = if *named { limit.name.as_deref() } else { None };
-                key::build_tagged(
-                    &mut k,
+                key::append_tagged(
+                    &mut key_buf,
                     &self.opts.key_prefix,
                     &req.domain,
                     domain.hash_tag,
@@ -362,21 +364,20 @@ impl<S: Store> Limiter<S> {
                     &limit.limit,
                     name,
                 );
-                keys.push(k);
                 let value = match d.entries.get(last) {
                     Some(e) if distinct => distinct::hash(&e.value),
                     _ => 0,
                 };
-                specs.push((i, limit, self.is_quota(rule.map(|r| &**r)), value));
+                let quota = self.is_quota(rule.map(|r| &**r));
+                specs.push((i, limit, quota, value, (start, key_buf.len())));
             }
         }
         let checks: Vec<Check<'_>> = specs
             .iter()
-            .zip(&keys)
-            .map(|(&(i, limit, quota, value), k)| {
+            .map(|&(i, limit, quota, value, (from, to))| {
                 let d = &req.descriptors[i];
                 Check {
-                    key: k,
+                    key: &key_buf[from..to],
                     limit: &limit.limit,
                     ask: Ask {
                         hits: d.hits,
@@ -451,12 +452,11 @@ impl<S: Store> Limiter<S> {
                 let d = &req.descriptors[i];
                 let limits = specs
                     .iter()
-                    .zip(&keys)
                     .zip(&verdicts)
-                    .filter(|((s, _), _)| s.0 == i)
-                    .map(|((s, k), v)| LimitExplanation {
+                    .filter(|(s, _)| s.0 == i)
+                    .map(|(s, v)| LimitExplanation {
                         name: s.1.name.clone(),
-                        key: crate::model::display_bytes(k),
+                        key: crate::model::display_bytes(&key_buf[s.4 .0..s.4 .1]),
                         algorithm: s.1.limit.algorithm.as_str(),
                         requests_per_unit: s.1.requests_per_unit,
                         unit: s.1.unit.as_str(),
