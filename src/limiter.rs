@@ -161,6 +161,9 @@ pub struct LimiterMetrics {
     pub store_attrs: [KeyValue; 1],
 }
 
+/// One check being built: (descriptor, limit, quota mode, distinct value hash, key range).
+type Spec<'r> = (usize, &'r RuleLimit, bool, u64, (usize, usize));
+
 /// What one descriptor resolved to.
 enum Resolved<'r> {
     NoLimit,
@@ -319,7 +322,7 @@ impl<S: Store> Limiter<S> {
         let mut key_buf: Vec<u8> = Vec::with_capacity(96 * req.descriptors.len());
         // (descriptor, limit, quota mode, distinct value hash, key range in `key_buf`),
         // grouped by descriptor.
-        let mut specs: Vec<(usize, &RuleLimit, bool, u64, (usize, usize))> = Vec::new();
+        let mut specs: Vec<Spec<'_>> = Vec::new();
         for (i, (r, d)) in resolved.iter().zip(&req.descriptors).enumerate() {
             let Resolved::Limited {
                 rule,
