@@ -401,6 +401,7 @@ async fn run<S: Store>(
         let metrics = metrics.clone();
         let clock = clock.clone();
         Arc::new(move |force| {
+            let started = crate::clock::monotonic();
             let outcome = loader.load(force, &|a| limiter.store().supports(a));
             let now = clock.now();
             match outcome {
@@ -409,6 +410,11 @@ async fn run<S: Store>(
                     let domains = rules.domains.len();
                     let files = rules.sources.len();
                     limiter.set_rules(Arc::new(rules));
+                    let seconds = started.elapsed().as_secs_f64();
+                    metrics.config_load_duration.record(
+                        seconds,
+                        &[opentelemetry::KeyValue::new("result", "success")],
+                    );
                     let generation = state.record_load(format!("{hash:016x}"), now);
                     metrics
                         .gauges
@@ -427,11 +433,16 @@ async fn run<S: Store>(
                         files,
                         generation,
                         hash = %format!("{hash:016x}"),
+                        seconds,
                         "config loaded"
                     );
                     true
                 }
                 Some(Err(errors)) => {
+                    metrics.config_load_duration.record(
+                        started.elapsed().as_secs_f64(),
+                        &[opentelemetry::KeyValue::new("result", "error")],
+                    );
                     metrics
                         .config_loads
                         .add(1, &[opentelemetry::KeyValue::new("result", "error")]);

@@ -5,6 +5,7 @@
 //! quota mode, several limits per descriptor (`rate_limits`), refund permission, response
 //! headers and metadata. The store decides and charges atomically.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -160,6 +161,9 @@ pub struct LimiterMetrics {
     pub store_attrs: [KeyValue; 1],
 }
 
+/// One check being built: (descriptor, limit, quota mode, distinct value hash, key range).
+type Spec<'r> = (usize, &'r RuleLimit, bool, u64, (usize, usize));
+
 /// What one descriptor resolved to.
 enum Resolved<'r> {
     NoLimit,
@@ -169,8 +173,9 @@ enum Resolved<'r> {
         steps: Vec<Step<'r>>,
         /// [`Match::value_to_metric`].
         value_to_metric: u64,
-        /// Every one must allow the request (one unless `rate_limits`).
-        limits: Vec<RuleLimit>,
+        /// Every one must allow the request (one unless `rate_limits`). Borrowed from the
+        /// rule (no copy per request) unless an override or `replaces` changed them.
+        limits: Cow<'r, [RuleLimit]>,
         /// The limits come from `rate_limits`: their names are part of their storage keys.
         named: bool,
     },
@@ -211,9 +216,12 @@ impl<S: Store> Limiter<S> {
         self
     }
 
-    /// Publishes a new rule set in one atomic swap; requests in flight finish on the old one.
+    /// Publishes a new rule set in one atomic swap; requests in flight finish on the old one,
+    /// which is then freed off the request path (see [`retire`]).
     pub fn set_rules(&self, rules: Arc<RuleSet>) {
-        self.rules.store(Some(rules));
+        if let Some(old) = self.rules.swap(Some(rules)) {
+            retire(old);
+        }
     }
 
     pub fn rules(&self) -> Option<Arc<RuleSet>> {
@@ -310,9 +318,11 @@ impl<S: Store> Limiter<S> {
         } else {
             Charge::IfAdmitted
         };
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        // (descriptor, limit, quota mode, distinct value hash), grouped by descriptor.
-        let mut specs: Vec<(usize, &RuleLimit, bool, u64)> = Vec::new();
+        // Every key in one buffer (one allocation per request, not one per key).
+        let mut key_buf: Vec<u8> = Vec::with_capacity(96 * req.descriptors.len());
+        // (descriptor, limit, quota mode, distinct value hash, key range in `key_buf`),
+        // grouped by descriptor.
+        let mut specs: Vec<Spec<'_>> = Vec::new();
         for (i, (r, d)) in resolved.iter().zip(&req.descriptors).enumerate() {
             let Resolved::Limited {
                 rule,
@@ -325,10 +335,10 @@ impl<S: Store> Limiter<S> {
                 continue;
             };
             let last = d.entries.len().saturating_sub(1);
-            for limit in limits {
+            for limit in limits.iter() {
                 // distinct counts the values of the last entry: its value stays out of the key.
                 let distinct = limit.limit.algorithm == Algorithm::Distinct;
-                let mut k = Vec::with_capacity(64);
+                let start = key_buf.len();
                 let parts = d
                     .entries
                     .iter()
@@ -348,8 +358,8 @@ impl<S: Store> Limiter<S> {
                         },
                     });
                 let name = if *named { limit.name.as_deref() } else { None };
-                key::build_tagged(
-                    &mut k,
+                key::append_tagged(
+                    &mut key_buf,
                     &self.opts.key_prefix,
                     &req.domain,
                     domain.hash_tag,
@@ -357,21 +367,20 @@ impl<S: Store> Limiter<S> {
                     &limit.limit,
                     name,
                 );
-                keys.push(k);
                 let value = match d.entries.get(last) {
                     Some(e) if distinct => distinct::hash(&e.value),
                     _ => 0,
                 };
-                specs.push((i, limit, self.is_quota(rule.map(|r| &**r)), value));
+                let quota = self.is_quota(rule.map(|r| &**r));
+                specs.push((i, limit, quota, value, (start, key_buf.len())));
             }
         }
         let checks: Vec<Check<'_>> = specs
             .iter()
-            .zip(&keys)
-            .map(|(&(i, limit, quota, value), k)| {
+            .map(|&(i, limit, quota, value, (from, to))| {
                 let d = &req.descriptors[i];
                 Check {
-                    key: k,
+                    key: &key_buf[from..to],
                     limit: &limit.limit,
                     ask: Ask {
                         hits: d.hits,
@@ -446,12 +455,11 @@ impl<S: Store> Limiter<S> {
                 let d = &req.descriptors[i];
                 let limits = specs
                     .iter()
-                    .zip(&keys)
                     .zip(&verdicts)
-                    .filter(|((s, _), _)| s.0 == i)
-                    .map(|((s, k), v)| LimitExplanation {
+                    .filter(|(s, _)| s.0 == i)
+                    .map(|(s, v)| LimitExplanation {
                         name: s.1.name.clone(),
-                        key: crate::model::display_bytes(k),
+                        key: crate::model::display_bytes(&key_buf[s.4 .0..s.4 .1]),
                         algorithm: s.1.limit.algorithm.as_str(),
                         requests_per_unit: s.1.requests_per_unit,
                         unit: s.1.unit.as_str(),
@@ -515,6 +523,25 @@ impl<S> Limiter<S> {
     }
 }
 
+/// Frees a replaced rule set on a thread of its own once no request holds it any more:
+/// freeing 100,000 rules takes milliseconds, which the last request to finish on the old set
+/// would otherwise spend before answering. Without a thread, it is freed here (on the reload).
+fn retire(old: Arc<RuleSet>) {
+    let _ = std::thread::Builder::new()
+        .name("sluice-rules-drop".into())
+        .spawn(move || {
+            let mut old = old;
+            let mut wait = std::time::Duration::from_millis(1);
+            // Requests hold the set for their lifetime (bounded by their deadline); other
+            // holders (`/rlconfig`, explain) as briefly.
+            while let Err(still) = Arc::try_unwrap(old) {
+                old = still;
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(std::time::Duration::from_millis(100));
+            }
+        });
+}
+
 fn resolve<'r>(
     m: Option<Match<'r>>,
     d: &Descriptor,
@@ -552,14 +579,14 @@ fn resolve<'r>(
         }
         return Ok(Resolved::Limited {
             rule: None,
-            limits: vec![RuleLimit {
+            limits: Cow::Owned(vec![RuleLimit {
                 name: None,
                 requests_per_unit: o.requests_per_unit,
                 unit: o.unit,
                 limit,
                 charge: base.and_then(|b| b.charge),
                 on_error: base.and_then(|b| b.on_error),
-            }],
+            }]),
             steps: m.map(|m| m.steps).unwrap_or_default(),
             value_to_metric: 0,
             named: false,
@@ -573,14 +600,14 @@ fn resolve<'r>(
                 rule: Some(m.rule),
                 steps: m.steps,
                 value_to_metric: m.value_to_metric,
-                limits: vec![limit.clone()],
+                limits: Cow::Borrowed(std::slice::from_ref(limit)),
                 named: false,
             },
             RuleKind::Several(limits) => Resolved::Limited {
                 rule: Some(m.rule),
                 steps: m.steps,
                 value_to_metric: m.value_to_metric,
-                limits: limits.clone(),
+                limits: Cow::Borrowed(limits),
                 named: true,
             },
         },
@@ -676,7 +703,9 @@ fn apply_replaces(resolved: &mut [Resolved<'_>]) {
             Resolved::Unlimited(rule) => is_replaced(rule.name.as_ref()),
             Resolved::Limited { rule: None, .. } => false,
             Resolved::Limited { limits, .. } => {
-                limits.retain(|l| !is_replaced(l.name.as_ref()));
+                if limits.iter().any(|l| is_replaced(l.name.as_ref())) {
+                    limits.to_mut().retain(|l| !is_replaced(l.name.as_ref()));
+                }
                 limits.is_empty()
             }
         };

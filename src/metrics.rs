@@ -16,6 +16,12 @@ use prometheus::{Encoder, TextEncoder};
 
 use crate::stats::{StatsRegistry, COUNTER_NAMES};
 
+/// Bucket bounds (seconds) of config loads: a few rules load in a millisecond, 100,000 in
+/// about a second.
+const LOAD_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
 /// Latency buckets, in seconds: a rate-limit decision should take well under Envoy's 20 ms.
 const LATENCY_BUCKETS: [f64; 13] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
@@ -78,6 +84,8 @@ pub struct Metrics {
     pub store_errors: Counter<u64>,
     /// `sluice.config.loads` {result}.
     pub config_loads: Counter<u64>,
+    /// `sluice.config.load.duration` (s) {result}: read, parse, validate, compile and swap.
+    pub config_load_duration: Histogram<f64>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -155,6 +163,14 @@ impl Metrics {
             config_loads: meter
                 .u64_counter("sluice.config.loads")
                 .with_description("Config loads (start-up and reloads) by result")
+                .build(),
+            config_load_duration: meter
+                .f64_histogram("sluice.config.load.duration")
+                .with_unit("s")
+                .with_description(
+                    "Time of a config load (read, parse, validate, compile, swap) by result",
+                )
+                .with_boundaries(LOAD_BUCKETS.to_vec())
                 .build(),
             provider,
             registry,

@@ -5,6 +5,7 @@ pub mod compile;
 pub mod error;
 pub mod files;
 pub mod raw;
+pub mod synthetic;
 
 #[cfg(test)]
 mod algorithm_errors;

@@ -98,7 +98,7 @@ fn collect(node: &Node, out: &mut Vec<String>) {
         for n in branch.exact.values() {
             collect(n, out);
         }
-        for w in &branch.wildcards {
+        for w in branch.wildcards.iter() {
             collect(&w.node, out);
         }
         if let Some(n) = &branch.default {

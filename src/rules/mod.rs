@@ -2,11 +2,13 @@
 //! `Arc<RuleSet>`, and replaced whole on reload.
 //!
 //! Per domain, each level maps a descriptor key to a [`Branch`] holding exact values (hashed),
-//! wildcard patterns (in file order) and the key-only default. Matching a descriptor costs one
-//! hash lookup per entry plus the wildcards of that one key, however many rules there are.
+//! wildcard patterns (in file order, indexed by literal prefix and suffix: see [`wildcard`])
+//! and the key-only default. Matching a descriptor costs a few hash lookups per entry, however
+//! many rules and patterns there are.
 
 pub mod dump;
 pub mod pattern;
+pub mod wildcard;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -18,6 +20,7 @@ use crate::store::key::HashTag;
 use crate::store::{Charge, FailurePolicy};
 
 pub use pattern::Pattern;
+pub use wildcard::{ByteMap, Wildcard, Wildcards};
 
 /// Every domain of a loaded configuration.
 #[derive(Debug, Default)]
@@ -55,7 +58,7 @@ pub struct Domain {
 #[derive(Debug, Default)]
 pub struct Node {
     pub rule: Option<Arc<Rule>>,
-    pub children: HashMap<Box<[u8]>, Branch>,
+    pub children: ByteMap<Branch>,
     /// `value_to_metric` of the descriptor at this node: a wildcard or default match here puts
     /// the request's value in the stats key (envoyproxy/ratelimit's per-level rule).
     pub value_to_metric: bool,
@@ -64,17 +67,9 @@ pub struct Node {
 /// The nodes under one descriptor key at one level.
 #[derive(Debug, Default)]
 pub struct Branch {
-    pub exact: HashMap<Box<[u8]>, Node>,
-    pub wildcards: Vec<Wildcard>,
+    pub exact: ByteMap<Node>,
+    pub wildcards: Wildcards,
     pub default: Option<Box<Node>>,
-}
-
-#[derive(Debug)]
-pub struct Wildcard {
-    pub pattern: Pattern,
-    /// All values matching the pattern share one counter.
-    pub share_threshold: bool,
-    pub node: Node,
 }
 
 /// A configured limit at one node of the tree.
@@ -172,11 +167,7 @@ impl Domain {
             let branch = children.get(&e.key[..])?;
             let (node, step) = if let Some(n) = branch.exact.get(&e.value[..]) {
                 (n, Step::Exact)
-            } else if let Some(w) = branch
-                .wildcards
-                .iter()
-                .find(|w| w.pattern.matches(&e.value))
-            {
+            } else if let Some(w) = branch.wildcards.find(&e.value) {
                 (
                     &w.node,
                     Step::Wildcard {

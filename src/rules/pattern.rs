@@ -26,6 +26,16 @@ impl Pattern {
         &self.source
     }
 
+    /// The literal bytes before the first `*`.
+    pub fn prefix(&self) -> &[u8] {
+        self.segments.first().map_or(&[], |s| &s[..])
+    }
+
+    /// The literal bytes after the last `*`.
+    pub fn suffix(&self) -> &[u8] {
+        self.segments.last().map_or(&[], |s| &s[..])
+    }
+
     pub fn matches(&self, value: &[u8]) -> bool {
         let (first, rest) = match self.segments.split_first() {
             Some(x) => x,

@@ -77,6 +77,19 @@ pub fn build_tagged<'a>(
     limit_name: Option<&str>,
 ) {
     out.clear();
+    append_tagged(out, prefix, domain, tag, parts, limit, limit_name);
+}
+
+/// [`build_tagged`] appending to `out` (several keys of a request share one buffer).
+pub fn append_tagged<'a>(
+    out: &mut Vec<u8>,
+    prefix: &[u8],
+    domain: &str,
+    tag: HashTag,
+    parts: impl IntoIterator<Item = Part<'a>>,
+    limit: &Limit,
+    limit_name: Option<&str>,
+) {
     out.extend_from_slice(prefix);
     out.extend_from_slice(b"sluice:");
     out.extend_from_slice(VERSION.as_bytes());
