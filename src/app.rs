@@ -64,6 +64,15 @@ impl Server {
         (self.reload)()
     }
 
+    /// Reloads on a blocking thread: parsing and compiling a large config takes long enough
+    /// (10k rules: ~0.1 s of CPU) that it must not occupy a runtime worker.
+    pub async fn reload_off_runtime(&self) -> bool {
+        let reload = self.reload.clone();
+        tokio::task::spawn_blocking(move || reload())
+            .await
+            .unwrap_or(false)
+    }
+
     /// Starts the drain: health turns NOT_SERVING, listeners stop accepting, in-flight
     /// requests finish.
     pub fn shutdown(&self) {

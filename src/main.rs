@@ -155,7 +155,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = term.recv() => break,
             r = tokio::signal::ctrl_c() => { r.context("cannot handle SIGINT")?; break }
-            _ = hup.recv() => { server.reload(); }
+            _ = hup.recv() => { server.reload_off_runtime().await; }
         }
     }
     tracing::info!("shutting down: draining in-flight requests");
