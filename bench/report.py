@@ -39,6 +39,17 @@ def get(r, path):
     return r
 
 
+def answered(r):
+    """Requests that got an answer (any overall code) in a sluice-bench result."""
+    return sum(r.get(k) or 0 for k in ("ok", "over_limit", "unknown"))
+
+
+def memory_entries(v):
+    """The per-algorithm entries of a `sluice-bench memory` result (a list)."""
+    entries = v if isinstance(v, list) else v.get("algorithms", [])
+    return [a for a in entries if isinstance(a, dict)]
+
+
 class Stat:
     """Median and range of one figure over runs; None when nothing was measured."""
 
@@ -159,8 +170,8 @@ class Report:
         row(f"Memory: throughput on 2 cores above a one-thread server's (× no-op current-thread, {HEAD})",
             self.ratio(("memory-1-key", "sluice", HEAD), "throughput_rps",
                        ("floor", "noop-current", HEAD)), 1.0, False, "×")
-        evalsha = self.ratio(("redis", "sluice", HEAD), "redis.commands.evalsha",
-                             ("redis", "sluice", HEAD), "requests")
+        evalsha = Stat([(get(v, "redis.commands.evalsha") or 0) / answered(v)
+                        for v in self.runs(("redis", "sluice", HEAD)).values() if answered(v)])
         others = self.other_redis_commands(("redis", "sluice", HEAD))
         if evalsha:
             rows.append(["Redis: one EVALSHA per request, no other command on the request path",
@@ -217,8 +228,8 @@ class Report:
     def memory_bytes(self, algorithm):
         vals = []
         for v in self.runs(("memory-bytes", "store", "keys")).values():
-            for a in v.get("algorithms", v if isinstance(v, list) else []):
-                if isinstance(a, dict) and a.get("algorithm") == algorithm:
+            for a in memory_entries(v):
+                if a.get("algorithm") == algorithm:
                     vals.append(a.get("store_bytes_per_key"))
         return Stat(vals)
 
@@ -359,7 +370,7 @@ class Report:
         cmds = defaultdict(list)
         for k in (key, cluster):
             for v in self.runs(k).values():
-                req = v.get("requests") or 1
+                req = answered(v) or 1
                 for name, n in (get(v, "redis.commands") or {}).items():
                     cmds[(k[0], name)].append(n / req)
         if cmds:
@@ -448,7 +459,7 @@ class Report:
             return
         algos = []
         for v in runs.values():
-            for a in v.get("algorithms", []):
+            for a in memory_entries(v):
                 if a.get("algorithm") not in algos:
                     algos.append(a.get("algorithm"))
         self.p("## Memory per active key (in-memory store)")
@@ -459,7 +470,7 @@ class Report:
         rows = []
         for name in algos:
             def pick(field):
-                return Stat([a.get(field) for v in runs.values() for a in v.get("algorithms", [])
+                return Stat([a.get(field) for v in runs.values() for a in memory_entries(v)
                              if a.get("algorithm") == name])
             rows.append([name, pick("store_bytes_per_key").fmt(0), pick("rss_bytes_per_key").fmt(0)])
         self.table(["algorithm", "store bytes/key", "RSS bytes/key"], rows)
