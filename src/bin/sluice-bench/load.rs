@@ -1,0 +1,337 @@
+//! `sluice-bench load`: the gRPC load generator. One tonic `Channel` (one HTTP/2 connection)
+//! per `--connections`, each driven by ONE task that keeps its calls in a `FuturesUnordered`:
+//! closed loop keeps `--in-flight` calls outstanding, open loop starts calls on a fixed
+//! schedule. Each task records latencies into its own HDR histogram; they are merged at the end.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::stream::{FuturesUnordered, StreamExt};
+use hdrhistogram::Histogram;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use sluice::proto::rate_limit_descriptor::Entry;
+use sluice::proto::rate_limit_response::Code;
+use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
+use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
+
+use crate::args::DescriptorTemplate;
+
+/// Requests the open loop did not send because `--max-in-flight` were outstanding: counted as
+/// errors under this name (the server never saw them).
+pub const CLIENT_OVERLOAD: &str = "client_overload";
+
+/// The largest latency the histograms hold (longer ones are recorded as this): 1 hour in µs.
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+#[derive(Clone, Copy, Debug)]
+pub enum Mode {
+    /// Keep this many calls outstanding per connection.
+    Closed { in_flight: usize },
+    /// Start `rate` calls per second in total; at most `max_in_flight` outstanding in total.
+    Open { rate: f64, max_in_flight: usize },
+}
+
+/// What to send and for how long.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub target: String,
+    pub connections: usize,
+    pub mode: Mode,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub timeout: Duration,
+    pub domain: String,
+    pub descriptors: Vec<DescriptorTemplate>,
+    pub keys: u64,
+    pub hits_addend: u32,
+}
+
+impl Plan {
+    /// The request when no descriptor uses `{i}`: built once and cloned.
+    fn fixed_request(&self) -> Option<RateLimitRequest> {
+        (!self.descriptors.iter().any(|d| d.uses_index())).then(|| self.request(0))
+    }
+
+    fn request(&self, index: u64) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: self.domain.clone(),
+            descriptors: self
+                .descriptors
+                .iter()
+                .map(|d| RateLimitDescriptor {
+                    entries: d
+                        .render(index)
+                        .into_iter()
+                        .map(|(key, value)| Entry { key, value })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            hits_addend: self.hits_addend,
+        }
+    }
+}
+
+/// What the connections saw in the measured interval, merged.
+pub struct Tally {
+    pub latency_us: Histogram<u64>,
+    pub ok: u64,
+    pub over_limit: u64,
+    pub unknown: u64,
+    /// By gRPC code name (`DEADLINE_EXCEEDED`, ...) and [`CLIENT_OVERLOAD`].
+    pub errors: BTreeMap<&'static str, u64>,
+}
+
+impl Tally {
+    fn new() -> Self {
+        Tally {
+            latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
+                .expect("static histogram bounds are valid"),
+            ok: 0,
+            over_limit: 0,
+            unknown: 0,
+            errors: BTreeMap::new(),
+        }
+    }
+
+    /// Answers (OK, OVER_LIMIT or UNKNOWN overall codes).
+    pub fn answered(&self) -> u64 {
+        self.ok + self.over_limit + self.unknown
+    }
+
+    /// Every request of the measured interval, answered or not.
+    pub fn requests(&self) -> u64 {
+        self.answered() + self.errors.values().sum::<u64>()
+    }
+
+    fn merge(&mut self, other: Tally) {
+        // Same bounds on both sides: addition cannot fail.
+        let _ = self.latency_us.add(&other.latency_us);
+        self.ok += other.ok;
+        self.over_limit += other.over_limit;
+        self.unknown += other.unknown;
+        for (k, v) in other.errors {
+            *self.errors.entry(k).or_default() += v;
+        }
+    }
+
+    fn record(&mut self, sent: Instant, done: Instant, outcome: Outcome) {
+        let us = done.saturating_duration_since(sent).as_micros() as u64;
+        self.latency_us.saturating_record(us.max(1));
+        match outcome {
+            Ok(code) if code == Code::Ok as i32 => self.ok += 1,
+            Ok(code) if code == Code::OverLimit as i32 => self.over_limit += 1,
+            Ok(_) => self.unknown += 1,
+            Err(code) => *self.errors.entry(code_name(code)).or_default() += 1,
+        }
+    }
+}
+
+/// The overall code of an answer, or the gRPC code of a failed call.
+type Outcome = Result<i32, tonic::Code>;
+
+/// Opens one HTTP/2 connection per `--connections`.
+pub async fn connect(plan: &Plan) -> anyhow::Result<Vec<RateLimitServiceClient<Channel>>> {
+    let endpoint = Endpoint::from_shared(format!("http://{}", plan.target))
+        .with_context(|| format!("bad target {}", plan.target))?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(5));
+    let mut clients = Vec::with_capacity(plan.connections);
+    for _ in 0..plan.connections {
+        let channel = endpoint
+            .connect()
+            .await
+            .with_context(|| format!("cannot connect to {}", plan.target))?;
+        clients.push(RateLimitServiceClient::new(channel));
+    }
+    Ok(clients)
+}
+
+/// Runs the plan on `clients` from `t0`: warm-up, then the measured interval, then waits for
+/// the calls still outstanding. Only calls sent (open loop: due) within the measured interval
+/// are counted.
+pub async fn run(
+    plan: Arc<Plan>,
+    clients: Vec<RateLimitServiceClient<Channel>>,
+    t0: Instant,
+) -> Tally {
+    let n = clients.len();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(conn, client)| tokio::spawn(drive(plan.clone(), client, conn, n, t0)))
+        .collect();
+    let mut total = Tally::new();
+    for t in tasks {
+        if let Ok(tally) = t.await {
+            total.merge(tally);
+        }
+    }
+    total
+}
+
+async fn call(
+    mut client: RateLimitServiceClient<Channel>,
+    req: RateLimitRequest,
+    sent: Instant,
+    timeout: Duration,
+) -> (Instant, Outcome) {
+    let outcome = match tokio::time::timeout(timeout, client.should_rate_limit(req)).await {
+        Ok(Ok(resp)) => Ok(resp.get_ref().overall_code),
+        Ok(Err(status)) => Err(status.code()),
+        Err(_) => Err(tonic::Code::DeadlineExceeded),
+    };
+    (sent, outcome)
+}
+
+/// One connection's loop.
+async fn drive(
+    plan: Arc<Plan>,
+    client: RateLimitServiceClient<Channel>,
+    conn: usize,
+    connections: usize,
+    t0: Instant,
+) -> Tally {
+    let measure_start = t0 + plan.warmup;
+    let end = measure_start + plan.duration;
+    let fixed = plan.fixed_request();
+    let mut rng = SplitMix64::new(conn as u64);
+    let mut next_request = || match &fixed {
+        Some(r) => r.clone(),
+        None => plan.request(rng.below(plan.keys)),
+    };
+    let mut tally = Tally::new();
+    let mut inflight = FuturesUnordered::new();
+    match plan.mode {
+        Mode::Closed { in_flight } => {
+            let mut now = Instant::now();
+            loop {
+                if now < end {
+                    while inflight.len() < in_flight {
+                        inflight.push(call(client.clone(), next_request(), now, plan.timeout));
+                    }
+                }
+                let Some((sent, outcome)) = inflight.next().await else {
+                    break;
+                };
+                now = Instant::now();
+                if sent >= measure_start {
+                    tally.record(sent, now, outcome);
+                }
+            }
+        }
+        Mode::Open {
+            rate,
+            max_in_flight,
+        } => {
+            // Each connection takes every `connections`-th slot of one global schedule:
+            // slot k is due at t0 + k/rate.
+            let cap = max_in_flight.div_ceil(connections).max(1);
+            let mut k = conn as u64;
+            let due = |k: u64| t0 + Duration::from_secs_f64(k as f64 / rate);
+            let mut next = due(k);
+            let sleep = tokio::time::sleep_until(next);
+            tokio::pin!(sleep);
+            loop {
+                let now = Instant::now();
+                // Behind schedule: send everything that is due at once.
+                while next <= now && next < end {
+                    if inflight.len() < cap {
+                        inflight.push(call(client.clone(), next_request(), next, plan.timeout));
+                    } else if next >= measure_start {
+                        *tally.errors.entry(CLIENT_OVERLOAD).or_default() += 1;
+                    }
+                    k += connections as u64;
+                    next = due(k);
+                }
+                if next < end {
+                    sleep.as_mut().reset(next);
+                    tokio::select! {
+                        biased;
+                        Some((sent, outcome)) = inflight.next() => {
+                            if sent >= measure_start {
+                                tally.record(sent, Instant::now(), outcome);
+                            }
+                        }
+                        _ = sleep.as_mut() => {}
+                    }
+                } else {
+                    let Some((sent, outcome)) = inflight.next().await else {
+                        break;
+                    };
+                    if sent >= measure_start {
+                        tally.record(sent, Instant::now(), outcome);
+                    }
+                }
+            }
+        }
+    }
+    tally
+}
+
+/// A small, fast PRNG for key indexes (no need for more: the point is spreading keys).
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn new(stream: u64) -> Self {
+        SplitMix64(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(stream + 1) ^ std::process::id() as u64)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (multiply-shift; the bias is below 2^-32 for any key count used).
+    fn below(&mut self, n: u64) -> u64 {
+        ((self.next() as u128 * n.max(1) as u128) >> 64) as u64
+    }
+}
+
+/// The canonical name of a gRPC status code, as in the gRPC spec (`DEADLINE_EXCEEDED`).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_indexes_stay_in_range_and_spread() {
+        let mut rng = SplitMix64::new(3);
+        let mut seen = [0u32; 10];
+        for _ in 0..10_000 {
+            seen[rng.below(10) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 800), "{seen:?}");
+        assert_eq!(rng.below(1), 0);
+        assert_eq!(rng.below(0), 0);
+    }
+}
