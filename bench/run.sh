@@ -18,11 +18,11 @@ MODE=${1:-quick}
 case "$MODE" in
     quick)
         RUNS=3 DURATION=3s WARMUP=1s SWEEP="1 4 16 64" FRACTIONS="0.25 0.5 0.9"
-        ALGORITHMS="" RELOADS=3 RELOAD_DURATION=5s REDIS_FLOOR_REQUESTS=200000 ;;
+        ALGORITHMS="" RELOADS=3 RELOAD_DURATION=8s REDIS_FLOOR_REQUESTS=200000 ;;
     full)
         RUNS=5 DURATION=10s WARMUP=2s SWEEP="1 4 16 64" FRACTIONS="0.1 0.25 0.5 0.75 0.9"
         ALGORITHMS="fixed_window sliding_window sliding_log token_bucket leaky_bucket gcra distinct"
-        RELOADS=6 RELOAD_DURATION=10s REDIS_FLOOR_REQUESTS=1000000 ;;
+        RELOADS=6 RELOAD_DURATION=15s REDIS_FLOOR_REQUESTS=1000000 ;;
     *) echo "usage: $0 quick|full" >&2; exit 2 ;;
 esac
 SCENARIOS=${SCENARIOS:-"memory open-memory redis two-instances cluster envoy reload memory-bytes"}
@@ -116,7 +116,7 @@ start_noop() {
 }
 
 # start_sluice NAME FLAGS...: sluice serve on free ports; sets SLUICE_PID, SLUICE_ADDR and
-# SLUICE_HTTP once /healthcheck answers.
+# SLUICE_HTTP once /healthcheck answers (and, on Redis, once the store is connected).
 start_sluice() {
     local name=$1
     shift
@@ -131,6 +131,11 @@ start_sluice() {
     SLUICE_HTTP=127.0.0.1:$http
     python3 "$TOOLS" wait-http "http://$SLUICE_HTTP/healthcheck" "$SLUICE_PID" 60 ||
         { cat "$WORK/sluice-$name.log" >&2; die "sluice $name did not start"; }
+    case " $* " in
+        *" --backend redis "*)
+            python3 "$TOOLS" wait-metric "http://$SLUICE_HTTP/metrics" sluice_store_redis_connected 1 \
+                "$SLUICE_PID" 60 || { cat "$WORK/sluice-$name.log" >&2; die "sluice $name: no Redis"; } ;;
+    esac
 }
 
 # start_redis PORT FLAGS...: a redis-server in its own directory; sets REDIS_PID.
@@ -212,6 +217,9 @@ max_rps() {
     python3 "$TOOLS" median throughput_rps $OUT/"$1~$2~$3"~r*.json
 }
 
+# sluice on Redis: a command timeout far above the default 15 ms, so that a stall of this busy
+# 2-core machine shows as latency, not as UNAVAILABLE answers (errors are reported anyway).
+REDIS_FLAGS=(--backend redis --redis-command-timeout 250ms)
 ONE_KEY=(--descriptor "k=x")
 MANY_KEYS=(--descriptor "k=u{i}" --keys 1000000)
 TEN_K_KEYS=(--descriptor "k=u{i}" --keys 10000)
@@ -299,7 +307,7 @@ scenario_redis() {
     port=$(free_port)
     start_redis "$port"
     local redis_pid=$REDIS_PID
-    start_sluice redis --config bench/config --backend redis --redis-url "redis://127.0.0.1:$port"
+    start_sluice redis --config bench/config "${REDIS_FLAGS[@]}" --redis-url "redis://127.0.0.1:$port"
     log "Redis standalone (port $port), closed loop at $HEAD in flight"
     local run
     for run in $(seq "$RUNS"); do
@@ -329,9 +337,9 @@ scenario_two_instances() {
     port=$(free_port)
     start_redis "$port"
     local redis_pid=$REDIS_PID
-    start_sluice two-a --config bench/config --backend redis --redis-url "redis://127.0.0.1:$port"
+    start_sluice two-a --config bench/config "${REDIS_FLAGS[@]}" --redis-url "redis://127.0.0.1:$port"
     local a_pid=$SLUICE_PID a=$SLUICE_ADDR
-    start_sluice two-b --config bench/config --backend redis --redis-url "redis://127.0.0.1:$port"
+    start_sluice two-b --config bench/config "${REDIS_FLAGS[@]}" --redis-url "redis://127.0.0.1:$port"
     local b_pid=$SLUICE_PID b=$SLUICE_ADDR
     log "two sluice instances on one Redis: exact admission (rule exact: 1000 an hour)"
     local run start end windows value
@@ -381,7 +389,7 @@ scenario_cluster() {
     done
     local url
     url="redis-cluster://$(IFS=,; echo "${nodes[*]}")"
-    start_sluice cluster --config bench/config --backend redis --redis-url "$url"
+    start_sluice cluster --config bench/config "${REDIS_FLAGS[@]}" --redis-url "$url"
     log "Redis Cluster (3 masters: ${nodes[*]}), closed loop at $HEAD in flight"
     local run
     for run in $(seq "$RUNS"); do
@@ -445,14 +453,17 @@ scenario_reload() {
     for run in $(seq "$RUNS"); do
         open_loop reload-steady sluice 0.5 "$run" "$max" "$SLUICE_ADDR" "$SLUICE_PID" \
             --descriptor "tenant=t{i}" --keys 9000
-        # The load runs while the reloads happen: warm-up, then RELOADS SIGHUPs 1 s apart.
+        # The load runs while the reloads happen: warm-up, then up to RELOADS SIGHUPs, each 1 s
+        # after the previous one took effect, none later than 2 s before the load ends.
         LOAD_DURATION=$RELOAD_DURATION open_loop reload-during sluice 0.5 "$run" "$max" "$SLUICE_ADDR" "$SLUICE_PID" \
             --descriptor "tenant=t{i}" --keys 9000 &
         local load_pid=$!
         sleep "${WARMUP%s}"
         python3 "$TOOLS" reload "$SLUICE_PID" "http://$SLUICE_HTTP/metrics" "$RELOADS" 1 \
-            "$(result reload-time sluice sighup "$run")"
+            "$((${RELOAD_DURATION%s} - 2))" "$(result reload-time sluice sighup "$run")"
         wait "$load_pid" || die "load during reloads failed"
+        # Let the last reload's aftermath (the old rule set dropped) pass before the next run.
+        sleep 2
     done
     stop "$SLUICE_PID"
 }
