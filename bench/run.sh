@@ -484,7 +484,7 @@ cargo build --release --bins
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
-python3 "$TOOLS" facts "$OUT/machine.json" "$MODE" .
+ENVOY="$VENV/bin/envoy" python3 "$TOOLS" facts "$OUT/machine.json" "$MODE" .
 started=$(date +%s)
 for s in $SCENARIOS; do
     case "$s" in

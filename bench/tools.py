@@ -285,7 +285,9 @@ def facts(out, mode, root):
             "nproc": os.cpu_count(), "kernel": platform.release(), "cpu": model,
             "loadavg_start": open("/proc/loadavg").read().split()[:3],
             "commit": read(["git", "rev-parse", "--short", "HEAD"]),
-            "dirty": bool(read(["git", "status", "--porcelain", "--untracked-files=no"])),
+            # The suite's own outputs do not count: it rewrites them.
+            "dirty": bool(read(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", ":!bench/results", ":!bench/plots", ":!BENCHMARKS.md"])),
             "rustc": read(["rustc", "--version"]),
             "redis": read(["redis-server", "--version"]),
             "envoy": read([os.environ.get("ENVOY", "envoy"), "--version"]),
