@@ -495,6 +495,12 @@ class Report:
         self.envoy()
         self.reload()
         self.memory_per_key()
+        why = os.path.join(os.path.dirname(os.path.abspath(__file__)), "why.md")
+        if os.path.exists(why):
+            self.p("## Why targets are missed")
+            self.p()
+            with open(why) as f:
+                self.out.extend(l.rstrip("\n") for l in f if not l.startswith("<!--"))
         with open(path, "w") as f:
             f.write("\n".join(self.out).rstrip() + "\n")
 

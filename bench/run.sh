@@ -265,9 +265,7 @@ scenario_memory() {
         for c in $SWEEP; do
             [ "$c" -eq "$HEAD" ] && continue
             closed floor noop-current "$c" "$run" "$current" "$current_pid" "${ONE_KEY[@]}"
-            if [ "$MODE" = full ]; then
-                closed floor noop-per-core "$c" "$run" "$percore" "$percore_pid" "${ONE_KEY[@]}"
-            fi
+            closed floor noop-per-core "$c" "$run" "$percore" "$percore_pid" "${ONE_KEY[@]}"
             closed memory-1-key sluice "$c" "$run" "$SLUICE_ADDR" "$SLUICE_PID" "${ONE_KEY[@]}"
         done
     done
