@@ -314,3 +314,41 @@ fn memory_reports_bytes_per_key_for_every_algorithm() {
         assert!(r["rss_bytes_per_key"].as_f64().unwrap() >= 0.0, "{r}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_counts_redis_commands_per_request() {
+    let redis = redis_support::RedisNode::start();
+    let url: &'static str = Box::leak(redis.url().into_boxed_str());
+    let sluice = Sluice::start(StoreKind::Redis(url), Some(CONFIG), &[]).await;
+    let args: Vec<String> = [
+        "load",
+        "--target",
+        &sluice.server.grpc_addr.to_string(),
+        "--duration",
+        "500ms",
+        "--warmup",
+        "0s",
+        "--in-flight",
+        "4",
+        "--descriptor",
+        "k=v{i}",
+        "--keys",
+        "1000",
+        "--redis",
+        &format!("127.0.0.1:{}", redis.port),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let j = bench_json_async(args).await;
+    let answered = u(&j, "ok") + u(&j, "over_limit");
+    assert!(answered > 0, "{j}");
+    let r = &j["redis"];
+    // One script call per request. Redis also counts the commands the script runs inside
+    // (GET, SET, ...), so those show up beside it.
+    assert_eq!(r["commands"]["evalsha"].as_u64(), Some(answered), "{j}");
+    assert_eq!(r["scripts_per_request"].as_f64(), Some(1.0), "{j}");
+    assert!(r["commands_per_request"].as_f64().unwrap() >= 1.0);
+    assert!(r["cpu_s"].as_f64().unwrap() >= 0.0);
+    sluice.stop().await;
+}

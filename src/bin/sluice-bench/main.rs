@@ -247,34 +247,29 @@ fn load_command(a: LoadArgs) -> anyhow::Result<()> {
     };
     let report = rt.block_on(async {
         let clients = load::connect(&plan).await?;
-        let t0 = tokio::time::Instant::now();
-        // The start readings, taken when the warm-up ends.
-        let start = {
-            let pids = a.server_pids.clone();
-            let redis = a.redis.clone();
-            let warmup = a.warmup;
+        // The start readings, taken when the warm-up ends (without a warm-up: before the first
+        // request, so that every counted request falls between the readings).
+        let start = if a.warmup.is_zero() {
+            let r = Readings::take(&a.server_pids, &a.redis).await;
+            tokio::spawn(async move { r })
+        } else {
+            let (pids, redis, at) = (
+                a.server_pids.clone(),
+                a.redis.clone(),
+                tokio::time::Instant::now() + a.warmup,
+            );
             tokio::spawn(async move {
-                tokio::time::sleep_until(t0 + warmup).await;
-                let server = cpu::sum_cpu_seconds(&pids).map_err(anyhow::Error::msg)?;
-                let client = cpu::cpu_seconds(None).map_err(anyhow::Error::msg)?;
-                let redis = if redis.is_empty() {
-                    None
-                } else {
-                    Some(redis_info::sample(&redis).await?)
-                };
-                anyhow::Ok((server, client, redis))
+                tokio::time::sleep_until(at).await;
+                Readings::take(&pids, &redis).await
             })
         };
+        let t0 = tokio::time::Instant::now();
         let tally = load::run(plan.clone(), clients, t0).await;
         // The end readings, once the last counted call is answered.
-        let server_end = cpu::sum_cpu_seconds(&a.server_pids).map_err(anyhow::Error::msg)?;
-        let client_end = cpu::cpu_seconds(None).map_err(anyhow::Error::msg)?;
-        let redis_end = if a.redis.is_empty() {
-            None
-        } else {
-            Some(redis_info::sample(&a.redis).await?)
-        };
-        let (server_start, client_start, redis_start) = start.await.context("the sampler")??;
+        let end = Readings::take(&a.server_pids, &a.redis).await?;
+        let start = start.await.context("the sampler")??;
+        let (server_start, client_start, redis_start) = (start.server, start.client, start.redis);
+        let (server_end, client_end, redis_end) = (end.server, end.client, end.redis);
         let answered = tally.answered();
         let duration_s = plan.duration.as_secs_f64();
         let server_cpu_s = (!a.server_pids.is_empty()).then_some(server_end - server_start);
@@ -283,8 +278,25 @@ fn load_command(a: LoadArgs) -> anyhow::Result<()> {
             (Some(s), Some(e)) => {
                 let d = e.since(&s);
                 let total: u64 = d.calls.values().sum();
+                let scripts: u64 = d
+                    .calls
+                    .iter()
+                    .filter(|(name, _)| {
+                        [
+                            "eval",
+                            "evalsha",
+                            "eval_ro",
+                            "evalsha_ro",
+                            "fcall",
+                            "fcall_ro",
+                        ]
+                        .contains(&name.as_str())
+                    })
+                    .map(|(_, n)| n)
+                    .sum();
                 Some(RedisReport {
                     commands_per_request: per_request(total as f64, answered),
+                    scripts_per_request: per_request(scripts as f64, answered),
                     cpu_us_per_request: per_request(d.cpu_s * 1e6, answered),
                     cpu_s: d.cpu_s,
                     commands: d.calls,
@@ -370,4 +382,25 @@ fn memory_command(a: MemoryArgs) -> anyhow::Result<()> {
         report::write_json(path, &reports)?;
     }
     Ok(())
+}
+
+/// CPU seconds of the server processes and of this one, and the Redis counters.
+struct Readings {
+    server: f64,
+    client: f64,
+    redis: Option<redis_info::Sample>,
+}
+
+impl Readings {
+    async fn take(pids: &[u32], redis: &[String]) -> anyhow::Result<Readings> {
+        Ok(Readings {
+            server: cpu::sum_cpu_seconds(pids).map_err(anyhow::Error::msg)?,
+            client: cpu::cpu_seconds(None).map_err(anyhow::Error::msg)?,
+            redis: if redis.is_empty() {
+                None
+            } else {
+                Some(redis_info::sample(redis).await?)
+            },
+        })
+    }
 }

@@ -52,8 +52,12 @@ pub struct RedisReport {
     /// Calls per command name over the measured interval, summed over the nodes (the INFO
     /// commands of the readings left out).
     pub commands: BTreeMap<String, u64>,
-    /// All commands per answered request.
+    /// All commands per answered request, those the scripts ran inside included (Redis
+    /// counts them too).
     pub commands_per_request: Option<f64>,
+    /// EVAL / EVALSHA / FCALL calls per answered request: the round trips (an addition to the
+    /// contract).
+    pub scripts_per_request: Option<f64>,
     pub cpu_s: f64,
     pub cpu_us_per_request: Option<f64>,
 }
@@ -165,12 +169,15 @@ impl LoadReport {
             let list: Vec<String> = r.commands.iter().map(|(k, v)| format!("{k} {v}")).collect();
             let _ = writeln!(
                 s,
-                "  redis: {} ({} commands/request), CPU {:.2}s = {} µs/request",
+                "  redis: {} ({} scripts, {} commands in all per request), CPU {:.2}s = {} µs/request",
                 if list.is_empty() {
                     "no commands".to_string()
                 } else {
                     list.join(", ")
                 },
+                r.scripts_per_request
+                    .map(|p| format!("{p:.3}"))
+                    .unwrap_or("-".into()),
                 r.commands_per_request
                     .map(|p| format!("{p:.3}"))
                     .unwrap_or("-".into()),
