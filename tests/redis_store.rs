@@ -1296,7 +1296,7 @@ async fn failure_policies_per_domain_and_rule_with_redis_down() {
     std::fs::write(dir.path().join("bank.yaml"), CLOSED_DOMAIN).unwrap();
     let url = redis.url();
     let args = serve_on_redis(
-        &dir.path(),
+        dir.path(),
         &url,
         &["--clock", "local", "--on-store-error", "allow"],
     );
