@@ -10,7 +10,7 @@
 # server itself on free 127.0.0.1 ports (never 6379) and stops them on exit. Writes one JSON per
 # measurement to bench/results/MODE/, then bench/report.py writes BENCHMARKS.md and
 # bench/plots/*.png. SCENARIOS="memory redis ..." runs a subset (names: memory open-memory
-# redis two-instances cluster envoy reload memory-bytes); the report then shows what was measured.
+# redis two-instances cluster envoy reload memory-bytes matching); the report then shows what was measured.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -25,7 +25,7 @@ case "$MODE" in
         RELOADS=6 RELOAD_DURATION=15s REDIS_FLOOR_REQUESTS=1000000 ;;
     *) echo "usage: $0 quick|full" >&2; exit 2 ;;
 esac
-SCENARIOS=${SCENARIOS:-"memory open-memory redis two-instances cluster envoy reload memory-bytes"}
+SCENARIOS=${SCENARIOS:-"memory open-memory redis two-instances cluster envoy reload memory-bytes matching"}
 # The concurrency of every headline table: requests in flight, over 2 HTTP/2 connections.
 HEAD=16
 # Requests in flight that the open loop allows before it counts a request as late.
@@ -473,6 +473,16 @@ scenario_memory_bytes() {
         { tail -n 20 "$WORK/memory.log" >&2; die "sluice-bench memory failed"; }
 }
 
+# Matching cost against the number of rules (criterion, in process: the last rule in file order
+# of 10 to 100,000 rules, exact values and wildcards, and the file-order scan it replaced).
+scenario_matching() {
+    log "matching cost against the number of rules (cargo bench --bench matching)"
+    rm -rf target/criterion/match
+    cargo bench --bench matching -- match >>"$WORK/matching.log" 2>&1 ||
+        { tail -n 20 "$WORK/matching.log" >&2; die "cargo bench --bench matching failed"; }
+    python3 "$TOOLS" criterion target/criterion/match "$(result matching criterion rules 1)"
+}
+
 # --- Main -----------------------------------------------------------------------------------
 
 install_tools
@@ -494,6 +504,7 @@ for s in $SCENARIOS; do
         envoy) scenario_envoy ;;
         reload) scenario_reload ;;
         memory-bytes) scenario_memory_bytes ;;
+        matching) scenario_matching ;;
         *) die "unknown scenario $s" ;;
     esac
 done

@@ -6,6 +6,7 @@ two-instance admission check and machine facts. Standard library only.
     python3 bench/tools.py SUBCOMMAND ARGS...   (see main() for the subcommands)
 """
 
+import glob
 import json
 import os
 import platform
@@ -309,6 +310,21 @@ def median_of(field, files):
     print(int(statistics.median(vals)))
 
 
+def criterion(directory, out):
+    """Collects criterion's medians of the `match` group (SHAPE/RULES) into one result file."""
+    rows = []
+    for path in glob.glob(os.path.join(directory, "*", "*", "new", "estimates.json")):
+        parts = path.split(os.sep)
+        shape, rules = parts[-4], parts[-3]
+        with open(path) as f:
+            median = json.load(f)["median"]["point_estimate"]
+        rows.append({"shape": shape, "rules": int(rules), "median_ns": median})
+    if not rows:
+        sys.exit(f"no criterion estimates under {directory}")
+    with open(out, "w") as f:
+        json.dump({"match": sorted(rows, key=lambda r: (r["shape"], r["rules"]))}, f, indent=1)
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "free-port":
@@ -336,6 +352,8 @@ def main():
         set_loadavg_end(args[0])
     elif cmd == "median":
         median_of(args[0], args[1:])
+    elif cmd == "criterion":
+        criterion(args[0], args[1])
     elif cmd == "cpu":
         print(cpu_seconds([int(p) for p in args]))
     else:
