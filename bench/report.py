@@ -205,7 +205,7 @@ class Report:
         row("Latency: Redis p99 < 2 ms at half the max throughput (open loop)",
             self.stat(("open-redis", "sluice", "f0.5"), "latency_us.p99"), 2000, True, " µs",
             "{:.0f}", 0)
-        row("Reload of 10,000 rules < 100 ms (SIGHUP to new generation, worst of each run)",
+        row("Reload of 10,000 rules < 100 ms (SIGHUP to `config loaded` logged, worst of each run)",
             self.stat(("reload-time", "sluice", "sighup"), "max_ms"), 100, True, " ms", "{:.1f}", 1)
         row("No p99 spike above 5 ms during reloads (open loop, half the max throughput)",
             self.stat(("reload-during", "sluice", "f0.5"), "latency_us.p99"), 5000, True, " µs",
@@ -485,14 +485,16 @@ class Report:
         self.p()
         self.p(f"A generated config of 10,000 rules (9,000 exact values, 1,000 wildcards); up "
                f"to {n} SIGHUPs per run, each a second after the previous one took effect, "
-               "timed from the signal until `sluice_config_generation` in /metrics (polled every millisecond) shows the new "
-               "rule set, under open-loop load at half the memory store's maximum throughput on "
+               "timed from the signal until sluice logs `config loaded` (its log file polled every "
+               "millisecond), under open-loop load at half the memory store's maximum throughput on "
                "descriptors that match those rules. The p99 of a run without reloads is the "
                "steady state.")
         self.p()
         self.table(["figure", "value"], [
             ["reload time, median of each run, ms", self.stat(("reload-time", "sluice", "sighup"), "median_ms").fmt(1)],
             ["reload time, worst of each run, ms", self.stat(("reload-time", "sluice", "sighup"), "max_ms").fmt(1)],
+            ["sluice's own load time (`seconds=` of the log line), worst of each run, ms",
+             self.stat(("reload-time", "sluice", "sighup"), "load_max_ms").fmt(1)],
             ["offered load, req/s", self.stat(during, "rate").fmt(0)],
             ["p99 steady, µs", self.stat(steady, "latency_us.p99").fmt(0)],
             ["p99 during reloads, µs", self.stat(during, "latency_us.p99").fmt(0)],

@@ -124,7 +124,7 @@ start_sluice() {
     grpc=$(free_port)
     http=$(free_port)
     "$SLUICE" serve --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
-        --log-level warn --watch-config false "$@" 2>"$WORK/sluice-$name.log" &
+        --log-level "${SLUICE_LOG_LEVEL:-warn}" --watch-config false "$@" 2>"$WORK/sluice-$name.log" &
     SLUICE_PID=$!
     PIDS+=("$SLUICE_PID")
     SLUICE_ADDR=127.0.0.1:$grpc
@@ -445,7 +445,8 @@ scenario_reload() {
     if [ -n "$(find "$OUT" -name "memory-1-key~sluice~c$HEAD~r*.json")" ]; then
         max=$(max_rps memory-1-key sluice "c$HEAD")
     fi
-    start_sluice reload --config "$WORK/reload"
+    # info: the reload timer watches the log for sluice's "config loaded" lines.
+    SLUICE_LOG_LEVEL=info start_sluice reload --config "$WORK/reload"
     log "reload of 10,000 rules under open-loop load (half of $max req/s)"
     local run
     for run in $(seq "$RUNS"); do
@@ -457,7 +458,7 @@ scenario_reload() {
             --descriptor "tenant=t{i}" --keys 9000 &
         local load_pid=$!
         sleep "${WARMUP%s}"
-        python3 "$TOOLS" reload "$SLUICE_PID" "http://$SLUICE_HTTP/metrics" "$RELOADS" 1 \
+        python3 "$TOOLS" reload "$SLUICE_PID" "$WORK/sluice-reload.log" "$RELOADS" 1 \
             "$((${RELOAD_DURATION%s} - 2))" "$(result reload-time sluice sighup "$run")"
         wait "$load_pid" || die "load during reloads failed"
         # Let the last reload's aftermath (the old rule set dropped) pass before the next run.
@@ -478,7 +479,8 @@ scenario_memory_bytes() {
 scenario_matching() {
     log "matching cost against the number of rules (cargo bench --bench matching)"
     rm -rf target/criterion/match
-    cargo bench --bench matching -- match >>"$WORK/matching.log" 2>&1 ||
+    # --profile release: the artifacts built above (the bench profile would rebuild everything).
+    cargo bench --profile release --bench matching -- match >>"$WORK/matching.log" 2>&1 ||
         { tail -n 20 "$WORK/matching.log" >&2; die "cargo bench --bench matching failed"; }
     python3 "$TOOLS" criterion target/criterion/match "$(result matching criterion rules 1)"
 }
@@ -486,8 +488,8 @@ scenario_matching() {
 # --- Main -----------------------------------------------------------------------------------
 
 install_tools
-log "cargo build --release --bins"
-cargo build --release --bins
+log "cargo build --release --bins --bench matching"
+cargo build --release --bins --bench matching
 [ -x "$BENCH" ] || die "$BENCH was not built"
 
 rm -rf "$OUT"
