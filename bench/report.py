@@ -493,8 +493,6 @@ class Report:
         self.table(["figure", "value"], [
             ["reload time, median of each run, ms", self.stat(("reload-time", "sluice", "sighup"), "median_ms").fmt(1)],
             ["reload time, worst of each run, ms", self.stat(("reload-time", "sluice", "sighup"), "max_ms").fmt(1)],
-            ["sluice's own load time (`seconds=` of the log line), worst of each run, ms",
-             self.stat(("reload-time", "sluice", "sighup"), "load_max_ms").fmt(1)],
             ["offered load, req/s", self.stat(during, "rate").fmt(0)],
             ["p99 steady, µs", self.stat(steady, "latency_us.p99").fmt(0)],
             ["p99 during reloads, µs", self.stat(during, "latency_us.p99").fmt(0)],
@@ -502,7 +500,9 @@ class Report:
              f"{self.stat(steady, 'latency_us.p999').fmt(0)} / {self.stat(during, 'latency_us.p999').fmt(0)}"],
             ["max during reloads, µs", self.stat(during, "latency_us.max").fmt(0)],
             ["errors during reloads", self.errors(during).fmt(0)],
-        ])
+        ] + ([["sluice's own load time (`seconds=` of its log line), worst of each run, ms",
+               own.fmt(1)]] if (own := self.stat(("reload-time", "sluice", "sighup"),
+                                                 "load_max_ms")) else []))
 
     def memory_per_key(self):
         runs = self.runs(("memory-bytes", "store", "keys"))

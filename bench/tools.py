@@ -256,7 +256,7 @@ def reload(pid, log, count, interval, budget, out):
                 sys.exit("no new config loaded 60 s after SIGHUP")
             time.sleep(0.001)
         times.append((time.monotonic() - t0) * 1000)
-        m = re.search(r"seconds=([0-9.eE+-]+)", lines[n0])
+        m = re.search(r"seconds=([0-9.eE+-]+)", re.sub(r"\x1b\[[0-9;]*m", "", lines[n0]))
         if m:
             own.append(float(m.group(1)) * 1000)
         time.sleep(interval)

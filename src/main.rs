@@ -171,7 +171,11 @@ fn init_logging(
 ) -> anyhow::Result<Option<SdkTracerProvider>> {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only on a terminal: in files and container logs the escape codes are noise.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let fmt = match args.log_format {
         LogFormat::Json => fmt.json().with_filter(filter).boxed(),
         LogFormat::Text => fmt.with_filter(filter).boxed(),
