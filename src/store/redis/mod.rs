@@ -264,15 +264,10 @@ impl RedisStore {
     /// Connection and breaker state, for metrics and tests.
     pub fn status(&self) -> RedisStatus {
         RedisStatus {
-            connected: self.inner.pool.clients().iter().any(|c| c.is_connected())
-                || self
-                    .inner
-                    .threads
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .iter()
-                    // A thread's runtime may have ended (after the drain) under its client.
-                    .any(|(c, task)| !task.is_finished() && c.is_connected()),
+            // The shared pool only: it is every thread's fallback, so "connected" must mean a
+            // request on any thread finds a connection (a serving thread's own client may be
+            // up while another thread's is not yet).
+            connected: self.inner.pool.clients().iter().any(|c| c.is_connected()),
             breaker_open: self.inner.breaker.is_open(),
         }
     }
