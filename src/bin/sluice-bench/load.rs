@@ -17,6 +17,7 @@ use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
+use sluice::service::rls::grpc_code_name;
 
 use crate::args::DescriptorTemplate;
 
@@ -131,7 +132,7 @@ impl Tally {
             Ok(code) if code == Code::Ok as i32 => self.ok += 1,
             Ok(code) if code == Code::OverLimit as i32 => self.over_limit += 1,
             Ok(_) => self.unknown += 1,
-            Err(code) => *self.errors.entry(code_name(code)).or_default() += 1,
+            Err(code) => *self.errors.entry(grpc_code_name(code)).or_default() += 1,
         }
     }
 }
@@ -311,30 +312,6 @@ impl SplitMix64 {
     /// Uniform in `0..n` (multiply-shift; the bias is below 2^-32 for any key count used).
     fn below(&mut self, n: u64) -> u64 {
         ((self.next() as u128 * n.max(1) as u128) >> 64) as u64
-    }
-}
-
-/// The canonical name of a gRPC status code, as in the gRPC spec (`DEADLINE_EXCEEDED`).
-pub fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "CANCELLED",
-        Unknown => "UNKNOWN",
-        InvalidArgument => "INVALID_ARGUMENT",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        NotFound => "NOT_FOUND",
-        AlreadyExists => "ALREADY_EXISTS",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Aborted => "ABORTED",
-        OutOfRange => "OUT_OF_RANGE",
-        Unimplemented => "UNIMPLEMENTED",
-        Internal => "INTERNAL",
-        Unavailable => "UNAVAILABLE",
-        DataLoss => "DATA_LOSS",
-        Unauthenticated => "UNAUTHENTICATED",
     }
 }
 
