@@ -18,7 +18,8 @@ MODE=${1:-quick}
 case "$MODE" in
     quick)
         RUNS=3 DURATION=3s WARMUP=1s SWEEP="1 4 16 64" FRACTIONS="0.25 0.5 0.9"
-        ALGORITHMS="" RELOADS=3 RELOAD_DURATION=8s REDIS_FLOOR_REQUESTS=200000 ;;
+        ALGORITHMS="fixed_window sliding_window sliding_log token_bucket leaky_bucket gcra distinct"
+        RELOADS=3 RELOAD_DURATION=8s REDIS_FLOOR_REQUESTS=200000 ;;
     full)
         RUNS=5 DURATION=10s WARMUP=2s SWEEP="1 4 16 64" FRACTIONS="0.1 0.25 0.5 0.75 0.9"
         ALGORITHMS="fixed_window sliding_window sliding_log token_bucket leaky_bucket gcra distinct"
