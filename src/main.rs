@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         Command::Serve(mut args) => {
             let notes = match matches
                 .subcommand_matches("serve")
-                .map(|m| sluice::ratelimit_env::apply(&mut args, m, &|k| std::env::var(k).ok()))
+                .map(|m| sluice::settings::ratelimit_env::apply(&mut args, m, &|k| std::env::var(k).ok()))
             {
                 Some(Ok(notes)) => notes,
                 Some(Err(e)) => {

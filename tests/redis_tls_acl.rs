@@ -16,7 +16,7 @@ use std::time::Duration;
 use certs::{Ca, Usage};
 use redis_support::{wait_until, wait_until_async};
 use sluice::algorithm::{Ask, Limit};
-use sluice::hardening::Secret;
+use sluice::settings::hardening::Secret;
 use sluice::model::Micros;
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;

@@ -1,6 +1,9 @@
-//! The command line: every flag also reads an environment variable (`SLUICE_*`); the
-//! environment variables of envoyproxy/ratelimit are mapped onto it by
-//! [`crate::ratelimit_env`].
+//! Settings: the command line, where every flag also reads an environment variable (`SLUICE_*`).
+//! The hardening flags live in [`hardening`]; the environment variables of envoyproxy/ratelimit
+//! are mapped onto these flags by [`ratelimit_env`]. Nothing here imports another layer.
+
+pub mod hardening;
+pub mod ratelimit_env;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -162,7 +165,7 @@ pub struct ServeArgs {
     pub memory_max_bytes: usize,
 
     #[command(flatten)]
-    pub hardening: crate::hardening::HardeningArgs,
+    pub hardening: hardening::HardeningArgs,
 
     #[command(flatten)]
     pub redis: RedisArgs,
@@ -254,10 +257,10 @@ pub struct RedisArgs {
         env = "SLUICE_REDIS_PASSWORD",
         hide_env_values = true,
         value_name = "PASSWORD",
-        value_parser = crate::hardening::parse_secret,
+        value_parser = hardening::parse_secret,
         conflicts_with = "redis_password_file"
     )]
-    pub redis_password: Option<crate::hardening::Secret>,
+    pub redis_password: Option<hardening::Secret>,
 
     /// File holding the Redis password (one line; a trailing newline is ignored).
     #[arg(long, env = "SLUICE_REDIS_PASSWORD_FILE", value_name = "PATH")]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 
-use crate::settings::{Backend, LogFormat, ServeArgs};
+use super::{Backend, LogFormat, ServeArgs};
 
 /// envoyproxy/ratelimit's defaults for the config location.
 const RUNTIME_ROOT_DEFAULT: &str = "/srv/runtime_data/current";
@@ -280,7 +280,7 @@ pub fn apply(
     if unset("near_limit_ratio") {
         if let Some(r) = var("NEAR_LIMIT_RATIO") {
             args.near_limit_ratio =
-                crate::settings::parse_ratio(&r).map_err(|e| format!("NEAR_LIMIT_RATIO: {e}"))?;
+                super::parse_ratio(&r).map_err(|e| format!("NEAR_LIMIT_RATIO: {e}"))?;
         }
     }
 
