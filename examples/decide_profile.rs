@@ -38,11 +38,14 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let set = compile(&files, LoadOptions::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let metrics = Metrics::new(&MetricsOptions {
-        otlp_endpoint: None,
-        max_dynamic_keys: 1000,
-        near_limit_ratio: 0.8,
-    })?;
+    let metrics = Metrics::new(
+        &MetricsOptions {
+            otlp_endpoint: None,
+            max_dynamic_keys: 1000,
+            near_limit_ratio: 0.8,
+        },
+        Default::default(),
+    )?;
     let limiter = Limiter::new(
         MemoryStore::new(1_000_000),
         Arc::new(SystemClock),

@@ -23,4 +23,5 @@ pub mod service;
 pub mod settings;
 pub mod stats;
 pub mod store;
+pub mod tasks;
 pub mod watch;

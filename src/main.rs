@@ -30,10 +30,9 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => check(&args),
         Command::Serve(mut args) => {
-            let notes = match matches
-                .subcommand_matches("serve")
-                .map(|m| sluice::settings::ratelimit_env::apply(&mut args, m, &|k| std::env::var(k).ok()))
-            {
+            let notes = match matches.subcommand_matches("serve").map(|m| {
+                sluice::settings::ratelimit_env::apply(&mut args, m, &|k| std::env::var(k).ok())
+            }) {
                 Some(Ok(notes)) => notes,
                 Some(Err(e)) => {
                     eprintln!("sluice: {e}");

@@ -5,6 +5,7 @@ pub mod compile;
 pub mod error;
 pub mod files;
 pub mod raw;
+pub mod reloader;
 pub mod synthetic;
 
 #[cfg(test)]
@@ -15,13 +16,24 @@ use std::path::PathBuf;
 pub use compile::{compile, LoadOptions};
 pub use error::{ConfigError, ConfigErrors, Position};
 pub use files::ConfigFile;
+pub use reloader::{Reloader, RuleTarget};
 
 use crate::rules::RuleSet;
 
 /// Reads, validates and compiles every file under `paths`, reporting every error found.
 pub fn load(paths: &[PathBuf], opts: LoadOptions) -> Result<RuleSet, ConfigErrors> {
-    let (files, mut errors) = files::read_all(paths);
-    match compile(&files, opts) {
+    let (files, errors) = files::read_all(paths);
+    load_files(&files, errors, opts)
+}
+
+/// Compiles files already read, with the `errors` met reading them: the rule set only when
+/// there are no errors at all, else every error.
+pub fn load_files(
+    files: &[ConfigFile],
+    mut errors: Vec<ConfigError>,
+    opts: LoadOptions,
+) -> Result<RuleSet, ConfigErrors> {
+    match compile(files, opts) {
         Ok(set) if errors.is_empty() => Ok(set),
         Ok(_) => Err(ConfigErrors(errors)),
         Err(ConfigErrors(more)) => {

@@ -1,8 +1,6 @@
 //! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`, and (when
 //! enabled) `POST /json`, the RLS API in JSON with an explain mode.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -14,48 +12,63 @@ use axum::Router;
 
 use super::{json, ServiceState};
 use crate::clock::monotonic;
-use crate::limiter::{Code, Explanation, LimitError, Response};
+use crate::limiter::{Code, Explanation, LimitError, Limiter, Response};
 use crate::metrics::Metrics;
 use crate::model::{Micros, Request};
-use crate::rules::RuleSet;
-
-/// Decides a request, with an explanation when asked (`true`).
-pub type DecideFn = Arc<
-    dyn Fn(
-            Request,
-            bool,
-        )
-            -> Pin<Box<dyn Future<Output = Result<(Response, Vec<Explanation>), LimitError>> + Send>>
-        + Send
-        + Sync,
->;
+use crate::store::Store;
 
 /// What the HTTP handlers read.
-#[derive(Clone)]
-pub struct HttpContext {
+pub struct HttpContext<S> {
     pub state: Arc<ServiceState>,
-    pub rules: Arc<dyn Fn() -> Option<Arc<RuleSet>> + Send + Sync>,
+    /// The rules `/rlconfig` shows and, with `json_api`, what `POST /json` decides with.
+    pub limiter: Arc<Limiter<S>>,
     pub metrics: Option<Arc<Metrics>>,
-    /// `POST /json`; `None` when not enabled (`--json-api`).
-    pub decide: Option<DecideFn>,
+    /// `POST /json` decides only when enabled (`--json-api`): anyone who reaches it can spend
+    /// quota.
+    pub json_api: bool,
 }
 
-pub fn router(cx: HttpContext) -> Router {
+impl<S> Clone for HttpContext<S> {
+    fn clone(&self) -> Self {
+        HttpContext {
+            state: self.state.clone(),
+            limiter: self.limiter.clone(),
+            metrics: self.metrics.clone(),
+            json_api: self.json_api,
+        }
+    }
+}
+
+impl<S: Store> HttpContext<S> {
+    /// Decides `req` for `POST /json`: the one seam between the JSON API and the limiter.
+    async fn decide(&self, req: &Request) -> Result<Response, LimitError> {
+        self.limiter.should_rate_limit(req).await
+    }
+
+    /// [`Self::decide`] with the explanation of each descriptor (`?explain=true`).
+    async fn explain(&self, req: &Request) -> Result<(Response, Vec<Explanation>), LimitError> {
+        self.limiter.explain(req).await
+    }
+}
+
+pub fn router<S: Store>(cx: HttpContext<S>) -> Router {
     Router::new()
-        .route("/healthcheck", get(healthcheck))
-        .route("/rlconfig", get(rlconfig))
-        .route("/metrics", get(metrics))
+        .route("/healthcheck", get(healthcheck::<S>))
+        .route("/rlconfig", get(rlconfig::<S>))
+        .route("/metrics", get(metrics::<S>))
         .route("/version", get(version))
-        .route("/json", post(json_api))
+        .route("/json", post(json_api::<S>))
         .with_state(cx)
 }
 
 /// Only `/metrics`, for a separate Prometheus listener (`--prometheus-addr`).
-pub fn metrics_router(cx: HttpContext) -> Router {
-    Router::new().route("/metrics", get(metrics)).with_state(cx)
+pub fn metrics_router<S: Store>(cx: HttpContext<S>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics::<S>))
+        .with_state(cx)
 }
 
-async fn healthcheck(State(cx): State<HttpContext>) -> (StatusCode, &'static str) {
+async fn healthcheck<S>(State(cx): State<HttpContext<S>>) -> (StatusCode, &'static str) {
     if cx.state.is_serving() {
         (StatusCode::OK, "OK")
     } else {
@@ -70,7 +83,7 @@ pub fn timestamp(us: Micros) -> String {
         .unwrap_or_else(|| us.to_string())
 }
 
-async fn rlconfig(State(cx): State<HttpContext>) -> (StatusCode, String) {
+async fn rlconfig<S: Store>(State(cx): State<HttpContext<S>>) -> (StatusCode, String) {
     let status = cx.state.config_status();
     let mut head = String::new();
     if let (Some(hash), Some(at)) = (&status.hash, status.loaded_at) {
@@ -89,7 +102,7 @@ async fn rlconfig(State(cx): State<HttpContext>) -> (StatusCode, String) {
             head.push_str(&format!("#   {line}\n"));
         }
     }
-    match (cx.rules)() {
+    match cx.limiter.rules() {
         Some(rules) => (StatusCode::OK, head + &rules.dump()),
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -98,7 +111,7 @@ async fn rlconfig(State(cx): State<HttpContext>) -> (StatusCode, String) {
     }
 }
 
-async fn metrics(State(cx): State<HttpContext>) -> HttpResponse {
+async fn metrics<S>(State(cx): State<HttpContext<S>>) -> HttpResponse {
     match &cx.metrics {
         Some(m) => (
             [(
@@ -126,8 +139,12 @@ fn json_reply(status: StatusCode, body: serde_json::Value) -> HttpResponse {
 }
 
 /// `POST /json[?explain=true]`: 200 when OK, 429 when over the limit, 400 for a bad body.
-async fn json_api(State(cx): State<HttpContext>, uri: Uri, body: Bytes) -> HttpResponse {
-    let Some(decide) = &cx.decide else {
+async fn json_api<S: Store>(
+    State(cx): State<HttpContext<S>>,
+    uri: Uri,
+    body: Bytes,
+) -> HttpResponse {
+    if !cx.json_api {
         return json_reply(
             StatusCode::NOT_FOUND,
             serde_json::json!({
@@ -145,7 +162,11 @@ async fn json_api(State(cx): State<HttpContext>, uri: Uri, body: Bytes) -> HttpR
             "INVALID_ARGUMENT",
             serde_json::json!({ "error": e }),
         ),
-        Ok(req) => match decide(req, explain).await {
+        Ok(req) => match if explain {
+            cx.explain(&req).await
+        } else {
+            cx.decide(&req).await.map(|r| (r, Vec::new()))
+        } {
             Ok((r, expl)) => {
                 let over = r.overall == Code::OverLimit;
                 let body = json::response(&r, explain.then_some(&expl[..]));

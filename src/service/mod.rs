@@ -3,6 +3,7 @@
 //! no policy.
 
 pub mod convert;
+pub mod grpc;
 pub mod http;
 pub mod json;
 pub mod limits;
