@@ -1,7 +1,8 @@
 //! The fuzz targets' bodies, in the library so that `cargo test` replays the committed corpora
 //! (`fuzz/corpus/<target>/`, tests/fuzz_replay.rs) through exactly the code the fuzzers run
 //! (`fuzz/fuzz_targets/*.rs` only call these). Each takes arbitrary bytes, must never panic,
-//! and asserts the invariants it can check cheaply (an assertion failure is a finding).
+//! and asserts the invariants it can check cheaply (an assertion failure is a finding). Built
+//! only with the `fuzzing` feature (tests and fuzz/ enable it), so the server does not ship it.
 //!
 //! * [`config`]: bytes as a YAML config file -> compiler -> rule dump.
 //! * [`request`]: bytes as an encoded `RateLimitRequest` -> request limits -> validation ->

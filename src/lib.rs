@@ -12,6 +12,7 @@ pub mod app;
 pub mod clock;
 pub mod config;
 pub mod dry_run;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod grpc_threads;
 pub mod limiter;

@@ -6,6 +6,7 @@ pub mod error;
 pub mod files;
 pub mod raw;
 pub mod reloader;
+#[cfg(feature = "synthetic")]
 pub mod synthetic;
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ const RUNTIME_ROOT_DEFAULT: &str = "/srv/runtime_data/current";
 const RUNTIME_APPDIRECTORY_DEFAULT: &str = "config";
 
 /// Variables read only to say they are ignored, and why.
-const IGNORED: [(&str, &str); 14] = [
+const IGNORED: [(&str, &str); 13] = [
     (
         "DEBUG_PORT",
         "there is no debug port: /rlconfig is on the HTTP port",
@@ -39,10 +39,6 @@ const IGNORED: [(&str, &str); 14] = [
     (
         "REDIS_SENTINEL_AUTH",
         "REDIS_AUTH authenticates with the sentinels too",
-    ),
-    (
-        "REDIS_TLS_CLIENT_CERT",
-        "client certificates are not supported",
     ),
     (
         "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
@@ -217,6 +213,22 @@ pub fn apply(
     if unset("redis_tls_ca") {
         if let Some(ca) = var("REDIS_TLS_CACERT") {
             args.redis.redis_tls_ca = Some(ca.into());
+        }
+    }
+    // A client certificate is a pair: sluice's flags require each other, so one half alone
+    // is an error rather than a certificate silently not presented.
+    if unset("redis_tls_cert") && unset("redis_tls_key") {
+        match (var("REDIS_TLS_CLIENT_CERT"), var("REDIS_TLS_CLIENT_KEY")) {
+            (Some(cert), Some(key)) => {
+                args.redis.redis_tls_cert = Some(cert.into());
+                args.redis.redis_tls_key = Some(key.into());
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(
+                    "REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY: set both or neither".into(),
+                )
+            }
+            (None, None) => {}
         }
     }
     if unset("redis_pool_size") {
@@ -401,6 +413,39 @@ mod tests {
     }
 
     #[test]
+    fn redis_client_certificate_maps_onto_the_tls_flags() {
+        let pair = [
+            ("REDIS_TLS_CLIENT_CERT", "/certs/client.pem"),
+            ("REDIS_TLS_CLIENT_KEY", "/certs/client.key"),
+        ];
+        let (a, notes) = run(&["--config", "/c"], &pair).unwrap();
+        assert_eq!(
+            a.redis.redis_tls_cert,
+            Some(PathBuf::from("/certs/client.pem"))
+        );
+        assert_eq!(
+            a.redis.redis_tls_key,
+            Some(PathBuf::from("/certs/client.key"))
+        );
+        assert!(!notes.iter().any(|n| n.contains("ignored")), "{notes:?}");
+        // sluice's own pair wins over the variables.
+        let (a, _) = run(
+            &[
+                "--config",
+                "/c",
+                "--redis-tls-cert",
+                "/mine.pem",
+                "--redis-tls-key",
+                "/mine.key",
+            ],
+            &pair,
+        )
+        .unwrap();
+        assert_eq!(a.redis.redis_tls_cert, Some(PathBuf::from("/mine.pem")));
+        assert_eq!(a.redis.redis_tls_key, Some(PathBuf::from("/mine.key")));
+    }
+
+    #[test]
     fn sluice_settings_win() {
         let (a, _) = run(
             &[
@@ -437,6 +482,10 @@ mod tests {
             assert!(run(&cfg, &[env]).is_err(), "{env:?}");
         }
         assert!(run(&[], &[]).unwrap_err().contains("no config"));
+        for half in ["REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"] {
+            let e = run(&cfg, &[(half, "/x.pem")]).unwrap_err();
+            assert!(e.contains("set both or neither"), "{half}: {e}");
+        }
         let (a, _) = run(&cfg, &[("REDIS_URL", "r:6379"), ("REDIS_AUTH", "secret")]).unwrap();
         assert_eq!(a.redis.redis_url, "redis://:secret@r:6379");
     }
