@@ -13,8 +13,8 @@ use super::raw::{RawDescriptor, RawFile, RawRateLimit};
 use crate::algorithm::{Algorithm, Calendar, Limit, MAX_WINDOW};
 use crate::model::{Micros, Unit, MICROS_PER_MILLI, MICROS_PER_SEC};
 use crate::rules::{
-    content_hash, Branch, Domain, Node, Pattern, Rule, RuleKind, RuleLimit, RuleSet, Source,
-    Wildcard,
+    content_hash, Branch, Domain, Node, Pattern, Rule, RuleIds, RuleKind, RuleLimit, RuleSet,
+    Source, Wildcard,
 };
 use crate::store::key::HashTag;
 use crate::store::{Charge, FailurePolicy};
@@ -30,6 +30,7 @@ pub struct LoadOptions {
 pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, ConfigErrors> {
     let mut errors = Vec::new();
     let mut set = RuleSet::default();
+    let mut ids = RuleIds::new();
     let mut first_seen: HashMap<String, Position> = HashMap::new();
     for (file, parsed) in files.iter().zip(parse_all(files)) {
         let first_error = errors.len();
@@ -52,6 +53,7 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
             file: &file.path,
             errors: &mut errors,
             value_to_metric_above: false,
+            ids: &mut ids,
         };
         let Some(domain) = raw
             .domain
@@ -275,6 +277,8 @@ struct Cx<'a> {
     errors: &'a mut Vec<ConfigError>,
     /// A descriptor on the current path has `value_to_metric`.
     value_to_metric_above: bool,
+    /// The ids of this rule set's rules.
+    ids: &'a mut RuleIds,
 }
 
 impl Cx<'_> {
@@ -457,7 +461,7 @@ impl Cx<'_> {
             detailed_metric: d.detailed_metric,
             value_to_metric: d.value_to_metric,
             stats_dynamic: d.detailed_metric || self.value_to_metric_above,
-            stats: Default::default(),
+            id: self.ids.next_id(),
             metadata: d.metadata.as_ref().map(|m| m.value.clone()),
             position: pos,
         })
@@ -546,7 +550,7 @@ impl Cx<'_> {
             detailed_metric: d.detailed_metric,
             value_to_metric: d.value_to_metric,
             stats_dynamic: d.detailed_metric || self.value_to_metric_above,
-            stats: Default::default(),
+            id: self.ids.next_id(),
             metadata: d.metadata.as_ref().map(|m| m.value.clone()),
             position: pos,
         })

@@ -8,18 +8,20 @@
 
 pub mod dump;
 pub mod pattern;
+pub mod position;
 pub mod wildcard;
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::algorithm::Limit;
-use crate::config::Position;
 use crate::model::{Entry, Unit};
 use crate::store::key::HashTag;
 use crate::store::{Charge, FailurePolicy};
 
 pub use pattern::Pattern;
+pub use position::Position;
 pub use wildcard::{ByteMap, Wildcard, Wildcards};
 
 /// Every domain of a loaded configuration.
@@ -87,9 +89,9 @@ pub struct Rule {
     /// The stats key depends on request values (`detailed_metric` here, or `value_to_metric`
     /// on the path); otherwise it is `full_key`.
     pub stats_dynamic: bool,
-    /// The counters of `full_key`, resolved on first use so the request path does not look
-    /// them up by name (see [`crate::stats`]).
-    pub stats: OnceLock<Arc<crate::stats::RuleCounters>>,
+    /// The rule's number in its rule set: the stats registry keeps the rule's counters under
+    /// it, so the request path does not look them up by name (see [`crate::stats`]).
+    pub id: RuleId,
     pub metadata: Option<serde_json::Value>,
     pub position: Position,
 }
@@ -130,6 +132,47 @@ pub struct RuleLimit {
     pub charge: Option<Charge>,
     /// YAML `on_store_error` of the limit; `None`: the domain's, else `--on-store-error`.
     pub on_error: Option<FailurePolicy>,
+}
+
+/// A rule's identity: its rule set (numbered per process, from 1) and its index in it (dense,
+/// from 0). The default, set 0, is a rule of no rule set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleId {
+    pub set: u64,
+    pub index: u32,
+}
+
+/// Hands out the [`RuleId`]s of one rule set being compiled.
+#[derive(Debug)]
+pub struct RuleIds {
+    set: u64,
+    next: u32,
+}
+
+impl RuleIds {
+    /// The ids of a new rule set, numbered after every earlier one of this process.
+    pub fn new() -> Self {
+        static SETS: AtomicU64 = AtomicU64::new(1);
+        RuleIds {
+            set: SETS.fetch_add(1, Ordering::Relaxed),
+            next: 0,
+        }
+    }
+
+    pub fn next_id(&mut self) -> RuleId {
+        let index = self.next;
+        self.next = self.next.saturating_add(1);
+        RuleId {
+            set: self.set,
+            index,
+        }
+    }
+}
+
+impl Default for RuleIds {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// How one request entry was matched.
