@@ -2,7 +2,8 @@
 //! client keeps sending requests. No request fails, answers follow the good configs, the
 //! broken one is reported (log, `/rlconfig`, `sluice_config_loads_total{result="error"}`) and
 //! leaves the running rules in place, and counters of unchanged rules keep their state. The
-//! same through a Kubernetes ConfigMap's `..data` symlink swap.
+//! same through a Kubernetes ConfigMap's `..data` symlink swap. A rejected config's log line
+//! says whether any rules are running.
 
 #[path = "support/ops.rs"]
 mod ops;
@@ -231,4 +232,48 @@ async fn kubernetes_configmap_symlink_swap_reloads() {
     let body = s.http_get("/rlconfig").await.1;
     assert_eq!(body.matches("(domain d,").count(), 1, "{body}");
     s.stop().await;
+}
+
+/// How many JSON log lines of the binary carry `message`.
+fn logged(log: &Mutex<Vec<String>>, message: &str) -> usize {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == message)
+        .count()
+}
+
+/// A rejected config's log line says whether rules are running: none after a bad first config
+/// (not "keeping the running rules"), the previous ones after a bad reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_config_says_whether_rules_are_running() {
+    const NONE_RUNNING: &str = "config rejected; no rules loaded yet, not serving";
+    const KEEPING: &str = "config rejected; keeping the running rules";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "domain: d\ndescriptors: [").unwrap();
+    let mut bin = Binary::start(dir.path(), &[]);
+    let log = bin.log.clone();
+    eventually("the first config rejected", || {
+        let n = logged(&log, NONE_RUNNING);
+        async move { (n == 1).then_some(()) }
+    })
+    .await;
+    assert_eq!(logged(&log, KEEPING), 0);
+    replace(&path, &config(5));
+    eventually("a good config loaded", || {
+        let n = logged(&log, "config loaded");
+        async move { (n >= 1).then_some(()) }
+    })
+    .await;
+    replace(&path, "domain: d\ndescriptors: [");
+    eventually("the bad reload rejected", || {
+        let n = logged(&log, KEEPING);
+        async move { (n >= 1).then_some(()) }
+    })
+    .await;
+    assert_eq!(logged(&log, NONE_RUNNING), 1);
+    bin.terminate();
+    assert_eq!(bin.wait_exit(), Some(0));
 }
