@@ -1,7 +1,7 @@
 //! Readiness and shutdown: gRPC health and `/healthcheck` follow the config and the drain;
 //! `/rlconfig` shows the loaded rules; the real binary drains on SIGTERM and exits 0.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -3,8 +3,7 @@
 //! with one EVALSHA per slot, and the optimistic charge is given back when another descriptor
 //! rejects. One test function: a cluster takes seconds to form on this small box.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::support::redis as redis_support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! one key admit exactly the limit, over gRPC and on the store directly, and a request's
 //! descriptors are charged all together or not at all.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

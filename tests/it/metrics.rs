@@ -3,9 +3,8 @@
 //! `detailed_metric`, `value_to_metric`, shadow mode and the cardinality cap), request counts
 //! and latency histograms per result code, config loads, generation and store size.
 
-#[path = "support/ops.rs"]
-mod ops;
-mod support;
+use crate::support;
+use crate::support::ops;
 
 use ops::{parse_prometheus, sample};
 use sluice::proto::rate_limit_response::Code;
@@ -177,8 +176,8 @@ async fn near_limit_ratio_is_configurable() {
 /// The sample Grafana dashboard queries only metrics a server exports (and README documents).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grafana_dashboard_uses_exported_metrics() {
-    let dashboard = include_str!("../dashboards/sluice-grafana.json");
-    let readme = include_str!("../README.md");
+    let dashboard = include_str!("../../dashboards/sluice-grafana.json");
+    let readme = include_str!("../../README.md");
     let v: serde_json::Value = serde_json::from_str(dashboard).expect("dashboard is JSON");
     let mut names = std::collections::BTreeSet::new();
     for p in v["panels"].as_array().expect("panels") {

@@ -5,8 +5,7 @@
 //!
 //! Each test owns its Redis, so they may run in parallel.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::support::redis as redis_support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

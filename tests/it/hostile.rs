@@ -3,7 +3,7 @@
 //! not UTF-8, control characters, the key format's separators, very long strings) counted as
 //! bytes without colliding, and malformed protobuf answered, not crashed on.
 
-mod support;
+use crate::support;
 
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;

@@ -1,7 +1,7 @@
 //! gRPC server reflection: tools such as grpcurl discover the RLS service and its message types
 //! without any .proto file.
 
-mod support;
+use crate::support;
 
 use support::{channel, Sluice, StoreKind};
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;

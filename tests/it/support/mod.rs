@@ -8,8 +8,11 @@
 
 #![allow(dead_code)] // each test crate uses a different part of this module
 
+pub mod certs;
 pub mod envoy;
+pub mod ops;
 pub mod raw;
+pub mod redis;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

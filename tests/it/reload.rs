@@ -4,9 +4,8 @@
 //! leaves the running rules in place, and counters of unchanged rules keep their state. The
 //! same through a Kubernetes ConfigMap's `..data` symlink swap.
 
-#[path = "support/ops.rs"]
-mod ops;
-mod support;
+use crate::support;
+use crate::support::ops;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

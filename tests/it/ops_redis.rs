@@ -1,11 +1,9 @@
 //! A Redis outage is handled by the failure policy and shown in metrics, not by failing health
 //! (which would unready every replica at once), unless `--health-requires-store` asks for it.
 
-#[path = "support/ops.rs"]
-mod ops;
-#[path = "support/redis.rs"]
-mod redis_support;
-mod support;
+use crate::support;
+use crate::support::ops;
+use crate::support::redis as redis_support;
 
 use std::sync::Arc;
 

@@ -8,9 +8,8 @@
 //! The same table runs on the in-memory store, on a standalone Redis and on a 6-node Redis
 //! Cluster, each started once for this binary on loopback ports.
 
-#[path = "support/redis.rs"]
-mod redis_support;
-mod support;
+use crate::support;
+use crate::support::redis as redis_support;
 
 use serde_json::json;
 use sluice::proto::rate_limit_response::rate_limit::Unit::{self, Hour, Minute, Second};

@@ -2,10 +2,8 @@
 //! real TLS-only `redis-server`; certificates generated in the test. The password comes from a
 //! file or from `SLUICE_REDIS_PASSWORD`, and never shows in a log line, even at trace level.
 
-#[path = "support/certs.rs"]
-mod certs;
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::support::certs;
+use crate::support::redis as redis_support;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

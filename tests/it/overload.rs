@@ -3,9 +3,8 @@
 //! RESOURCE_EXHAUSTED at once, and everything recovers when the store answers again. With a
 //! short store timeout, a stalled store costs nothing that stays: every request is answered.
 
-#[path = "support/redis.rs"]
-mod redis_support;
-mod support;
+use crate::support;
+use crate::support::redis as redis_support;
 
 use std::sync::Arc;
 

@@ -2,11 +2,9 @@
 //! handshakes, refused ones (plain text, wrong CA, expired, missing or unlisted client
 //! certificate), and certificates reloaded from their files while open connections stay.
 
-#[path = "support/certs.rs"]
-mod certs;
-#[path = "support/redis.rs"]
-mod redis_support;
-mod support;
+use crate::support;
+use crate::support::certs;
+use crate::support::redis as redis_support;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -3,9 +3,8 @@
 //! listeners) are all served and share one count, one in-flight bound and one Redis store;
 //! the drain closes every listener; `--grpc-threads 0` serves on the main runtime as before.
 
-#[path = "support/redis.rs"]
-mod redis_support;
-mod support;
+use crate::support;
+use crate::support::redis as redis_support;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! the reported unit, so a `window: 30s` limit (reported per SECOND, ALGORITHMS.md) reads
 //! `w=1` although it counts per 30 s.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value as Json};
 use sluice::model::Micros;

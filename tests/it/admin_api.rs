@@ -2,9 +2,8 @@
 //! the limit, 400 for a bad body) with its explain mode, `/version`, and the same explanation
 //! offline with `sluice check --requests`.
 
-#[path = "support/ops.rs"]
-mod ops;
-mod support;
+use crate::support;
+use crate::support::ops;
 
 use ops::http_post;
 use serde_json::{json, Value};

@@ -12,15 +12,14 @@
 //! `status_on_error` failing closed); `allow` is OK whatever the filter says; `deny` is
 //! OVER_LIMIT (429); `local` counts the same rule in memory from zero (200, 200, 429).
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use sluice::settings::OnStoreError;
 use support::envoy::{bootstrap, route, sluice_on_redis, Envoy, Filter, HttpResponse, Upstream};
 use support::{d, req, Sluice, StoreKind};
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::support::redis as redis_support;
 use redis_support::{wait_until_async, RedisNode};
 
 const CONFIG: &str = r#"

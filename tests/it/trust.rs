@@ -1,7 +1,7 @@
 //! What a caller may ask of a domain: limit overrides (allowed unless the domain sets
 //! `allow_overrides: false`) and refunds (refused unless it sets `allow_refunds: true`).
 
-mod support;
+use crate::support;
 
 use sluice::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use sluice::proto::rate_limit_response::rate_limit::Unit;

@@ -3,9 +3,8 @@
 //! whose parent is the span named by the request's metadata (W3C `traceparent`, or B3), with a
 //! child span for the store call. SIGTERM flushes the last data and exits 0.
 
-#[path = "support/ops.rs"]
-mod ops;
-mod support;
+use crate::support;
+use crate::support::ops;
 
 use std::sync::{Arc, Mutex};
 

@@ -3,7 +3,7 @@
 //! in-process upstream. Every assertion is on what the HTTP client sees, plus, where the
 //! descriptors Envoy built matter, a look at sluice's counters over gRPC with `hits_addend: 0`.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use sluice::proto::rate_limit_response::rate_limit::Unit;

@@ -5,9 +5,8 @@
 //! Both instances decide on `--clock local` with ManualClocks at the same instant, so no window
 //! can end during the test.
 
-#[path = "support/redis.rs"]
-mod redis_support;
-mod support;
+use crate::support;
+use crate::support::redis as redis_support;
 
 use serde_json::json;
 use support::envoy::{bootstrap_rls, route, sluice_on_redis, Envoy, Filter, Upstream};

@@ -2,9 +2,8 @@
 //! sluice (exact OK / OVER_LIMIT counts), and a test-started redis-server (`redis-floor`).
 //! Nothing here asserts speed: the figures it prints are for benchmarks.
 
-#[path = "support/redis.rs"]
-mod redis_support;
-mod support;
+use crate::support;
+use crate::support::redis as redis_support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

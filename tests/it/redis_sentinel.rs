@@ -1,8 +1,7 @@
 //! The Redis store through Sentinel: a primary watched by one Sentinel, reached with
 //! `redis-sentinel://h:p?sentinelServiceName=NAME`.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::support::redis as redis_support;
 
 use std::time::Duration;
 

@@ -3,9 +3,8 @@
 //! HOST/PORT, response headers, the Prometheus listener, the near-limit ratio, JSON logs, and
 //! a note for each variable that is ignored.
 
-#[path = "support/ops.rs"]
-mod ops;
-mod support;
+use crate::support;
+use crate::support::ops;
 
 use ops::{parse_prometheus, sample};
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! `string`-typed proto cannot even decode) is accepted and answered. The request is encoded
 //! by hand and sent as raw bytes over a real gRPC channel.
 
-mod support;
+use crate::support;
 
 use prost::Message;
 use sluice::proto::rate_limit_response::Code;
