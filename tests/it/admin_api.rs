@@ -3,10 +3,9 @@
 //! offline with `sluice check --requests`.
 
 use crate::support;
-use crate::support::ops;
 
-use ops::http_post;
 use serde_json::{json, Value};
+use support::http::http_post;
 use support::*;
 
 const CONFIG: &str = r#"

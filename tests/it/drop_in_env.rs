@@ -46,7 +46,7 @@ async fn upstream_environment_starts_a_working_server() {
         ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
     ];
     // Blocks this test's thread until the child serves; nothing else runs meanwhile.
-    let mut sluice = ops::spawn_sluice(&["serve"], &envs);
+    let mut sluice = support::process::spawn_sluice(&["serve"], &envs);
     let (grpc, http, prom) = (
         sluice.grpc,
         sluice.http,

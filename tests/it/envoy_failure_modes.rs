@@ -16,7 +16,8 @@ use crate::support;
 
 use serde_json::json;
 use sluice::settings::OnStoreError;
-use support::envoy::{bootstrap, route, sluice_on_redis, Envoy, Filter, HttpResponse, Upstream};
+use support::envoy::{bootstrap, route, sluice_on_redis, Envoy, Filter, Upstream};
+use support::http::HttpResponse;
 use support::{d, req, Sluice, StoreKind};
 
 use crate::support::redis as redis_support;

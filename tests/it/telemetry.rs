@@ -115,7 +115,7 @@ async fn otlp_receives_metrics_and_traces_with_the_callers_parent() {
     let config = dir.path().join("config.yaml");
     std::fs::write(&config, CONFIG).unwrap();
     let config = config.display().to_string();
-    let mut sluice = ops::spawn_sluice(
+    let mut sluice = support::process::spawn_sluice(
         &[
             "serve",
             "--config",

@@ -1,8 +1,6 @@
 //! Certificates generated inside the tests with rcgen (ring): a CA, and server and client
 //! certificates it signs, written as PEM files.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 
 use rcgen::{

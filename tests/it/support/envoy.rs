@@ -14,10 +14,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::{json, Value as Json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
+use super::http::HttpResponse;
 use super::{Sluice, StoreKind};
+use serde_json::{json, Value as Json};
 
 /// The sluice domain every end-to-end bootstrap names.
 pub const DOMAIN: &str = "e2e";
@@ -494,25 +493,7 @@ impl Stack {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A minimal HTTP/1.1 client
-
-/// A response as the client saw it; header names lower-cased, in order.
-#[derive(Debug)]
-pub struct HttpResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-}
-
-impl HttpResponse {
-    /// The value of the only header called `name`; `None` if absent, a panic if repeated.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        let mut values = self.headers.iter().filter(|(n, _)| n == name);
-        let first = values.next().map(|(_, v)| v.as_str());
-        assert!(values.next().is_none(), "header {name} repeated: {self:?}");
-        first
-    }
-}
+// What an HTTP client of Envoy sees
 
 /// Asserts the status and the three x-ratelimit-* headers Envoy derived from sluice's answer
 /// (DRAFT_VERSION_03: the tightest descriptor's limit and then every descriptor's quota policy,
@@ -537,62 +518,14 @@ pub fn assert_limited(r: &HttpResponse, status: u16, limit: &str, remaining: u32
     }
 }
 
-/// One request on its own connection (`Connection: close`), read to the end.
+/// One request to Envoy on its own connection, read to the end.
 pub async fn http(
     addr: SocketAddr,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
 ) -> std::io::Result<HttpResponse> {
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: e2e.test\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).await?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let bad = || std::io::Error::other(format!("not an HTTP response: {text:?}"));
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(bad)?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
-    let body = if chunked {
-        dechunk(body).ok_or_else(bad)?
-    } else {
-        body.to_string()
-    };
-    Ok(HttpResponse {
-        status,
-        headers,
-        body,
-    })
-}
-
-/// The payload of a `Transfer-Encoding: chunked` body (Envoy's admin answers that way).
-fn dechunk(mut rest: &str) -> Option<String> {
-    let mut out = String::new();
-    loop {
-        let (size, after) = rest.split_once("\r\n")?;
-        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
-        if size == 0 {
-            return Some(out);
-        }
-        out.push_str(after.get(..size)?);
-        rest = after.get(size..)?.strip_prefix("\r\n")?;
-    }
+    super::http::request(addr, "e2e.test", method, path, headers, "").await
 }
 
 /// Standard base64 with padding (for header_to_metadata's `encode: BASE64`).

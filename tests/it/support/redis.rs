@@ -4,8 +4,6 @@
 //!
 //! Readiness is polled (PING, CLUSTER INFO, SENTINEL get-master-addr-by-name), never slept for.
 
-#![allow(dead_code)]
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
