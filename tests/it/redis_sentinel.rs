@@ -11,7 +11,7 @@ use sluice::model::Micros;
 use sluice::store::key::{self, Part};
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore, Topology};
-use sluice::store::{Charge, Check};
+use sluice::store::Check;
 
 const SEC: Micros = 1_000_000;
 
@@ -52,15 +52,7 @@ async fn the_store_finds_the_primary_through_sentinel_and_decides() {
         &limit,
         None,
     );
-    let c = [Check {
-        key: &k,
-        limit: &limit,
-        ask: Ask::take(1),
-        charge: Charge::IfAdmitted,
-        group: 0,
-        quota: false,
-        on_error: None,
-    }];
+    let c = [Check::new(&k, &limit, Ask::take(1))];
     let v = store.decide_checks(&c, 0).await.unwrap();
     assert!(v[0].allowed && v[0].charged);
     let v = store.decide_checks(&c, 0).await.unwrap();

@@ -7,7 +7,6 @@
 
 use crate::support::redis as redis_support;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,11 +25,11 @@ use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice::settings::{Cli, Command, ServeArgs};
-use sluice::store::batch::{self, StateTable};
+use sluice::store::batch;
 use sluice::store::key::{self, Part};
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
-use sluice::store::{Charge, Check, ErrorKind, FailurePolicy, Fallback, Store};
+use sluice::store::{Charge, Check, ErrorKind, FailurePolicy, Fallback, MapTable, Store};
 
 const SEC: Micros = 1_000_000;
 /// A realistic "now" (November 2023): timestamps of 16 digits, as in production.
@@ -97,31 +96,14 @@ fn named_key_of(prefix: &str, value: &str, limit: &Limit, name: &str) -> Vec<u8>
 
 fn take<'a>(key: &'a [u8], limit: &'a Limit, hits: u64, group: u32) -> Check<'a> {
     Check {
-        key,
-        limit,
-        ask: Ask::take(hits),
-        charge: Charge::IfAdmitted,
         group,
-        quota: false,
-        on_error: None,
+        ..Check::new(key, limit, Ask::take(hits))
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Parity: the Lua script and `batch::decide` agree on random timelines.
 // ---------------------------------------------------------------------------------------------
-
-#[derive(Default)]
-struct Table(HashMap<Vec<u8>, State>);
-
-impl StateTable for Table {
-    fn get(&self, key: &[u8]) -> Option<&State> {
-        self.0.get(key)
-    }
-    fn put(&mut self, key: &[u8], state: State, _: Micros) {
-        self.0.insert(key.to_vec(), state);
-    }
-}
 
 #[derive(Clone, Debug)]
 struct CheckSpec {
@@ -302,7 +284,9 @@ fn lua_script_matches_the_in_memory_policy() {
     for scenario in scenarios() {
         let mut runner = TestRunner::new(ProptestConfig {
             cases: PARITY_CASES,
-            failure_persistence: None,
+            failure_persistence: crate::support::seeds::regressions(
+                "lua_script_matches_the_in_memory_policy",
+            ),
             ..ProptestConfig::default()
         });
         let timeline = prop::collection::vec(step_strategy(scenario.max_dt), 1..12);
@@ -329,7 +313,7 @@ fn lua_script_matches_the_in_memory_policy() {
             let values: Vec<u64> = (0..5)
                 .map(|v| distinct::hash(format!("10.0.0.{v}").as_bytes()))
                 .collect();
-            let mut table = Table::default();
+            let mut table = MapTable::default();
             let mut now = scenario.start;
             for (i, step) in steps.iter().enumerate() {
                 now += step.dt;
@@ -386,7 +370,7 @@ fn distinct_hyperloglog_closes_on_the_same_request_as_rust() {
     let limit = Limit::new(Algorithm::Distinct, 1_200, 3_600 * SEC);
     assert!(limit.is_approximate());
     let key = key_of("hll:", "x", &limit);
-    let mut table = Table::default();
+    let mut table = MapTable::default();
     let mut closed_at = None;
     for round in 0..16u32 {
         let checks: Vec<Check<'_>> = (0..100u32)
@@ -442,7 +426,9 @@ fn distinct_hyperloglog_estimate_is_bit_exact() {
     rt.block_on(client.init()).unwrap();
     let mut runner = TestRunner::new(ProptestConfig {
         cases: 64,
-        failure_persistence: None,
+        failure_persistence: crate::support::seeds::regressions(
+            "distinct_hyperloglog_estimate_is_bit_exact",
+        ),
         ..ProptestConfig::default()
     });
     let case = AtomicU64::new(0);
@@ -489,7 +475,7 @@ fn distinct_hyperloglog_estimate_is_bit_exact() {
                     false,
                 ))
                 .map_err(|e| TestCaseError::fail(format!("SET: {e}")))?;
-                let mut table = Table::default();
+                let mut table = MapTable::default();
                 table.0.insert(
                     key.clone(),
                     State::Distinct(distinct::State {

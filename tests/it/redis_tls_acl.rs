@@ -22,7 +22,7 @@ use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
-use sluice::store::{Charge, Check};
+use sluice::store::Check;
 
 const PASSWORD: &str = "pw-7c1f0b1e-never-logged";
 const T0: Micros = 1_700_000_000_000_000;
@@ -146,15 +146,7 @@ fn options(redis: &TlsRedis) -> RedisOptions {
 
 async fn decide(store: &RedisStore, key: &[u8]) -> Result<bool, String> {
     let limit = Limit::fixed_window(1, 3_600_000_000);
-    let c = [Check {
-        key,
-        limit: &limit,
-        ask: Ask::take(1),
-        charge: Charge::IfAdmitted,
-        group: 0,
-        quota: false,
-        on_error: None,
-    }];
+    let c = [Check::new(key, &limit, Ask::take(1))];
     store
         .decide_checks(&c, T0)
         .await

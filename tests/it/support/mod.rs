@@ -18,6 +18,7 @@ pub mod process;
 pub mod raw;
 pub mod redis;
 pub mod runner;
+pub mod seeds;
 pub mod server;
 
 pub use dsl::*;

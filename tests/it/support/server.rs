@@ -34,7 +34,7 @@ static SERVERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 
 impl StoreKind {
     /// The command-line flags that select this store. On Redis every call gets a fresh key
-    /// prefix: cases share one Redis per test binary but never each other's counters.
+    /// prefix: the cases of a test share one Redis but never each other's counters.
     pub fn flags(self) -> Vec<String> {
         match self {
             StoreKind::Memory => vec!["--backend".into(), "memory".into()],
