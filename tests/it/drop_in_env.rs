@@ -4,12 +4,11 @@
 //! a note for each variable that is ignored.
 
 use crate::support;
-use crate::support::ops;
 
-use ops::{parse_prometheus, sample};
 use serde_json::Value;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
+use support::prom_text::{parse_prometheus, sample};
 use support::*;
 
 const CONFIG: &str = r#"

@@ -21,7 +21,8 @@ use support::http::HttpResponse;
 use support::{d, req, Sluice, StoreKind};
 
 use crate::support::redis as redis_support;
-use redis_support::{wait_until_async, RedisNode};
+use redis_support::RedisNode;
+use support::poll::wait_until_async;
 
 const CONFIG: &str = r#"
 domain: e2e

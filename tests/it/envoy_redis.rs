@@ -11,7 +11,8 @@ use crate::support::redis as redis_support;
 use serde_json::json;
 use support::envoy::{bootstrap_rls, route, sluice_on_redis, Envoy, Filter, Upstream};
 
-use redis_support::{wait_until_async, RedisNode};
+use redis_support::RedisNode;
+use support::poll::wait_until_async;
 
 const LIMIT: usize = 40;
 const CONFIG: &str = r#"

@@ -8,11 +8,12 @@ use crate::support::redis as redis_support;
 
 use std::time::Duration;
 
-use redis_support::{wait_until_async, RedisNode};
+use redis_support::RedisNode;
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
+use support::poll::wait_until_async;
 use support::*;
 use tonic::transport::Channel;
 

@@ -4,7 +4,6 @@
 
 use crate::support;
 use crate::support::certs;
-use crate::support::redis as redis_support;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -12,13 +11,13 @@ use std::sync::Arc;
 
 use certs::{Ca, Leaf, Usage};
 use clap::Parser;
-use redis_support::wait_until_async;
 use sluice::clock::ManualClock;
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice::settings::{Cli, Command};
+use support::poll::wait_until_async;
 use support::T0;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 

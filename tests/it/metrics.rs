@@ -4,10 +4,9 @@
 //! and latency histograms per result code, config loads, generation and store size.
 
 use crate::support;
-use crate::support::ops;
 
-use ops::{parse_prometheus, sample};
 use sluice::proto::rate_limit_response::Code;
+use support::prom_text::{parse_prometheus, sample};
 use support::*;
 
 const CONFIG: &str = r#"

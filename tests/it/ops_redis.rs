@@ -2,16 +2,16 @@
 //! (which would unready every replica at once), unless `--health-requires-store` asks for it.
 
 use crate::support;
-use crate::support::ops;
 use crate::support::redis as redis_support;
 
 use std::sync::Arc;
 
-use ops::{eventually, parse_prometheus, sample};
 use redis_support::RedisNode;
 use sluice::clock::ManualClock;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
+use support::poll::eventually;
+use support::prom_text::{parse_prometheus, sample};
 use support::*;
 
 const CONFIG: &str =

@@ -9,13 +9,14 @@ use crate::support::redis as redis_support;
 use std::sync::Arc;
 
 use clap::Parser;
-use redis_support::{wait_until_async, RedisNode};
+use redis_support::RedisNode;
 use sluice::clock::ManualClock;
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice::settings::{Cli, Command};
+use support::poll::wait_until_async;
 use support::{channel, T0};
 
 const CONFIG: &str =

@@ -369,7 +369,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
         .kill();
     let survivors: Vec<&redis_support::RedisNode> =
         cluster.nodes.iter().filter(|n| n.port != victim).collect();
-    redis_support::wait_until(
+    crate::support::poll::wait_until(
         "a replica to be promoted for the dead primary's slots",
         || {
             survivors.iter().all(|n| {
@@ -384,7 +384,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     );
     // The slot now answers on a promoted replica (asked without following redirections).
     let key0 = String::from_utf8(keys[0].clone()).unwrap();
-    let owner_now = redis_support::wait_until_value("the slot to move", || {
+    let owner_now = crate::support::poll::wait_until_value("the slot to move", || {
         let answer = survivors[0].cli(&["GET", &key0]);
         match answer.strip_prefix("MOVED ") {
             Some(rest) => rest
@@ -408,7 +408,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     );
     let c = [check(&fresh, &tight, 1, 0)];
     let first = std::cell::Cell::new(None);
-    redis_support::wait_until("decisions on the promoted replica", || {
+    crate::support::poll::wait_until("decisions on the promoted replica", || {
         match rt.block_on(store.decide_checks(&c, T0)) {
             Ok(v) => {
                 first.set(Some(v[0]));

@@ -16,7 +16,8 @@ use fred::prelude::{ClientLike, KeysInterface};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 
-use redis_support::{ping, wait_until, wait_until_async, RedisNode};
+use crate::support::poll::{wait_until, wait_until_async};
+use redis_support::{ping, RedisNode};
 use sluice::algorithm::{distinct, Algorithm, Ask, Calendar, Limit, State};
 use sluice::clock::ManualClock;
 use sluice::model::{Micros, Unit};

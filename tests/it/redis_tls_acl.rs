@@ -3,7 +3,6 @@
 //! file or from `SLUICE_REDIS_PASSWORD`, and never shows in a log line, even at trace level.
 
 use crate::support::certs;
-use crate::support::redis as redis_support;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -11,8 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::poll::{wait_until, wait_until_async};
 use certs::{Ca, Usage};
-use redis_support::{wait_until, wait_until_async};
 use sluice::algorithm::{Ask, Limit};
 use sluice::hardening::Secret;
 use sluice::model::Micros;

@@ -5,13 +5,13 @@
 //! same through a Kubernetes ConfigMap's `..data` symlink swap.
 
 use crate::support;
-use crate::support::ops;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ops::{eventually, parse_prometheus, sample};
+use support::poll::eventually;
+use support::prom_text::{parse_prometheus, sample};
 use support::*;
 
 fn config(rpu: u32) -> String {

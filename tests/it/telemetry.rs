@@ -4,7 +4,6 @@
 //! child span for the store call. SIGTERM flushes the last data and exits 0.
 
 use crate::support;
-use crate::support::ops;
 
 use std::sync::{Arc, Mutex};
 
@@ -173,15 +172,15 @@ async fn otlp_receives_metrics_and_traces_with_the_callers_parent() {
         Some((rpc.clone(), store.clone()))
     };
     let (rpc, store) =
-        ops::eventually("the W3C-parented span", || async { find(TRACE, PARENT) }).await;
+        support::poll::eventually("the W3C-parented span", || async { find(TRACE, PARENT) }).await;
     assert_eq!(hex(&store.trace_id), TRACE);
     assert!(rpc.attributes.iter().any(|a| a.key == "domain"), "{rpc:?}");
-    ops::eventually("the B3-parented span", || async {
+    support::poll::eventually("the B3-parented span", || async {
         find(B3_TRACE, B3_PARENT)
     })
     .await;
 
-    ops::eventually("total_hits 2 over OTLP", || async {
+    support::poll::eventually("total_hits 2 over OTLP", || async {
         collector
             .sums
             .lock()

@@ -452,6 +452,7 @@ pub async fn sluice_on_redis(config: &str, redis_url: &str, flags: &[&str]) -> S
 /// sluice, the upstream and Envoy in front of them.
 pub struct Stack {
     pub sluice: Sluice,
+    #[allow(dead_code)] // kept for its Drop: the upstream lives as long as the stack
     pub upstream: Upstream,
     pub envoy: Envoy,
     pub front: SocketAddr,

@@ -7,14 +7,13 @@
 //! ([`redis`]). [`envoy`] puts a real Envoy in front of the server for the end-to-end tests
 //! (`envoy_*.rs`).
 
-#![allow(dead_code)] // each test module uses a different part of these helpers
-
 pub mod certs;
 pub mod dsl;
 pub mod envoy;
 pub mod http;
-pub mod ops;
+pub mod poll;
 pub mod process;
+pub mod prom_text;
 pub mod raw;
 pub mod redis;
 pub mod runner;

@@ -10,46 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The longest any readiness wait may take before the test fails (a bound, not a timing).
-const READY_WITHIN: Duration = Duration::from_secs(60);
-
-/// Polls `cond` until it holds; panics with `what` if it does not within [`READY_WITHIN`].
-pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = sluice::clock::monotonic();
-    while !cond() {
-        assert!(
-            start.elapsed() < READY_WITHIN,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Polls `f` until it gives a value; panics with `what` if it does not within [`READY_WITHIN`].
-pub fn wait_until_value<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let mut out = None;
-    wait_until(what, || {
-        out = f();
-        out.is_some()
-    });
-    out.expect("set when the wait ends")
-}
-
-/// An async [`wait_until`].
-pub async fn wait_until_async<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = sluice::clock::monotonic();
-    while !cond().await {
-        assert!(
-            start.elapsed() < READY_WITHIN,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use super::poll::{wait_until, READY_WITHIN};
 
 /// A free loopback port whose cluster bus port (+10000) is free too.
 fn free_port() -> u16 {

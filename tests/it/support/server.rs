@@ -91,6 +91,8 @@ pub struct Sluice {
     pub clock: ManualClock,
     pub client: RateLimitServiceClient<Channel>,
     pub config_path: PathBuf,
+    /// Holds `config_path`; removed when the `Sluice` is dropped.
+    #[allow(dead_code)] // kept for its Drop
     pub dir: tempfile::TempDir,
 }
 

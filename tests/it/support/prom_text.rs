@@ -1,11 +1,6 @@
-//! Helpers of the operations tests: Prometheus text parsing and bounded polling for an
-//! observable state.
-
-#![allow(dead_code)]
+//! The Prometheus text exposition as the tests read it: samples by name and labels.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::time::Duration;
 
 /// One sample of a Prometheus text exposition: name and labels.
 pub type Series = (String, BTreeMap<String, String>);
@@ -56,20 +51,4 @@ pub fn sample(m: &BTreeMap<Series, f64>, name: &str, labels: &[(&str, &str)]) ->
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     m.get(&(name.to_string(), labels)).copied()
-}
-
-/// Polls `f` until it returns `Some` (bounded, so a broken state fails the test instead of
-/// hanging it; the pause only yields while another task makes progress).
-pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    for _ in 0..1_000 {
-        if let Some(v) = f().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
