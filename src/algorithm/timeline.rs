@@ -1,14 +1,11 @@
 //! Test support: random timelines of requests run through a decision function in simulated
 //! time, and the span arithmetic the properties check.
 
-use std::collections::HashMap;
-
 use proptest::prelude::*;
 
 use super::{evaluate, Ask, Limit, State};
 use crate::model::Micros;
-use crate::store::batch::{self, StateTable};
-use crate::store::{Charge, Check};
+use crate::store::{batch, Check, MapTable};
 
 /// A request after `advance` µs of quiet.
 #[derive(Clone, Copy, Debug)]
@@ -133,39 +130,20 @@ pub fn check_log_exactness(limit: &Limit, events: &[Event]) {
     }
 }
 
-#[derive(Default)]
-struct Table(HashMap<Vec<u8>, State>);
-
-impl StateTable for Table {
-    fn get(&self, key: &[u8]) -> Option<&State> {
-        self.0.get(key)
-    }
-    fn put(&mut self, key: &[u8], state: State, _: Micros) {
-        self.0.insert(key.to_vec(), state);
-    }
-}
-
 /// Through the store's charging policy (default: charge only when admitted), a rejected
 /// request leaves the stored state exactly as it was.
 pub fn check_rejections_are_free(limit: &Limit, events: &[Event]) {
-    let mut table = Table::default();
+    let mut table = MapTable::default();
     let mut now = START;
     for (i, e) in events.iter().enumerate() {
         now += e.advance;
         let before = table.0.get(&b"k"[..]).cloned();
-        let check = Check {
-            key: b"k",
-            limit,
-            // distinct: a handful of values that come back (others ignore it).
-            ask: Ask {
-                value: i as u64 % 7,
-                ..Ask::take(e.hits)
-            },
-            charge: Charge::IfAdmitted,
-            group: 0,
-            quota: false,
-            on_error: None,
+        // distinct: a handful of values that come back (others ignore it).
+        let ask = Ask {
+            value: i as u64 % 7,
+            ..Ask::take(e.hits)
         };
+        let check = Check::new(b"k", limit, ask);
         let v = batch::decide(&mut table, &[check], now);
         if !v[0].allowed {
             assert_eq!(table.0.get(&b"k"[..]), before.as_ref(), "at {now}");

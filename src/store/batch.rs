@@ -186,22 +186,9 @@ fn evaluate_in_order<T: StateTable>(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
     use crate::algorithm::Limit;
-
-    #[derive(Default)]
-    struct Table(HashMap<Vec<u8>, State>);
-
-    impl StateTable for Table {
-        fn get(&self, key: &[u8]) -> Option<&State> {
-            self.0.get(key)
-        }
-        fn put(&mut self, key: &[u8], state: State, _: Micros) {
-            self.0.insert(key.to_vec(), state);
-        }
-    }
+    use crate::store::MapTable;
 
     fn check<'a>(
         key: &'a [u8],
@@ -211,13 +198,9 @@ mod tests {
         group: u32,
     ) -> Check<'a> {
         Check {
-            key,
-            limit,
-            ask: Ask::take(hits),
             charge,
             group,
-            quota: false,
-            on_error: None,
+            ..Check::new(key, limit, Ask::take(hits))
         }
     }
 
@@ -225,7 +208,7 @@ mod tests {
     fn rejected_request_charges_nothing_but_always_rules() {
         let small = Limit::fixed_window(1, 60_000_000);
         let big = Limit::fixed_window(100, 60_000_000);
-        let mut t = Table::default();
+        let mut t = MapTable::default();
         let checks = [
             check(b"a", &small, 1, Charge::IfAdmitted, 0),
             check(b"b", &big, 1, Charge::IfAdmitted, 1),
@@ -245,7 +228,7 @@ mod tests {
     #[test]
     fn same_key_twice_counts_twice() {
         let l = Limit::fixed_window(3, 60_000_000);
-        let mut t = Table::default();
+        let mut t = MapTable::default();
         let checks = [
             check(b"k", &l, 2, Charge::IfAdmitted, 0),
             check(b"k", &l, 2, Charge::IfAdmitted, 1),
@@ -259,7 +242,7 @@ mod tests {
     fn quota_mode_admits_while_one_quota_descriptor_passes() {
         let zero = Limit::fixed_window(0, 60_000_000);
         let some = Limit::fixed_window(5, 60_000_000);
-        let mut t = Table::default();
+        let mut t = MapTable::default();
         let mut checks = [
             check(b"q1", &zero, 1, Charge::IfAdmitted, 0),
             check(b"q2", &some, 1, Charge::IfAdmitted, 1),

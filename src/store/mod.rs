@@ -6,6 +6,7 @@ pub mod deadline;
 pub mod fallback;
 pub mod key;
 pub mod local_cache;
+pub mod map_table;
 pub mod memory;
 pub mod redis;
 
@@ -17,6 +18,7 @@ use crate::model::Micros;
 pub use batch::{Charge, Verdict};
 pub use fallback::{FailurePolicy, Fallback};
 pub use local_cache::LocalCache;
+pub use map_table::MapTable;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 
@@ -37,6 +39,23 @@ pub struct Check<'a> {
     /// What this check gets if the store fails (`on_store_error` of its rule or domain);
     /// `None`: the server's `--on-store-error`. See [`fallback`].
     pub on_error: Option<FailurePolicy>,
+}
+
+impl<'a> Check<'a> {
+    /// `ask` against `limit` at `key` with a plain rule's settings: charged only if admitted,
+    /// descriptor 0, no quota mode, the server's failure policy. Other settings by struct
+    /// update: `Check { group: 1, ..Check::new(key, &limit, Ask::take(1)) }`.
+    pub fn new(key: &'a [u8], limit: &'a Limit, ask: Ask) -> Self {
+        Check {
+            key,
+            limit,
+            ask,
+            charge: Charge::IfAdmitted,
+            group: 0,
+            quota: false,
+            on_error: None,
+        }
+    }
 }
 
 /// Errors of a store backend.
