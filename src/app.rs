@@ -399,6 +399,7 @@ async fn run<S: Store>(
         paths: args.config.clone(),
         opts: LoadOptions {
             merge_domains: args.merge_domains,
+            allow_empty: args.allow_empty_config,
         },
         last: Mutex::new(None),
     });
@@ -712,7 +713,7 @@ impl Loader {
     /// `None` when not forced and the files are as at the last attempt.
     fn load(&self, force: bool, supports: &dyn Fn(Algorithm) -> bool) -> Option<Loaded> {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let (files, mut errors) = config::files::read_all(&self.paths);
+        let (files, mut errors) = config::files::read_all(&self.paths, self.opts);
         let mut fp = Vec::new();
         for f in &files {
             fp.extend_from_slice(f.path.as_bytes());

@@ -111,6 +111,11 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_MERGE_DOMAINS")]
     pub merge_domains: bool,
 
+    /// Accept a --config that holds no config file (serve no rules) instead of failing the
+    /// load, which keeps the rules already running.
+    #[arg(long, env = "SLUICE_ALLOW_EMPTY_CONFIG")]
+    pub allow_empty_config: bool,
+
     /// Global shadow mode: an OVER_LIMIT overall answer becomes OK (descriptor statuses keep
     /// their codes, counting goes on).
     #[arg(long, env = "SLUICE_SHADOW_MODE")]
@@ -313,6 +318,10 @@ pub struct CheckArgs {
     /// Merge files that name the same domain.
     #[arg(long, env = "SLUICE_MERGE_DOMAINS")]
     pub merge_domains: bool,
+
+    /// Accept paths that hold no config file (as for `serve --allow-empty-config`).
+    #[arg(long, env = "SLUICE_ALLOW_EMPTY_CONFIG")]
+    pub allow_empty_config: bool,
 
     /// Run the requests in FILE (JSON, as `POST /json` takes them: one per line, or a JSON
     /// array) against the config on a fresh in-memory store, and print each decision.

@@ -22,6 +22,24 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "unknown_keys_and_more.yaml",
+        &[
+            "5:5: unknown key 'ratelimit' (expected one of: key, value, rate_limit, rate_limits, \
+             descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, \
+             quota_mode, metadata)",
+            "7:24: invalid rate limit unit 'fortnight' (expected second, minute, hour, day, week, \
+             month or year)",
+            "9:54: unknown key 'algoritm' (expected one of: requests_per_unit, unit, unlimited, \
+             name, replaces, charge, on_store_error, window, algorithm, burst, precision, align, \
+             timezone)",
+            "9:81: replaces entry must have a non-empty name",
+            "9:82: unknown key 'nam' (expected one of: name)",
+            "10:5: duplicate descriptor composite key 'unknown_keys_and_more.a'",
+            "11:1: unknown key 'shadow' (expected one of: domain, descriptors, allow_refunds, \
+             on_store_error, redis_hash_tag, allow_overrides)",
+        ],
+    ),
+    (
         "unknown_top_level_key.yaml",
         &["2:1: unknown key 'descriptor' (expected one of: domain, descriptors, allow_refunds, on_store_error, redis_hash_tag, allow_overrides)"],
     ),
@@ -237,6 +255,7 @@ fn the_same_domain_in_two_files_needs_merge_domains() {
         std::slice::from_ref(&dir),
         LoadOptions {
             merge_domains: true,
+            ..LoadOptions::default()
         },
     )
     .expect("merged");

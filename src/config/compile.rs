@@ -9,6 +9,7 @@ use serde_saphyr::Spanned;
 
 use super::error::{ConfigError, ConfigErrors, Position};
 use super::files::ConfigFile;
+use super::keys;
 use super::raw::{RawDescriptor, RawFile, RawRateLimit};
 use crate::algorithm::{Algorithm, Calendar, Limit, MAX_WINDOW};
 use crate::model::{Micros, Unit, MICROS_PER_MILLI, MICROS_PER_SEC};
@@ -24,6 +25,8 @@ use crate::store::{Charge, FailurePolicy};
 pub struct LoadOptions {
     /// Merge files that name the same domain instead of rejecting them.
     pub merge_domains: bool,
+    /// A load that finds no config file gives an empty rule set instead of an error.
+    pub allow_empty: bool,
 }
 
 /// Compiles already-read files into one rule set.
@@ -31,8 +34,9 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
     let mut errors = Vec::new();
     let mut set = RuleSet::default();
     let mut first_seen: HashMap<String, Position> = HashMap::new();
-    for (file, parsed) in files.iter().zip(parse_all(files)) {
+    for (file, (parsed, unknown)) in files.iter().zip(parse_all(files)) {
         let first_error = errors.len();
+        errors.extend(unknown);
         let raw = match parsed {
             Ok(Some(raw)) => raw,
             // An empty file (or one holding only comments) defines nothing.
@@ -45,6 +49,7 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
             }
             Err(e) => {
                 errors.push(yaml_error(&file.path, &e));
+                errors[first_error..].sort_by_key(|e| (e.position.line, e.position.column));
                 continue;
             }
         };
@@ -161,13 +166,21 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
 /// tokio worker or test thread (found by the `config` fuzz target).
 const PARSE_STACK: usize = 64 << 20;
 
-type Parsed = Result<Option<RawFile>, serde_saphyr::Error>;
+/// A file's typed parse, and its unknown keys.
+type Parsed = (
+    Result<Option<RawFile>, serde_saphyr::Error>,
+    Vec<ConfigError>,
+);
 
 /// Parses every file, in parallel (parsing is most of a load's time: about 100,000
 /// instructions per rule), on threads with [`PARSE_STACK`]; inline if no thread can start.
 fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
-    let parse = |content: &str| {
-        serde_saphyr::from_str_with_options::<Option<RawFile>>(content, options(content))
+    let parse = |file: &ConfigFile| {
+        let content = &file.content;
+        (
+            serde_saphyr::from_str_with_options::<Option<RawFile>>(content, options(content)),
+            keys::unknown_keys(&file.path, content, options(content)),
+        )
     };
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -177,7 +190,7 @@ fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(file) = files.get(i) else { break };
-        let parsed = parse(&file.content);
+        let parsed = parse(file);
         *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(parsed);
     };
     std::thread::scope(|scope| {
@@ -200,7 +213,7 @@ fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
         .map(|(slot, file)| {
             slot.into_inner()
                 .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_else(|| parse(&file.content))
+                .unwrap_or_else(|| parse(file))
         })
         .collect()
 }

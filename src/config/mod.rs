@@ -4,6 +4,7 @@
 pub mod compile;
 pub mod error;
 pub mod files;
+mod keys;
 pub mod raw;
 pub mod synthetic;
 
@@ -20,7 +21,7 @@ use crate::rules::RuleSet;
 
 /// Reads, validates and compiles every file under `paths`, reporting every error found.
 pub fn load(paths: &[PathBuf], opts: LoadOptions) -> Result<RuleSet, ConfigErrors> {
-    let (files, mut errors) = files::read_all(paths);
+    let (files, mut errors) = files::read_all(paths, opts);
     match compile(&files, opts) {
         Ok(set) if errors.is_empty() => Ok(set),
         Ok(_) => Err(ConfigErrors(errors)),

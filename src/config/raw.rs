@@ -1,12 +1,13 @@
 //! The YAML as serde reads it: envoyproxy/ratelimit's format plus sluice's extensions.
 //! These types are never used past validation; [`super::compile`] turns them into rules.
+//! They ignore unknown keys, which [`super::keys`] reports, each one, without stopping the
+//! parse (serde's `deny_unknown_fields` would hide every later error of the file).
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 /// One config file: one domain.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawFile {
     pub domain: Option<Spanned<String>>,
     #[serde(default)]
@@ -31,7 +32,6 @@ fn yes() -> bool {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawDescriptor {
     pub key: Option<Spanned<String>>,
     pub value: Option<Spanned<String>>,
@@ -53,7 +53,6 @@ pub struct RawDescriptor {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawRateLimit {
     pub requests_per_unit: Option<Spanned<u32>>,
     pub unit: Option<Spanned<String>>,
@@ -82,7 +81,6 @@ pub struct RawRateLimit {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawReplaces {
     pub name: Option<Spanned<String>>,
 }
