@@ -321,3 +321,63 @@ fn a_missing_path_is_an_error_not_a_panic() {
         "{stdout}"
     );
 }
+
+#[test]
+fn check_of_a_path_with_no_config_file_fails() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path();
+    let d = dir.display().to_string();
+    let file = dir.join("config.yaml");
+    let f = file.display().to_string();
+    let link = |target: &str| std::os::unix::fs::symlink(target, &file).unwrap();
+    // (case, how the directory is left, what `sluice check` prints)
+    let cases: [(&str, &dyn Fn(), String); 4] = [
+        (
+            "empty directory",
+            &|| (),
+            format!(
+                "{d}:1:1: no config file found (a directory's *.yaml and *.yml files are \
+                 loaded); pass --allow-empty-config to run with no rules"
+            ),
+        ),
+        (
+            "dangling symlink",
+            &|| link("gone.yaml"),
+            format!("{f}:1:1: cannot read config file: No such file or directory (os error 2)"),
+        ),
+        (
+            "looping symlink",
+            &|| link("config.yaml"),
+            format!(
+                "{f}:1:1: cannot read config file: Too many levels of symbolic links (os error \
+                 40)"
+            ),
+        ),
+        (
+            // Unreadable whoever reads it, root included: reading its offset 0 fails with EIO.
+            "unreadable file",
+            &|| link("/proc/self/mem"),
+            format!("{f}:1:1: cannot read file: Input/output error (os error 5)"),
+        ),
+    ];
+    for (case, leave, want) in cases {
+        let _ = std::fs::remove_file(&file);
+        leave();
+        let (code, stdout, _) = sluice(&["check", &d]);
+        assert_eq!((code, stdout.trim_end()), (1, want.as_str()), "{case}");
+    }
+
+    // Asked for explicitly, an empty config is fine.
+    std::fs::remove_file(&file).unwrap();
+    let (code, stdout, _) = sluice(&["check", "--allow-empty-config", &d]);
+    assert_eq!((code, stdout.as_str()), (0, "no config files found\n"));
+    let rules = config::load(
+        &[dir.to_path_buf()],
+        LoadOptions {
+            allow_empty: true,
+            ..LoadOptions::default()
+        },
+    )
+    .expect("an empty config, as asked");
+    assert!(rules.domains.is_empty());
+}
