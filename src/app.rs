@@ -27,9 +27,9 @@ use crate::service::overload::{Gate, InFlight};
 use crate::service::rls::RlsService;
 use crate::service::tls::{self, ReloadingTls, TlsError, TlsFiles};
 use crate::service::ServiceState;
-use crate::settings::{Backend, ClockArg, OnStoreError, RedisArgs, ServeArgs};
+use crate::settings::{Backend, RedisArgs, ServeArgs};
 use crate::store::redis::breaker::BreakerOptions;
-use crate::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStatus};
+use crate::store::redis::{ConnectOptions, RedisOptions, RedisStatus};
 use crate::store::{
     FailurePolicy, Fallback, LocalCache, MemoryStore, RedisStore, Store, StoreError,
 };
@@ -170,12 +170,7 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
             // Redis being down is not an error here (the store connects in the background);
             // an invalid URL or CA file is.
             let redis = RedisStore::connect(redis_options(&args.redis))?;
-            let policy = match args.redis.on_store_error {
-                OnStoreError::Unavailable => FailurePolicy::Unavailable,
-                OnStoreError::Allow => FailurePolicy::Allow,
-                OnStoreError::Deny => FailurePolicy::Deny,
-                OnStoreError::Local => FailurePolicy::Local,
-            };
+            let policy = args.redis.on_store_error;
             // Always there: a domain or rule may ask for `local` whatever the flag says. Empty
             // (and nearly free) until Redis fails.
             let local = Arc::new(
@@ -204,7 +199,7 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
                         &[
                             opentelemetry::KeyValue::new("backend", "redis"),
                             opentelemetry::KeyValue::new("kind", e.kind().as_str()),
-                            opentelemetry::KeyValue::new("policy", policy_name(policy)),
+                            opentelemetry::KeyValue::new("policy", policy.to_string()),
                         ],
                     );
                 },
@@ -236,15 +231,6 @@ impl GrpcListeners {
                 .ok_or_else(|| std::io::Error::other("no gRPC listener"))?
                 .local_addr(),
         }
-    }
-}
-
-fn policy_name(p: FailurePolicy) -> &'static str {
-    match p {
-        FailurePolicy::Unavailable => "unavailable",
-        FailurePolicy::Allow => "allow",
-        FailurePolicy::Deny => "deny",
-        FailurePolicy::Local => "local",
     }
 }
 
@@ -341,10 +327,7 @@ pub fn redis_options(args: &RedisArgs) -> RedisOptions {
             connect_timeout: args.redis_connect_timeout,
         },
         command_timeout: args.redis_command_timeout,
-        clock: match args.clock {
-            ClockArg::Redis => ClockSource::Redis,
-            ClockArg::Local => ClockSource::Local,
-        },
+        clock: args.clock,
         breaker: BreakerOptions {
             threshold: args.redis_breaker_failures.max(1),
             backoff: args.redis_breaker_backoff,

@@ -7,7 +7,10 @@
 //! many rules and patterns there are.
 
 pub mod dump;
+pub mod duration;
 pub mod pattern;
+pub mod policy;
+pub mod vocab;
 pub mod wildcard;
 
 use std::collections::HashMap;
@@ -16,8 +19,7 @@ use std::sync::{Arc, OnceLock};
 use crate::algorithm::Limit;
 use crate::config::Position;
 use crate::model::{Entry, Unit};
-use crate::store::key::HashTag;
-use crate::store::{Charge, FailurePolicy};
+pub use policy::{Charge, ClockSource, FailurePolicy, HashTag};
 
 pub use pattern::Pattern;
 pub use wildcard::{ByteMap, Wildcard, Wildcards};
