@@ -14,9 +14,9 @@ use serde_json::Value;
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::limiter::{Code, Limiter, LimiterOptions};
 use crate::model::{display_bytes, MICROS_PER_MILLI};
+use crate::rules::duration::parse as parse_duration;
 use crate::rules::RuleSet;
 use crate::service::json;
-use crate::rules::duration::parse as parse_duration;
 use crate::store::MemoryStore;
 
 /// The steps of a requests file, each with its line (or array index) for messages.

@@ -52,8 +52,8 @@ enum Fault {
     RedisDown(FailurePolicy),
 }
 
-use Fault::RedisDown;
 use FailurePolicy::{Allow, Deny, Local, Unavailable};
+use Fault::RedisDown;
 
 /// One cell: a fault, the filter's `failure_mode_deny` and `status_on_error`, and the statuses
 /// of successive requests once the fault is there.

@@ -258,10 +258,22 @@ async fn a_vanished_config_is_a_failed_load_that_keeps_the_rules() {
     // (what is done to the only config file, what the failed load says)
     let cases: [(&str, &dyn Fn(), &str); 4] = [
         ("emptied directory", &|| (), "no config file found"),
-        ("dangling symlink", &|| link("gone.yaml"), "No such file or directory"),
-        ("looping symlink", &|| link("config.yaml"), "Too many levels of symbolic links"),
+        (
+            "dangling symlink",
+            &|| link("gone.yaml"),
+            "No such file or directory",
+        ),
+        (
+            "looping symlink",
+            &|| link("config.yaml"),
+            "Too many levels of symbolic links",
+        ),
         // Unreadable whoever reads it, root included: reading its offset 0 fails with EIO.
-        ("unreadable file", &|| link("/proc/self/mem"), "cannot read file"),
+        (
+            "unreadable file",
+            &|| link("/proc/self/mem"),
+            "cannot read file",
+        ),
     ];
     for (i, (case, break_it, says)) in cases.into_iter().enumerate() {
         let failed = i as f64 + 1.0;
@@ -273,8 +285,15 @@ async fn a_vanished_config_is_a_failed_load_that_keeps_the_rules() {
         })
         .await;
         assert!(body.contains(says), "{case}: {body}");
-        assert!(body.contains("(domain d,"), "{case}: the rules stay listed: {body}");
-        assert_eq!(limit_now(&s).await, 1000 + i as u32, "{case}: still limited");
+        assert!(
+            body.contains("(domain d,"),
+            "{case}: the rules stay listed: {body}"
+        );
+        assert_eq!(
+            limit_now(&s).await,
+            1000 + i as u32,
+            "{case}: still limited"
+        );
         assert_eq!(loads(&s, "error").await, failed, "{case}");
         assert_eq!(s.http_get("/healthcheck").await.0, 200, "{case}");
 

@@ -263,8 +263,8 @@ mod tests {
             [
                 "2:1 unknown key 'extra'",
                 "5:5 unknown key 'ratelimit'",
-                "7:47 unknown key 'nme'",
-                "7:57 unknown key 'speed'",
+                "7:45 unknown key 'nme'",
+                "7:55 unknown key 'speed'",
             ]
         );
     }

@@ -1,12 +1,16 @@
-//! Configuration: YAML files -> serde types ([`raw`]) -> validation and compilation
-//! ([`compile`]) -> an immutable [`RuleSet`](crate::rules::RuleSet).
+//! Configuration: YAML files ([`files`]) -> serde types ([`raw`], parsed by `parse`, unknown
+//! keys found by `keys`) -> validation (`validate`) and building (`build`), driven by
+//! [`compile`] -> an immutable [`RuleSet`](crate::rules::RuleSet).
 
+mod build;
 pub mod compile;
 pub mod error;
 pub mod files;
 mod keys;
+mod parse;
 pub mod raw;
 pub mod synthetic;
+mod validate;
 
 #[cfg(test)]
 mod algorithm_errors;

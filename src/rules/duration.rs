@@ -8,8 +8,11 @@ use std::time::Duration;
 
 /// A text that is no duration of the grammar.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration '{0}' (expected a number and us, ms, s, m, h or d, e.g. 250ms, 1.5s, 2h, 7d)")]
+#[error("invalid duration '{0}' ({EXPECTED})")]
 pub struct InvalidDuration(pub String);
+
+/// What the grammar takes, for messages.
+pub const EXPECTED: &str = "expected a number and us, ms, s, m, h or d, e.g. 250ms, 1.5s, 2h, 7d";
 
 /// Nanoseconds per unit.
 const UNITS: &[(&str, u128)] = &[
@@ -100,7 +103,16 @@ mod tests {
             assert_eq!(parse(s), Ok(d), "{s}");
         }
         for bad in [
-            "", "s", "10x", "1..2s", "-1s", "ms10", "1.s", ".5s", "3 weeks", "1w",
+            "",
+            "s",
+            "10x",
+            "1..2s",
+            "-1s",
+            "ms10",
+            "1.s",
+            ".5s",
+            "3 weeks",
+            "1w",
             "99999999999999999999d",
         ] {
             assert_eq!(parse(bad), Err(InvalidDuration(bad.into())), "{bad}");
