@@ -3,8 +3,6 @@
 //! b or c" of an error all come from that list. Flags, the YAML config and the bench read the
 //! same words.
 
-use std::fmt;
-
 /// A closed set of words, one per value of an enum-like setting.
 pub trait Word: Copy + 'static {
     /// What the setting is called in messages (`on_store_error`, `rate limit unit`).
@@ -62,15 +60,6 @@ pub fn one_of<W: Word>() -> String {
         None => String::new(),
         Some((last, [])) => last.clone(),
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-    }
-}
-
-/// Prints a [`Word`] as its spelling.
-pub struct Spelled<W>(pub W);
-
-impl<W: Word> fmt::Display for Spelled<W> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0.word())
     }
 }
 
@@ -174,6 +163,17 @@ mod tests {
             one_of::<Unit>(),
             "second, minute, hour, day, week, month or year"
         );
-        assert_eq!(Spelled(Algorithm::Gcra).to_string(), "gcra");
+    }
+
+    #[test]
+    fn every_word_round_trips() {
+        for a in Algorithm::ALL {
+            assert_eq!(parse::<Algorithm>(a.word()), Ok(a));
+        }
+        assert!(parse::<Algorithm>("Fixed_Window").is_err());
+        for u in Unit::ALL {
+            assert_eq!(parse::<Unit>(&u.word().to_lowercase()), Ok(u));
+        }
+        assert!(parse::<Unit>("fortnight").is_err());
     }
 }
