@@ -47,7 +47,7 @@ pub fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
         let Some(file) = files.get(job / 2) else {
             break;
         };
-        if job % 2 == 0 {
+        if job.is_multiple_of(2) {
             let parsed = typed(file);
             *typed_slots[job / 2]
                 .lock()

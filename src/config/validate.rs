@@ -364,7 +364,7 @@ fn name_of(rl: &RawRateLimit) -> Option<String> {
 fn window(s: &str) -> Result<Micros, String> {
     let d =
         duration::parse(s).map_err(|_| format!("invalid window '{s}' ({})", duration::EXPECTED))?;
-    if d.as_nanos() % 1_000 != 0 {
+    if !d.as_nanos().is_multiple_of(1_000) {
         return Err(format!(
             "window '{s}' is not a whole number of microseconds"
         ));

@@ -72,7 +72,7 @@ pub fn format(d: Duration) -> String {
         ("ms", 1_000_000),
         ("us", 1_000),
     ] {
-        if nanos % per == 0 {
+        if nanos.is_multiple_of(per) {
             return format!("{}{unit}", nanos / per);
         }
     }
