@@ -248,6 +248,18 @@ mod tests {
     }
 
     #[test]
+    fn an_alias_bomb_stops_at_the_budget() {
+        // Nine levels of ten aliases each: 10^9 nodes if expanded.
+        let mut yaml = String::from("l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let refs = vec![format!("*l{}", i - 1); 10].join(", ");
+            yaml.push_str(&format!("l{i}: &l{i} [{refs}]\n"));
+        }
+        let file: Arc<str> = "bomb.yaml".into();
+        assert!(unknown_keys(&file, &yaml, serde_saphyr::Options::default()).is_empty());
+    }
+
+    #[test]
     fn every_unknown_key_at_every_level() {
         let file: Arc<str> = "f.yaml".into();
         let yaml = "domain: d\nextra: 1\ndescriptors:\n  - key: k\n    ratelimit: {unit: second}\n    rate_limits:\n      - {name: a, unit: second, replaces: [{nme: b}], speed: 3}\n    metadata: {anything: 1}\n";
