@@ -22,6 +22,16 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "type_error_and_more.yaml",
+        &[
+            "5:51: invalid u32: expected a whole number from 0 to 4294967295",
+            "7:78: invalid u32: expected a whole number from 0 to 4294967295",
+            "9:24: invalid rate limit unit 'fortnight' (expected second, minute, hour, day, week, \
+             month or year)",
+            "9:54: invalid u32: expected a whole number from 0 to 4294967295",
+        ],
+    ),
+    (
         "unknown_keys_and_more.yaml",
         &[
             "5:5: unknown key 'ratelimit' (expected one of: key, value, rate_limit, rate_limits, \

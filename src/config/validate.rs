@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_saphyr::Spanned;
 
 use super::error::{ConfigError, Position};
-use super::raw::{RawDescriptor, RawRateLimit};
+use super::raw::{Count, RawDescriptor, RawRateLimit};
 use crate::algorithm::{Algorithm, Calendar, Limit, MAX_WINDOW};
 use crate::model::{Micros, Unit};
 use crate::rules::vocab::{self, one_of, Word};
@@ -47,6 +47,18 @@ impl Cx<'_> {
 
     pub fn err(&mut self, pos: Position, msg: impl Into<String>) {
         self.errors.push(ConfigError::new(pos, msg));
+    }
+
+    /// A whole-number field: its value, or its error at its position.
+    fn count(&mut self, c: &Spanned<Count>) -> Option<u32> {
+        match c.value.0 {
+            Ok(n) => Some(n),
+            Err(m) => {
+                let at = self.at(c);
+                self.err(at, m);
+                None
+            }
+        }
     }
 
     /// An enum-like field: its value, or an error that lists every accepted word.
@@ -243,12 +255,20 @@ impl Cx<'_> {
             }
         };
         // envoyproxy/ratelimit reads a missing requests_per_unit as 0 (block everything).
-        let rpu = rl.requests_per_unit.as_ref().map_or(0, |r| r.value);
+        let rpu = rl
+            .requests_per_unit
+            .as_ref()
+            .map_or(Some(0), |r| self.count(r));
+        let burst = rl.burst.as_ref().map(|b| (b, self.count(b)));
+        let precision = rl.precision.as_ref().map(|p| (p, self.count(p)));
+        // A bad rate is reported; the limit's other checks would only add noise about it.
+        let rpu = rpu?;
         let (unit, window, named_unit) = shape?;
         let mut limit = Limit::new(algorithm, u64::from(rpu), window);
-        if let Some(b) = &rl.burst {
+        if let Some((b, value)) = burst {
             if algorithm.has_burst() {
-                limit.burst = u64::from(b.value);
+                // A bad value is reported already; the limit is dropped at the end.
+                limit.burst = value.map_or(limit.burst, u64::from);
             } else {
                 let p = self.at(b);
                 self.err(
@@ -260,9 +280,9 @@ impl Cx<'_> {
                 );
             }
         }
-        if let Some(pr) = &rl.precision {
+        if let Some((pr, value)) = precision {
             if algorithm == Algorithm::SlidingWindow {
-                limit.precision = pr.value;
+                limit.precision = value.unwrap_or(limit.precision);
             } else {
                 let p = self.at(pr);
                 self.err(
