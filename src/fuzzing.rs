@@ -32,7 +32,13 @@ pub fn config(data: &[u8]) {
         content: text.to_string(),
     };
     for merge_domains in [false, true] {
-        match compile(std::slice::from_ref(&file), LoadOptions { merge_domains }) {
+        match compile(
+            std::slice::from_ref(&file),
+            LoadOptions {
+                merge_domains,
+                ..LoadOptions::default()
+            },
+        ) {
             Ok(rules) => {
                 let _ = rules.dump();
             }

@@ -84,6 +84,7 @@ fn main() -> ExitCode {
 fn check(args: &CheckArgs) -> ExitCode {
     let opts = LoadOptions {
         merge_domains: args.merge_domains,
+        allow_empty: args.allow_empty_config,
     };
     match config::load(&args.paths, opts) {
         Ok(rules) => {

@@ -72,10 +72,6 @@ impl Algorithm {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Algorithm> {
-        Algorithm::ALL.into_iter().find(|a| a.as_str() == s)
-    }
-
     /// token_bucket, leaky_bucket and gcra take a `burst`.
     pub fn has_burst(self) -> bool {
         matches!(
@@ -402,14 +398,6 @@ mod tests {
     use super::*;
 
     const S: Micros = 1_000_000;
-
-    #[test]
-    fn names_round_trip() {
-        for a in Algorithm::ALL {
-            assert_eq!(Algorithm::parse(a.as_str()), Some(a));
-        }
-        assert_eq!(Algorithm::parse("Fixed_Window"), None);
-    }
 
     #[test]
     fn validation_rejects_what_cannot_be_exact() {

@@ -23,13 +23,13 @@ use crate::service::grpc::{GrpcParts, GrpcServer};
 use crate::service::http::{self, HttpContext};
 use crate::service::overload::InFlight;
 use crate::service::ServiceState;
-use crate::settings::{Backend, OnStoreError, ServeArgs};
+use crate::settings::{Backend, ServeArgs};
 use crate::store::{FailurePolicy, Fallback, LocalCache, RedisStore, Store, StoreError};
 use crate::tasks;
 
 use listeners::{serve_grpc, Listeners};
 use options::{
-    grpc_tls, limiter_options, memory_store, policy_name, read_memory, read_redis, redis_options,
+    grpc_tls, limiter_options, memory_store, read_memory, read_redis, redis_options,
     request_limits,
 };
 pub use server::Server;
@@ -57,12 +57,7 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
             // Redis being down is not an error here (the store connects in the background);
             // an invalid URL or CA file is.
             let redis = Arc::new(RedisStore::connect(redis_options(&args.redis))?);
-            let policy = match args.redis.on_store_error {
-                OnStoreError::Unavailable => FailurePolicy::Unavailable,
-                OnStoreError::Allow => FailurePolicy::Allow,
-                OnStoreError::Deny => FailurePolicy::Deny,
-                OnStoreError::Local => FailurePolicy::Local,
-            };
+            let policy = args.redis.on_store_error;
             // Always there: a domain or rule may ask for `local` whatever the flag says. Empty
             // (and nearly free) until Redis fails.
             let local = memory_store(&args, &clock);
@@ -81,7 +76,7 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
                         &[
                             opentelemetry::KeyValue::new("backend", "redis"),
                             opentelemetry::KeyValue::new("kind", e.kind().as_str()),
-                            opentelemetry::KeyValue::new("policy", policy_name(policy)),
+                            opentelemetry::KeyValue::new("policy", policy.to_string()),
                         ],
                     );
                 },
@@ -137,6 +132,7 @@ async fn run<S: Store>(
         args.config.clone(),
         LoadOptions {
             merge_domains: args.merge_domains,
+            allow_empty: args.allow_empty_config,
         },
         limiter.clone(),
         state.clone(),

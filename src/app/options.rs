@@ -12,20 +12,11 @@ use crate::metrics::{MemoryCounts, ReadMemory, ReadRedis};
 use crate::service::limits::RequestLimits;
 use crate::service::tls::{ReloadingTls, TlsError, TlsFiles};
 use crate::settings::hardening::HardeningArgs;
-use crate::settings::{ClockArg, RedisArgs, ServeArgs};
+use crate::settings::{RedisArgs, ServeArgs};
 use crate::store::redis::breaker::BreakerOptions;
-use crate::store::redis::{ClockSource, ConnectOptions, RedisOptions};
-use crate::store::{FailurePolicy, MemoryStore, RedisStore};
+use crate::store::redis::{ConnectOptions, RedisOptions};
+use crate::store::{MemoryStore, RedisStore};
 use crate::tasks;
-
-pub(super) fn policy_name(p: FailurePolicy) -> &'static str {
-    match p {
-        FailurePolicy::Unavailable => "unavailable",
-        FailurePolicy::Allow => "allow",
-        FailurePolicy::Deny => "deny",
-        FailurePolicy::Local => "local",
-    }
-}
 
 /// An in-memory store bounded by `--memory-max-*`, swept while it lives.
 pub(super) fn memory_store(args: &ServeArgs, clock: &Arc<dyn Clock>) -> Arc<MemoryStore> {
@@ -76,10 +67,7 @@ pub(super) fn redis_options(args: &RedisArgs) -> RedisOptions {
             connect_timeout: args.redis_connect_timeout,
         },
         command_timeout: args.redis_command_timeout,
-        clock: match args.clock {
-            ClockArg::Redis => ClockSource::Redis,
-            ClockArg::Local => ClockSource::Local,
-        },
+        clock: args.clock,
         breaker: BreakerOptions {
             threshold: args.redis_breaker_failures.max(1),
             backoff: args.redis_breaker_backoff,

@@ -1,13 +1,18 @@
-//! Configuration: YAML files -> serde types ([`raw`]) -> validation and compilation
-//! ([`compile`]) -> an immutable [`RuleSet`](crate::rules::RuleSet).
+//! Configuration: YAML files ([`files`]) -> serde types ([`raw`], parsed by `parse`, unknown
+//! keys found by `keys`) -> validation (`validate`) and building (`build`), driven by
+//! [`compile`] -> an immutable [`RuleSet`](crate::rules::RuleSet).
 
+mod build;
 pub mod compile;
 pub mod error;
 pub mod files;
+mod keys;
+mod parse;
 pub mod raw;
 pub mod reloader;
 #[cfg(feature = "synthetic")]
 pub mod synthetic;
+mod validate;
 
 #[cfg(test)]
 mod algorithm_errors;
@@ -23,7 +28,7 @@ use crate::rules::RuleSet;
 
 /// Reads, validates and compiles every file under `paths`, reporting every error found.
 pub fn load(paths: &[PathBuf], opts: LoadOptions) -> Result<RuleSet, ConfigErrors> {
-    let (files, errors) = files::read_all(paths);
+    let (files, errors) = files::read_all(paths, opts);
     load_files(&files, errors, opts)
 }
 

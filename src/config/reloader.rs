@@ -140,7 +140,7 @@ impl Reloader {
 
     fn load(&self, force: bool) -> Outcome {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let (files, errors) = files::read_all(&self.paths);
+        let (files, errors) = files::read_all(&self.paths, self.opts);
         let mut fp = Vec::new();
         for f in &files {
             fp.extend_from_slice(f.path.as_bytes());

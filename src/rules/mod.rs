@@ -7,8 +7,11 @@
 //! many rules and patterns there are.
 
 pub mod dump;
+pub mod duration;
 pub mod pattern;
+pub mod policy;
 pub mod position;
+pub mod vocab;
 pub mod wildcard;
 
 use std::collections::HashMap;
@@ -17,8 +20,7 @@ use std::sync::Arc;
 
 use crate::algorithm::Limit;
 use crate::model::{Entry, Unit};
-use crate::store::key::HashTag;
-use crate::store::{Charge, FailurePolicy};
+pub use policy::{Charge, ClockSource, FailurePolicy, HashTag};
 
 pub use pattern::Pattern;
 pub use position::Position;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::parse_duration;
+use crate::rules::duration::parse as parse_duration;
 
 #[derive(Debug, Clone, Args)]
 pub struct HardeningArgs {

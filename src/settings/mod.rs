@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::rules::duration::parse as parse_duration;
+use crate::rules::{ClockSource, FailurePolicy};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice",
@@ -43,28 +46,6 @@ pub enum Backend {
     Memory,
     /// Redis (standalone, Sentinel or Cluster, per --redis-url): instances share the limit.
     Redis,
-}
-
-/// Whose clock decides with the Redis backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ClockArg {
-    /// Redis' TIME: instances with skewed clocks agree.
-    Redis,
-    /// This instance's clock.
-    Local,
-}
-
-/// What a request gets when the store fails or its circuit breaker is open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OnStoreError {
-    /// gRPC UNAVAILABLE (Envoy's failure_mode_deny then decides).
-    Unavailable,
-    /// OK: let the request through, count nothing.
-    Allow,
-    /// OVER_LIMIT for every limited descriptor.
-    Deny,
-    /// Decide with an in-memory store (same rules, counted per instance) until Redis is back.
-    Local,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -113,6 +94,11 @@ pub struct ServeArgs {
     /// Merge config files that name the same domain instead of rejecting them.
     #[arg(long, env = "SLUICE_MERGE_DOMAINS")]
     pub merge_domains: bool,
+
+    /// Accept a --config that holds no config file (serve no rules) instead of failing the
+    /// load, which keeps the rules already running.
+    #[arg(long, env = "SLUICE_ALLOW_EMPTY_CONFIG")]
+    pub allow_empty_config: bool,
 
     /// Global shadow mode: an OVER_LIMIT overall answer becomes OK (descriptor statuses keep
     /// their codes, counting goes on).
@@ -289,12 +275,12 @@ pub struct RedisArgs {
     pub redis_breaker_backoff: Duration,
 
     /// Whose clock decides windows.
-    #[arg(long, env = "SLUICE_CLOCK", value_enum, default_value_t = ClockArg::Redis)]
-    pub clock: ClockArg,
+    #[arg(long, env = "SLUICE_CLOCK", value_enum, default_value_t = ClockSource::Redis)]
+    pub clock: ClockSource,
 
     /// What a request gets when Redis fails or does not answer in time.
-    #[arg(long, env = "SLUICE_ON_STORE_ERROR", value_enum, default_value_t = OnStoreError::Unavailable)]
-    pub on_store_error: OnStoreError,
+    #[arg(long, env = "SLUICE_ON_STORE_ERROR", value_enum, default_value_t = FailurePolicy::Unavailable)]
+    pub on_store_error: FailurePolicy,
 
     /// Keys known to be over their limit are answered without Redis until their retry time:
     /// at most this many keys (0: off). See README "Local over-limit cache".
@@ -316,6 +302,10 @@ pub struct CheckArgs {
     /// Merge files that name the same domain.
     #[arg(long, env = "SLUICE_MERGE_DOMAINS")]
     pub merge_domains: bool,
+
+    /// Accept paths that hold no config file (as for `serve --allow-empty-config`).
+    #[arg(long, env = "SLUICE_ALLOW_EMPTY_CONFIG")]
+    pub allow_empty_config: bool,
 
     /// Run the requests in FILE (JSON, as `POST /json` takes them: one per line, or a JSON
     /// array) against the config on a fresh in-memory store, and print each decision.
@@ -348,25 +338,6 @@ pub fn parse_ratio(s: &str) -> Result<f32, String> {
     }
 }
 
-/// `250ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration '{s}' (use e.g. 250ms, 10s, 2m, 1h)"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!(
-            "invalid duration unit in '{s}' (use ms, s, m or h)"
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,12 +346,5 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("3 weeks").is_err());
     }
 }

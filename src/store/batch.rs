@@ -16,14 +16,8 @@ use crate::model::Micros;
 
 use super::Check;
 
-/// When a check consumes quota.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Charge {
-    /// Only when the whole request is admitted and the check's descriptor is allowed.
-    IfAdmitted,
-    /// Even when rejected: the count may go past the limit as a debt later requests see.
-    Always,
-}
+/// When a check consumes quota: a word of the rule vocabulary.
+pub use crate::rules::policy::Charge;
 
 /// The store's answer for one check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

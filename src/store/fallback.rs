@@ -12,19 +12,8 @@ use crate::model::Micros;
 
 use super::{Check, MemoryStore, Store, StoreError, Verdict};
 
-/// The failure policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailurePolicy {
-    /// The error goes to the caller (gRPC UNAVAILABLE; Envoy's `failure_mode_deny` decides).
-    Unavailable,
-    /// Every check is allowed, nothing is counted.
-    Allow,
-    /// Every check is over its limit.
-    Deny,
-    /// An in-memory store decides with the same rules (each instance counting on its own)
-    /// until the primary store answers again.
-    Local,
-}
+/// The failure policy: a word of the rule vocabulary, with its order of strictness here.
+pub use crate::rules::policy::FailurePolicy;
 
 impl FailurePolicy {
     /// The order in which policies win when a request's checks name several.

@@ -33,17 +33,8 @@ pub enum Part<'a> {
     Counted { key: &'a [u8] },
 }
 
-/// What the `{...}` Redis Cluster hash tag of a key covers (YAML `redis_hash_tag`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum HashTag {
-    /// The domain and the descriptor: each descriptor has its own slot, so a domain's keys
-    /// spread over the cluster (`{domain|k=v|...}`).
-    #[default]
-    Descriptor,
-    /// The domain only: every key of the domain is in one slot, on one node, so a request is
-    /// decided in one exact call even on Cluster (`{domain}|k=v|...`).
-    Domain,
-}
+/// What the `{...}` Redis Cluster hash tag of a key covers: a word of the rule vocabulary.
+pub use crate::rules::policy::HashTag;
 
 /// Builds the key of one limit of one descriptor into `out` (cleared first), hash tag per
 /// descriptor.

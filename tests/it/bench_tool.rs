@@ -240,7 +240,7 @@ async fn counts_against_sluice_are_exact_for_one_key() {
 fn bad_arguments_and_an_unreachable_target_fail() {
     for args in [
         &["load", "--descriptor", "k"][..],
-        &["load", "--duration", "10"],
+        &["load", "--duration", "1w"],
         &["load", "--rate", "0"],
         &["load", "--target", "nohost"],
         &["memory", "--algorithm", "nope"],

@@ -22,6 +22,34 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "type_error_and_more.yaml",
+        &[
+            "5:51: invalid u32: expected a whole number from 0 to 4294967295",
+            "7:78: invalid u32: expected a whole number from 0 to 4294967295",
+            "9:24: invalid rate limit unit 'fortnight' (expected second, minute, hour, day, week, \
+             month or year)",
+            "9:54: invalid u32: expected a whole number from 0 to 4294967295",
+        ],
+    ),
+    (
+        "unknown_keys_and_more.yaml",
+        &[
+            "5:5: unknown key 'ratelimit' (expected one of: key, value, rate_limit, rate_limits, \
+             descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, \
+             quota_mode, metadata)",
+            "7:24: invalid rate limit unit 'fortnight' (expected second, minute, hour, day, week, \
+             month or year)",
+            "9:54: unknown key 'algoritm' (expected one of: requests_per_unit, unit, unlimited, \
+             name, replaces, charge, on_store_error, window, algorithm, burst, precision, align, \
+             timezone)",
+            "9:81: replaces entry must have a non-empty name",
+            "9:82: unknown key 'nam' (expected one of: name)",
+            "10:5: duplicate descriptor composite key 'unknown_keys_and_more.a'",
+            "11:1: unknown key 'shadow' (expected one of: domain, descriptors, allow_refunds, \
+             on_store_error, redis_hash_tag, allow_overrides)",
+        ],
+    ),
+    (
         "unknown_top_level_key.yaml",
         &["2:1: unknown key 'descriptor' (expected one of: domain, descriptors, allow_refunds, on_store_error, redis_hash_tag, allow_overrides)"],
     ),
@@ -237,6 +265,7 @@ fn the_same_domain_in_two_files_needs_merge_domains() {
         std::slice::from_ref(&dir),
         LoadOptions {
             merge_domains: true,
+            ..LoadOptions::default()
         },
     )
     .expect("merged");
@@ -301,4 +330,64 @@ fn a_missing_path_is_an_error_not_a_panic() {
         stdout.starts_with("/nonexistent/sluice.yaml:1:1: cannot read config path: "),
         "{stdout}"
     );
+}
+
+#[test]
+fn check_of_a_path_with_no_config_file_fails() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path();
+    let d = dir.display().to_string();
+    let file = dir.join("config.yaml");
+    let f = file.display().to_string();
+    let link = |target: &str| std::os::unix::fs::symlink(target, &file).unwrap();
+    // (case, how the directory is left, what `sluice check` prints)
+    let cases: [(&str, &dyn Fn(), String); 4] = [
+        (
+            "empty directory",
+            &|| (),
+            format!(
+                "{d}:1:1: no config file found (a directory's *.yaml and *.yml files are \
+                 loaded); pass --allow-empty-config to run with no rules"
+            ),
+        ),
+        (
+            "dangling symlink",
+            &|| link("gone.yaml"),
+            format!("{f}:1:1: cannot read config file: No such file or directory (os error 2)"),
+        ),
+        (
+            "looping symlink",
+            &|| link("config.yaml"),
+            format!(
+                "{f}:1:1: cannot read config file: Too many levels of symbolic links (os error \
+                 40)"
+            ),
+        ),
+        (
+            // Unreadable whoever reads it, root included: reading its offset 0 fails with EIO.
+            "unreadable file",
+            &|| link("/proc/self/mem"),
+            format!("{f}:1:1: cannot read file: Input/output error (os error 5)"),
+        ),
+    ];
+    for (case, leave, want) in cases {
+        let _ = std::fs::remove_file(&file);
+        leave();
+        let (code, stdout, _) = sluice(&["check", &d]);
+        assert_eq!((code, stdout.trim_end()), (1, want.as_str()), "{case}");
+    }
+
+    // Asked for explicitly, an empty config is fine.
+    std::fs::remove_file(&file).unwrap();
+    let (code, stdout, _) = sluice(&["check", "--allow-empty-config", &d]);
+    assert_eq!((code, stdout.as_str()), (0, "no config files found\n"));
+    let rules = config::load(
+        &[dir.to_path_buf()],
+        LoadOptions {
+            allow_empty: true,
+            ..LoadOptions::default()
+        },
+    )
+    .expect("an empty config, as asked");
+    assert!(rules.domains.is_empty());
 }

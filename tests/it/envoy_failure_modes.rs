@@ -15,7 +15,8 @@
 use crate::support;
 
 use serde_json::json;
-use sluice::settings::OnStoreError;
+use sluice::rules::vocab::Word;
+use sluice::rules::FailurePolicy;
 use support::envoy::{bootstrap, route, sluice_on_redis, Envoy, Filter, Upstream};
 use support::http::HttpResponse;
 use support::{d, req, Sluice, StoreKind};
@@ -49,11 +50,11 @@ enum Fault {
     /// sluice runs without a loaded config: it answers gRPC UNAVAILABLE.
     NoConfig,
     /// sluice runs on Redis with this `--on-store-error` policy, and Redis was killed.
-    RedisDown(OnStoreError),
+    RedisDown(FailurePolicy),
 }
 
+use FailurePolicy::{Allow, Deny, Local, Unavailable};
 use Fault::RedisDown;
-use OnStoreError::{Allow, Deny, Local, Unavailable};
 
 /// One cell: a fault, the filter's `failure_mode_deny` and `status_on_error`, and the statuses
 /// of successive requests once the fault is there.
@@ -105,13 +106,8 @@ const MATRIX: &[Cell] = &[
     cell(RedisDown(Local),        true,  None,            &[200, 200, 429]),
 ];
 
-fn policy_flag(p: OnStoreError) -> &'static str {
-    match p {
-        Unavailable => "unavailable",
-        Allow => "allow",
-        Deny => "deny",
-        Local => "local",
-    }
+fn policy_flag(p: FailurePolicy) -> &'static str {
+    p.word()
 }
 
 /// Runs one cell on a fresh sluice, upstream and Envoy (and Redis); `Err` says what differed.

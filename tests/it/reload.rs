@@ -3,7 +3,9 @@
 //! broken one is reported (log, `/rlconfig`, `sluice_config_loads_total{result="error"}`) and
 //! leaves the running rules in place, and counters of unchanged rules keep their state. The
 //! same through a Kubernetes ConfigMap's `..data` symlink swap. A rejected config's log line
-//! says whether any rules are running.
+//! says whether any rules are running. A config that vanishes
+//! (emptied directory, dangling or looping symlink, unreadable file) is a failed load too,
+//! unless `--allow-empty-config` asks for an empty config.
 
 use crate::support;
 
@@ -201,8 +203,12 @@ impl ConfigMap {
 
 /// A server whose `--config` is `path` (a directory).
 async fn start_on(path: &Path) -> Sluice {
+    start_with(path, &[]).await
+}
+
+async fn start_with(path: &Path, flags: &[&str]) -> Sluice {
     let clock = sluice::clock::ManualClock::new(T0);
-    let args = serve_args(path, StoreKind::Memory, &[]);
+    let args = serve_args(path, StoreKind::Memory, flags);
     let server = sluice::app::start(args, Arc::new(clock.clone()))
         .await
         .expect("server starts");
@@ -275,4 +281,98 @@ async fn a_rejected_config_says_whether_rules_are_running() {
     assert_eq!(logged(&log, NONE_RUNNING), 1);
     bin.terminate();
     assert_eq!(bin.wait_exit(), Some(0));
+}
+
+/// `sluice_config_loads_total{result}` now.
+async fn loads(s: &Sluice, result: &str) -> f64 {
+    let m = parse_prometheus(&s.http_get("/metrics").await.1);
+    sample(&m, "sluice_config_loads_total", &[("result", result)]).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_config_is_a_failed_load_that_keeps_the_rules() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("config.yaml");
+    std::fs::write(&file, config(1000)).unwrap();
+    let s = start_on(&dir).await;
+    assert_eq!(limit_now(&s).await, 1000);
+    let link = |target: &str| std::os::unix::fs::symlink(target, &file).unwrap();
+    // (what is done to the only config file, what the failed load says)
+    let cases: [(&str, &dyn Fn(), &str); 4] = [
+        ("emptied directory", &|| (), "no config file found"),
+        (
+            "dangling symlink",
+            &|| link("gone.yaml"),
+            "No such file or directory",
+        ),
+        (
+            "looping symlink",
+            &|| link("config.yaml"),
+            "Too many levels of symbolic links",
+        ),
+        // Unreadable whoever reads it, root included: reading its offset 0 fails with EIO.
+        (
+            "unreadable file",
+            &|| link("/proc/self/mem"),
+            "cannot read file",
+        ),
+    ];
+    for (i, (case, break_it, says)) in cases.into_iter().enumerate() {
+        let failed = i as f64 + 1.0;
+        std::fs::remove_file(&file).unwrap();
+        break_it();
+        let body = eventually(&format!("{case}: the failed load in /rlconfig"), || async {
+            let (code, body) = s.http_get("/rlconfig").await;
+            (code == 200 && body.contains("last reload FAILED")).then_some(body)
+        })
+        .await;
+        assert!(body.contains(says), "{case}: {body}");
+        assert!(
+            body.contains("(domain d,"),
+            "{case}: the rules stay listed: {body}"
+        );
+        assert_eq!(
+            limit_now(&s).await,
+            1000 + i as u32,
+            "{case}: still limited"
+        );
+        assert_eq!(loads(&s, "error").await, failed, "{case}");
+        assert_eq!(s.http_get("/healthcheck").await.0, 200, "{case}");
+
+        // Back to a good file: loads, and the next case starts from a clean status.
+        let _ = std::fs::remove_file(&file);
+        std::fs::write(&file, config(1001 + i as u32)).unwrap();
+        limit_becomes(&s, 1001 + i as u32).await;
+        let body = s.http_get("/rlconfig").await.1;
+        assert!(!body.contains("FAILED"), "{case}: {body}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_empty_config_serves_no_rules_when_asked() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("config");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("config.yaml");
+    std::fs::write(&file, config(1000)).unwrap();
+    let s = start_with(&dir, &["--allow-empty-config"]).await;
+    assert_eq!(limit_now(&s).await, 1000);
+    std::fs::remove_file(&file).unwrap();
+    let body = eventually("the empty config loaded", || async {
+        let (code, body) = s.http_get("/rlconfig").await;
+        (code == 200 && body.contains("config generation 2")).then_some(body)
+    })
+    .await;
+    assert!(!body.contains("FAILED"), "{body}");
+    assert!(!body.contains("(domain d,"), "{body}");
+    let r = s
+        .call(req("d", vec![d(&[("k", "probe")])]).to_proto())
+        .await
+        .expect("answer");
+    assert_eq!(r.statuses[0].current_limit, None, "no rule applies");
+    assert_eq!(loads(&s, "error").await, 0.0);
+    s.stop().await;
 }

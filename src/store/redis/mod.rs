@@ -88,14 +88,8 @@ use crate::model::Micros;
 
 const BACKEND: &str = "redis";
 
-/// Whose clock decides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClockSource {
-    /// The script reads Redis' `TIME`.
-    Redis,
-    /// The `now` given to [`Store::decide`] (sluice's clock, or a test's).
-    Local,
-}
+/// Whose clock decides: a word of the rule vocabulary.
+pub use crate::rules::policy::ClockSource;
 
 /// Everything the Redis store is configured with.
 #[derive(Clone, Debug)]
