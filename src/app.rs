@@ -13,17 +13,18 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
-use crate::algorithm::Algorithm;
 use crate::clock::Clock;
-use crate::config::{self, ConfigError, ConfigErrors, LoadOptions};
+use crate::config::{self, ConfigErrors, LoadOptions};
 use crate::grpc_threads;
 use crate::limiter::{HeaderNames, Limiter, LimiterMetrics, LimiterOptions};
 use crate::metrics::{Metrics, MetricsOptions};
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::rules::{content_hash, RuleSet};
-use crate::service::http::{self, DecideFn, HttpContext};
+use crate::service::http::{self, HttpContext};
+use crate::service::json_api;
 use crate::service::limits::RequestLimits;
 use crate::service::overload::{Gate, InFlight};
+use crate::service::pipeline::Pipeline;
 use crate::service::rls::RlsService;
 use crate::service::tls::{self, ReloadingTls, TlsError, TlsFiles};
 use crate::service::ServiceState;
@@ -411,7 +412,7 @@ async fn run<S: Store>(
         let clock = clock.clone();
         Arc::new(move |force| {
             let started = crate::clock::monotonic();
-            let outcome = loader.load(force, &|a| limiter.store().supports(a));
+            let outcome = loader.load(force);
             let now = clock.now();
             match outcome {
                 None => true,
@@ -514,14 +515,14 @@ async fn run<S: Store>(
         _ => None,
     };
     spawn_runtime_report(in_flight.clone(), stop_rx.clone());
+    // One request pipeline for gRPC and `POST /json`: the same limits, slots and deadline.
+    let pipeline = Pipeline::new(limiter.clone(), limits, in_flight.clone());
     // Builds and runs the gRPC server on one listener, on whichever runtime polls it: the
     // main one (`--grpc-threads 0`) or a serving thread's own.
     let serve_grpc = {
         let stop_rx = stop_rx.clone();
         let svc = RateLimitServiceServer::new(
-            RlsService::new(limiter.clone())
-                .with_metrics(metrics.clone())
-                .with_limits(limits),
+            RlsService::new(pipeline.clone()).with_metrics(metrics.clone()),
         )
         .max_decoding_message_size(limits.max_request_bytes);
         // Server reflection, so grpcurl and similar tools need no .proto files.
@@ -545,7 +546,6 @@ async fn run<S: Store>(
                 .max_connection_age(age)
                 .max_connection_age_grace(hard.grpc_max_connection_age_grace);
         }
-        let in_flight = in_flight.clone();
         let tls = tls.clone();
         move |grpc: TcpListener| {
             let mut rx = stop_rx.clone();
@@ -557,7 +557,7 @@ async fn run<S: Store>(
                 .add_service(health.clone())
                 .add_service(reflection_v1.clone())
                 .add_service(reflection_v1alpha.clone())
-                .add_service(Gate::new(svc.clone(), in_flight.clone()));
+                .add_service(Gate::new(svc.clone()));
             let tls = tls.clone();
             async move {
                 match tls {
@@ -613,23 +613,6 @@ async fn run<S: Store>(
                 })
             }
         };
-    let decide: Option<DecideFn> = args.json_api.then(|| {
-        let limiter = limiter.clone();
-        let f: DecideFn = Arc::new(move |req, explain| {
-            let limiter = limiter.clone();
-            Box::pin(async move {
-                if explain {
-                    limiter.explain(&req).await
-                } else {
-                    limiter
-                        .should_rate_limit(&req)
-                        .await
-                        .map(|r| (r, Vec::new()))
-                }
-            })
-        });
-        f
-    });
     let cx = HttpContext {
         state: state.clone(),
         rules: {
@@ -637,11 +620,11 @@ async fn run<S: Store>(
             Arc::new(move || limiter.rules())
         },
         metrics: Some(metrics.clone()),
-        decide,
     };
     let http_server = {
         let mut rx = stop_rx.clone();
-        axum::serve(http, http::router(cx.clone())).with_graceful_shutdown(async move {
+        let json = json_api::router(args.json_api.then_some(pipeline), Some(metrics.clone()));
+        axum::serve(http, http::router(cx.clone()).merge(json)).with_graceful_shutdown(async move {
             let _ = rx.wait_for(|s| *s).await;
         })
     };
@@ -710,7 +693,7 @@ type Loaded = Result<(RuleSet, u64), ConfigErrors>;
 
 impl Loader {
     /// `None` when not forced and the files are as at the last attempt.
-    fn load(&self, force: bool, supports: &dyn Fn(Algorithm) -> bool) -> Option<Loaded> {
+    fn load(&self, force: bool) -> Option<Loaded> {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         let (files, mut errors) = config::files::read_all(&self.paths);
         let mut fp = Vec::new();
@@ -728,9 +711,7 @@ impl Loader {
         }
         *last = Some(fingerprint);
         let compiled = match config::compile(&files, self.opts) {
-            Ok(rules) if errors.is_empty() => {
-                unsupported_algorithms(&rules, &supports).map(|()| rules)
-            }
+            Ok(rules) if errors.is_empty() => Ok(rules),
             Ok(_) => Err(ConfigErrors(std::mem::take(&mut errors))),
             Err(ConfigErrors(more)) => {
                 errors.extend(more);
@@ -760,37 +741,4 @@ fn spawn_store_health(
             }
         }
     });
-}
-
-/// Rejects a rule set that uses an algorithm the store cannot decide (the Redis store does not
-/// have every algorithm in Lua yet), naming each rule.
-fn unsupported_algorithms(
-    rules: &RuleSet,
-    supports: &impl Fn(Algorithm) -> bool,
-) -> Result<(), ConfigErrors> {
-    let errors: Vec<ConfigError> = rules
-        .all_rules()
-        .into_iter()
-        .flat_map(|rule| {
-            rule.kind
-                .limits()
-                .iter()
-                .filter(|l| !supports(l.limit.algorithm))
-                .map(move |l| {
-                    ConfigError::new(
-                        rule.position.clone(),
-                        format!(
-                            "algorithm {} is not supported by this store yet (rule '{}')",
-                            l.limit.algorithm.as_str(),
-                            rule.full_key
-                        ),
-                    )
-                })
-        })
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(ConfigErrors(errors))
-    }
 }

@@ -24,7 +24,7 @@ use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
-use sluice::store::{Charge, Check};
+use sluice::store::{Charge, Check, Deadline};
 
 const PASSWORD: &str = "pw-7c1f0b1e-never-logged";
 const T0: Micros = 1_700_000_000_000_000;
@@ -158,7 +158,7 @@ async fn decide(store: &RedisStore, key: &[u8]) -> Result<bool, String> {
         on_error: None,
     }];
     store
-        .decide_checks(&c, T0)
+        .decide_checks(&c, T0, Deadline::NONE)
         .await
         .map(|v| v[0].allowed)
         .map_err(|e| e.to_string())

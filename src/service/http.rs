@@ -1,34 +1,18 @@
-//! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`, and (when
-//! enabled) `POST /json`, the RLS API in JSON with an explain mode.
+//! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`; `POST /json`
+//! is merged in from [`super::json_api`].
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 
-use super::{json, ServiceState};
-use crate::clock::monotonic;
-use crate::limiter::{Code, Explanation, LimitError, Response};
+use super::ServiceState;
 use crate::metrics::Metrics;
-use crate::model::{Micros, Request};
+use crate::model::Micros;
 use crate::rules::RuleSet;
-
-/// Decides a request, with an explanation when asked (`true`).
-pub type DecideFn = Arc<
-    dyn Fn(
-            Request,
-            bool,
-        )
-            -> Pin<Box<dyn Future<Output = Result<(Response, Vec<Explanation>), LimitError>> + Send>>
-        + Send
-        + Sync,
->;
 
 /// What the HTTP handlers read.
 #[derive(Clone)]
@@ -36,8 +20,6 @@ pub struct HttpContext {
     pub state: Arc<ServiceState>,
     pub rules: Arc<dyn Fn() -> Option<Arc<RuleSet>> + Send + Sync>,
     pub metrics: Option<Arc<Metrics>>,
-    /// `POST /json`; `None` when not enabled (`--json-api`).
-    pub decide: Option<DecideFn>,
 }
 
 pub fn router(cx: HttpContext) -> Router {
@@ -46,7 +28,6 @@ pub fn router(cx: HttpContext) -> Router {
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(metrics))
         .route("/version", get(version))
-        .route("/json", post(json_api))
         .with_state(cx)
 }
 
@@ -114,61 +95,4 @@ async fn metrics(State(cx): State<HttpContext>) -> HttpResponse {
 
 async fn version() -> String {
     format!("sluice {}\n", env!("CARGO_PKG_VERSION"))
-}
-
-fn json_reply(status: StatusCode, body: serde_json::Value) -> HttpResponse {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        format!("{body}\n"),
-    )
-        .into_response()
-}
-
-/// `POST /json[?explain=true]`: 200 when OK, 429 when over the limit, 400 for a bad body.
-async fn json_api(State(cx): State<HttpContext>, uri: Uri, body: Bytes) -> HttpResponse {
-    let Some(decide) = &cx.decide else {
-        return json_reply(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({
-                "error": "POST /json is disabled: start sluice with --json-api (anyone who reaches it can spend quota)"
-            }),
-        );
-    };
-    let started = monotonic();
-    let explain = uri
-        .query()
-        .is_some_and(|q| q.split('&').any(|p| p == "explain" || p == "explain=true"));
-    let (status, code, reply) = match json::request(&body) {
-        Err(e) => (
-            StatusCode::BAD_REQUEST,
-            "INVALID_ARGUMENT",
-            serde_json::json!({ "error": e }),
-        ),
-        Ok(req) => match decide(req, explain).await {
-            Ok((r, expl)) => {
-                let over = r.overall == Code::OverLimit;
-                let body = json::response(&r, explain.then_some(&expl[..]));
-                if over {
-                    (StatusCode::TOO_MANY_REQUESTS, "OVER_LIMIT", body)
-                } else {
-                    (StatusCode::OK, "OK", body)
-                }
-            }
-            Err(e) => {
-                let (status, code) = match &e {
-                    LimitError::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
-                    LimitError::PermissionDenied(_) => (StatusCode::FORBIDDEN, "PERMISSION_DENIED"),
-                    LimitError::Unavailable(_) | LimitError::Store(_) => {
-                        (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
-                    }
-                };
-                (status, code, serde_json::json!({ "error": e.to_string() }))
-            }
-        },
-    };
-    if let Some(m) = &cx.metrics {
-        m.rpc("json", code, started.elapsed().as_secs_f64());
-    }
-    json_reply(status, reply)
 }
