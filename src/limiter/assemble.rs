@@ -248,10 +248,19 @@ descriptors:
 
     #[test]
     fn quota_descriptors_reject_only_all_together() {
+        // `q` is in quota mode by its rule, `a` only with the global switch.
         let opts = LimiterOptions::default();
         let r = answer(&["q", "a"], &[v(false, 0, 1), v(true, 4, 1)], &opts);
-        assert_eq!(r.overall, Code::Ok);
-        let r = answer(&["q"], &[v(false, 0, 1)], &opts);
+        assert_eq!(r.overall, Code::OverLimit, "the only quota descriptor is over");
+        let r = answer(&["q", "a"], &[v(true, 0, 1), v(false, 0, 1)], &opts);
+        assert_eq!(r.overall, Code::OverLimit, "a descriptor not in quota mode is over");
+        let global = LimiterOptions {
+            quota_mode: true,
+            ..LimiterOptions::default()
+        };
+        let r = answer(&["q", "a"], &[v(false, 0, 1), v(true, 4, 1)], &global);
+        assert_eq!(r.overall, Code::Ok, "one quota descriptor still passes");
+        let r = answer(&["q", "a"], &[v(false, 0, 1), v(false, 0, 1)], &global);
         assert_eq!(r.overall, Code::OverLimit);
     }
 

@@ -266,7 +266,7 @@ mod tests {
         );
         assert_eq!(
             of(&fixed, true),
-            "xsluice:v1:{d|path~/a/*|user=bob}:fixed_window:1000000"
+            "xsluice:v1:{d|path~/a/%2A|user=bob}:fixed_window:1000000"
         );
         assert!(of(&distinct, false).starts_with("xsluice:v1:{d|path=/a/1|user#}:distinct:"));
     }
