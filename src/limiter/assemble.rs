@@ -251,9 +251,17 @@ descriptors:
         // `q` is in quota mode by its rule, `a` only with the global switch.
         let opts = LimiterOptions::default();
         let r = answer(&["q", "a"], &[v(false, 0, 1), v(true, 4, 1)], &opts);
-        assert_eq!(r.overall, Code::OverLimit, "the only quota descriptor is over");
+        assert_eq!(
+            r.overall,
+            Code::OverLimit,
+            "the only quota descriptor is over"
+        );
         let r = answer(&["q", "a"], &[v(true, 0, 1), v(false, 0, 1)], &opts);
-        assert_eq!(r.overall, Code::OverLimit, "a descriptor not in quota mode is over");
+        assert_eq!(
+            r.overall,
+            Code::OverLimit,
+            "a descriptor not in quota mode is over"
+        );
         let global = LimiterOptions {
             quota_mode: true,
             ..LimiterOptions::default()
