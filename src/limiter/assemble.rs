@@ -15,12 +15,16 @@ use crate::store::Verdict;
 pub fn assemble(plan: &Plan<'_>, verdicts: &[Verdict], opts: &LimiterOptions) -> Response {
     let statuses = statuses(plan, verdicts);
     let quota = |i: usize| plan.quota(i);
-    let admitted = batch::admitted(plan.resolved.iter().enumerate().filter_map(|(i, r)| {
-        matches!(r, Resolved::Limited { .. }).then(|| Group {
-            quota: quota(i),
-            allowed: statuses[i].code == Code::Ok,
-        })
-    }));
+    let admitted = batch::admitted(
+        plan.resolved
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| matches!(r, Resolved::Limited { .. }))
+            .map(|(i, _)| Group {
+                quota: quota(i),
+                allowed: statuses[i].code == Code::Ok,
+            }),
+    );
     let headers = match &opts.response_headers {
         Some(names) => headers(names, &statuses, quota),
         None => Vec::new(),
