@@ -5,7 +5,8 @@
 //!    (so the same key twice in one request counts twice).
 //! 2. A descriptor (a `group` of checks) is allowed when all its checks are. The request is
 //!    admitted unless a descriptor not in quota mode is rejected, or every quota-mode
-//!    descriptor is (envoyproxy/ratelimit's quota mode).
+//!    descriptor is (envoyproxy/ratelimit's quota mode): [`admitted`], the one copy of this
+//!    rule in Rust, also used by the limiter's overall code and the Redis Cluster path.
 //! 3. If every check was allowed, every state is charged. Otherwise, starting again from the
 //!    stored states, a check is charged only if the request is admitted and its descriptor is
 //!    allowed, or its policy is [`Charge::Always`], or it is a refund. Checks not charged report
