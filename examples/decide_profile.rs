@@ -20,6 +20,7 @@ use sluice::limiter::{Limiter, LimiterMetrics, LimiterOptions};
 use sluice::metrics::{Metrics, MetricsOptions};
 use sluice::model::{Descriptor, Entry, Request};
 use sluice::store::memory::MemoryStore;
+use sluice::store::Deadline;
 
 fn arg(i: usize, default: usize) -> usize {
     std::env::args()
@@ -87,7 +88,9 @@ fn main() -> anyhow::Result<()> {
         .collect();
     let mut over = 0u64;
     for i in 0..n {
-        let r = futures::executor::block_on(limiter.should_rate_limit(&requests[i % clients]))?;
+        let r = futures::executor::block_on(
+            limiter.should_rate_limit(&requests[i % clients], Deadline::NONE),
+        )?;
         over += u64::from(r.overall == sluice::limiter::Code::OverLimit);
     }
     println!("{n} decisions, {descriptors} descriptors each, {clients} clients: {over} over limit");

@@ -17,7 +17,7 @@ use crate::model::{display_bytes, MICROS_PER_MILLI};
 use crate::rules::duration::parse as parse_duration;
 use crate::rules::RuleSet;
 use crate::service::json;
-use crate::store::MemoryStore;
+use crate::store::{Deadline, MemoryStore};
 
 /// The steps of a requests file, each with its line (or array index) for messages.
 fn steps(text: &str) -> Result<Vec<(usize, Value)>, String> {
@@ -67,7 +67,7 @@ pub async fn run(rules: RuleSet, text: &str, as_json: bool) -> Result<String, St
         let body = serde_json::to_vec(&step).map_err(|e| e.to_string())?;
         let req = json::request(&body).map_err(|e| format!("item {at}: {e}"))?;
         let (resp, explained) = limiter
-            .explain(&req)
+            .explain(&req, Deadline::NONE)
             .await
             .map_err(|e| format!("item {at}: {e}"))?;
         if as_json {

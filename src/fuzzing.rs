@@ -20,7 +20,7 @@ use crate::limiter::{Limiter, LimiterOptions};
 use crate::model::{Micros, MICROS_PER_SEC};
 use crate::rules::RuleSet;
 use crate::service::{convert, limits::RequestLimits};
-use crate::store::{key, MemoryStore};
+use crate::store::{key, Deadline, MemoryStore};
 
 /// Compiles `data` as one config file; an accepted config must also dump.
 pub fn config(data: &[u8]) {
@@ -121,7 +121,8 @@ pub fn request(data: &[u8]) {
         );
         limiter.set_rules(request_rules().clone());
         // The in-memory store never waits: the future completes on its first poll.
-        if let Ok(r) = futures::executor::block_on(limiter.should_rate_limit(&req)) {
+        if let Ok(r) = futures::executor::block_on(limiter.should_rate_limit(&req, Deadline::NONE))
+        {
             assert_eq!(r.statuses.len(), n, "one status per descriptor");
             let _ = convert::response(r);
         }

@@ -272,7 +272,7 @@ pub fn dynamic_key(
     domain: &str,
     entries: &[Entry],
     steps: &[Step<'_>],
-    value_to_metric: u64,
+    value_to_metric: &[bool],
     detailed: bool,
 ) -> String {
     let mut s = String::with_capacity(domain.len() + 32 * entries.len());
@@ -280,7 +280,7 @@ pub fn dynamic_key(
     for (i, e) in entries.iter().enumerate() {
         s.push('.');
         s.push_str(&display_bytes(&e.key));
-        let vtm = i < 64 && value_to_metric & (1 << i) != 0;
+        let vtm = value_to_metric.get(i).copied().unwrap_or(false);
         let shown: Option<&[u8]> = match steps.get(i).copied().unwrap_or(Step::Exact) {
             Step::Wildcard {
                 pattern,
@@ -306,7 +306,7 @@ pub fn dynamic_key(
 /// request values in labels unasked.
 pub fn override_key(domain: &str, entries: &[Entry]) -> String {
     let steps = vec![Step::Default; entries.len()];
-    dynamic_key(domain, entries, &steps, 0, false)
+    dynamic_key(domain, entries, &steps, &[], false)
 }
 
 #[cfg(test)]
@@ -382,27 +382,28 @@ mod tests {
             pattern: b"/api/*",
             shared: true,
         };
-        let k =
-            |steps: &[Step<'_>], vtm, detailed| dynamic_key("d", &entries, steps, vtm, detailed);
-        assert_eq!(k(&[wild, Step::Default], 0, false), "d.path_/api/*.user");
+        let k = |steps: &[Step<'_>], vtm: &[bool], detailed| {
+            dynamic_key("d", &entries, steps, vtm, detailed)
+        };
+        assert_eq!(k(&[wild, Step::Default], &[], false), "d.path_/api/*.user");
         assert_eq!(
-            k(&[wild, Step::Default], 0b10, false),
+            k(&[wild, Step::Default], &[false, true], false),
             "d.path_/api/*.user_alice"
         );
         assert_eq!(
-            k(&[wild, Step::Default], 0b01, false),
+            k(&[wild, Step::Default], &[true], false),
             "d.path_/api/v1.user"
         );
         assert_eq!(
-            k(&[wild, Step::Default], 0, true),
+            k(&[wild, Step::Default], &[], true),
             "d.path_/api/v1.user_alice"
         );
         assert_eq!(
-            k(&[shared, Step::Default], 0, true),
+            k(&[shared, Step::Default], &[], true),
             "d.path_/api/*.user_alice"
         );
         assert_eq!(
-            k(&[Step::Exact, Step::Exact], 0, false),
+            k(&[Step::Exact, Step::Exact], &[], false),
             "d.path_/api/v1.user_alice"
         );
         assert_eq!(override_key("d", &entries), "d.path.user");

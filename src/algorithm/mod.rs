@@ -17,7 +17,7 @@ pub mod sliding_window;
 pub mod token_bucket;
 
 #[cfg(test)]
-mod timeline;
+pub(crate) mod timeline;
 
 use chrono_tz::Tz;
 

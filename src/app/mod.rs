@@ -13,7 +13,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::sync::watch;
 
-use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::config::{LoadOptions, Reloader, RuleTarget};
 use crate::limiter::{Limiter, LimiterMetrics};
@@ -21,7 +20,9 @@ use crate::metrics::{Metrics, MetricsOptions, StoreSources};
 use crate::rules::RuleSet;
 use crate::service::grpc::{GrpcParts, GrpcServer};
 use crate::service::http::{self, HttpContext};
+use crate::service::json_api;
 use crate::service::overload::InFlight;
+use crate::service::pipeline::Pipeline;
 use crate::service::ServiceState;
 use crate::settings::{Backend, ServeArgs};
 use crate::store::{FailurePolicy, Fallback, LocalCache, RedisStore, Store, StoreError};
@@ -29,8 +30,7 @@ use crate::tasks;
 
 use listeners::{serve_grpc, Listeners};
 use options::{
-    grpc_tls, limiter_options, memory_store, read_memory, read_redis, redis_options,
-    request_limits,
+    grpc_tls, limiter_options, memory_store, read_memory, read_redis, redis_options, request_limits,
 };
 pub use server::Server;
 
@@ -86,12 +86,8 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
     }
 }
 
-/// What a reload swaps rules into: the limiter and the algorithms its store can decide.
+/// What a reload swaps rules into: the limiter.
 impl<S: Store> RuleTarget for Limiter<S> {
-    fn supports(&self, algorithm: Algorithm) -> bool {
-        self.store().supports(algorithm)
-    }
-
     fn set_rules(&self, rules: Arc<RuleSet>) {
         Limiter::set_rules(self, rules);
     }
@@ -163,13 +159,13 @@ async fn run<S: Store>(
     let in_flight = InFlight::new(hard.max_in_flight);
     let tls = grpc_tls(hard, &stop_rx)?;
     tasks::spawn_runtime_report(in_flight.clone(), stop_rx.clone());
+    // One request pipeline for gRPC and `POST /json`: the same limits, slots and deadline.
+    let pipeline = Pipeline::new(limiter.clone(), request_limits(hard), in_flight.clone());
     let grpc_server = GrpcServer::build(GrpcParts {
-        limiter: limiter.clone(),
+        pipeline: pipeline.clone(),
         metrics: metrics.clone(),
-        limits: request_limits(hard),
         hardening: hard,
         health,
-        in_flight: in_flight.clone(),
         tls: tls.clone(),
         stop: stop_rx.clone(),
     })
@@ -179,11 +175,12 @@ async fn run<S: Store>(
         state: state.clone(),
         limiter,
         metrics: Some(metrics.clone()),
-        json_api: args.json_api,
     };
     let http_server = {
         let mut rx = stop_rx.clone();
-        axum::serve(http, http::router(cx.clone())).with_graceful_shutdown(async move {
+        let json = json_api::router(args.json_api.then_some(pipeline), Some(metrics.clone()));
+        let router = http::router(cx.clone()).merge(json);
+        axum::serve(http, router).with_graceful_shutdown(async move {
             let _ = rx.wait_for(|s| *s).await;
         })
     };

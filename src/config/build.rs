@@ -77,13 +77,10 @@ impl<'c, 'a> Tree<'c, 'a> {
 
         let above = self.value_to_metric_above;
         self.value_to_metric_above |= d.value_to_metric;
-        let rule = self
-            .cx
-            .limits(d)
-            .map(|limits| {
-                let id = self.cx.ids.next_id();
-                Arc::new(rule(d, &full_key, limits, self.value_to_metric_above, id))
-            });
+        let rule = self.cx.limits(d).map(|limits| {
+            let id = self.cx.ids.next_id();
+            Arc::new(rule(d, &full_key, limits, self.value_to_metric_above, id))
+        });
         let mut node = Node {
             rule,
             children: Default::default(),

@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use opentelemetry::KeyValue;
 
-use super::{files, load_files, ConfigError, ConfigErrors, LoadOptions};
-use crate::algorithm::Algorithm;
+use super::{files, load_files, ConfigErrors, LoadOptions};
 use crate::clock::{monotonic, Clock};
 use crate::metrics::Metrics;
 use crate::rules::{content_hash, RuleSet};
@@ -17,9 +16,6 @@ use crate::service::ServiceState;
 
 /// What a reload swaps rules into: the limiter, seen only through this seam.
 pub trait RuleTarget: Send + Sync {
-    /// Whether the target's store can decide `algorithm` (a rule set using one it cannot is
-    /// rejected as a whole).
-    fn supports(&self, algorithm: Algorithm) -> bool;
     /// Starts using `rules` (an atomic swap).
     fn set_rules(&self, rules: Arc<RuleSet>);
 }
@@ -155,40 +151,9 @@ impl Reloader {
             return Outcome::Unchanged;
         }
         *last = Some(fingerprint);
-        let compiled = load_files(&files, errors, self.opts)
-            .and_then(|rules| unsupported_algorithms(&rules, &*self.target).map(|()| rules));
-        match compiled {
+        match load_files(&files, errors, self.opts) {
             Ok(rules) => Outcome::Loaded(rules, fingerprint),
             Err(errors) => Outcome::Rejected(errors),
         }
-    }
-}
-
-/// Rejects a rule set that uses an algorithm the store cannot decide, naming each rule.
-fn unsupported_algorithms(rules: &RuleSet, target: &dyn RuleTarget) -> Result<(), ConfigErrors> {
-    let errors: Vec<ConfigError> = rules
-        .all_rules()
-        .into_iter()
-        .flat_map(|rule| {
-            rule.kind
-                .limits()
-                .iter()
-                .filter(|l| !target.supports(l.limit.algorithm))
-                .map(move |l| {
-                    ConfigError::new(
-                        rule.position.clone(),
-                        format!(
-                            "algorithm {} is not supported by this store yet (rule '{}')",
-                            l.limit.algorithm.as_str(),
-                            rule.full_key
-                        ),
-                    )
-                })
-        })
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(ConfigErrors(errors))
     }
 }

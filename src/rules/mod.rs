@@ -190,8 +190,9 @@ pub enum Step<'r> {
 pub struct Match<'r> {
     pub rule: &'r Arc<Rule>,
     pub steps: Vec<Step<'r>>,
-    /// Bit `i` set: the node matched by entry `i` (below 64) has `value_to_metric`.
-    pub value_to_metric: u64,
+    /// `value_to_metric[i]`: the node matched by entry `i` has `value_to_metric`. Shorter than
+    /// `steps` (empty, with no allocation, when none has it): missing entries are `false`.
+    pub value_to_metric: Vec<bool>,
 }
 
 impl RuleSet {
@@ -207,7 +208,7 @@ impl Domain {
     pub fn find<'r>(&'r self, entries: &[Entry]) -> Option<Match<'r>> {
         let mut children = &self.root.children;
         let mut steps = Vec::with_capacity(entries.len());
-        let mut value_to_metric = 0u64;
+        let mut value_to_metric = Vec::new();
         for (i, e) in entries.iter().enumerate() {
             let branch = children.get(&e.key[..])?;
             let (node, step) = if let Some(n) = branch.exact.get(&e.value[..]) {
@@ -226,8 +227,9 @@ impl Domain {
                 return None;
             };
             steps.push(step);
-            if node.value_to_metric && i < 64 {
-                value_to_metric |= 1 << i;
+            if node.value_to_metric {
+                value_to_metric.resize(i, false);
+                value_to_metric.push(true);
             }
             if i + 1 == entries.len() {
                 return node.rule.as_ref().map(|rule| Match {

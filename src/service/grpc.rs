@@ -1,4 +1,4 @@
-//! The gRPC server: the RLS service behind the in-flight gate, gRPC health and reflection,
+//! The gRPC server: the RLS service (through the one request pipeline), gRPC health and reflection,
 //! with the HTTP/2 settings of the hardening flags, served on one listener (plain or TLS).
 //! Built once and cloned per listener, so `--grpc-threads` serves the same router on each
 //! thread's own runtime.
@@ -11,11 +11,10 @@ use tokio::sync::watch;
 use tonic::transport::server::{Router, TcpIncoming};
 use tonic_health::pb::health_server::{Health, HealthServer};
 
-use super::limits::RequestLimits;
-use super::overload::{Gate, InFlight};
+use super::overload::Gate;
+use super::pipeline::Pipeline;
 use super::rls::RlsService;
 use super::tls::{self, ReloadingTls};
-use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::settings::hardening::HardeningArgs;
@@ -23,13 +22,12 @@ use crate::store::Store;
 
 /// What the gRPC server serves and how.
 pub struct GrpcParts<'a, S, H> {
-    pub limiter: Arc<Limiter<S>>,
+    /// The one request pipeline (limits, in-flight slot, limiter), shared with `POST /json`.
+    pub pipeline: Pipeline<S>,
     pub metrics: Arc<Metrics>,
-    pub limits: RequestLimits,
     pub hardening: &'a HardeningArgs,
     /// gRPC health, whose statuses the service state publishes.
     pub health: HealthServer<H>,
-    pub in_flight: Arc<InFlight>,
     pub tls: Option<Arc<ReloadingTls>>,
     /// `true` once the drain starts: each listener stops accepting and finishes its calls.
     pub stop: watch::Receiver<bool>,
@@ -50,11 +48,9 @@ impl GrpcServer {
     ) -> Result<GrpcServer, tonic_reflection::server::Error> {
         let hard = parts.hardening;
         let rls = RateLimitServiceServer::new(
-            RlsService::new(parts.limiter)
-                .with_metrics(parts.metrics)
-                .with_limits(parts.limits),
+            RlsService::new(parts.pipeline.clone()).with_metrics(parts.metrics),
         )
-        .max_decoding_message_size(parts.limits.max_request_bytes);
+        .max_decoding_message_size(parts.pipeline.limits().max_request_bytes);
         // Server reflection, so grpcurl and similar tools need no .proto files.
         let reflection = || {
             tonic_reflection::server::Builder::configure()
@@ -77,7 +73,7 @@ impl GrpcServer {
             .add_service(parts.health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(Gate::new(rls, parts.in_flight));
+            .add_service(Gate::new(rls));
         Ok(GrpcServer {
             router,
             tls: parts.tls,

@@ -1,31 +1,26 @@
-//! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`, and (when
-//! enabled) `POST /json`, the RLS API in JSON with an explain mode.
+//! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`; `POST /json`
+//! is merged in from [`super::json_api`].
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 
-use super::{json, ServiceState};
-use crate::clock::monotonic;
-use crate::limiter::{Code, Explanation, LimitError, Limiter, Response};
+use super::ServiceState;
+use crate::limiter::Limiter;
 use crate::metrics::Metrics;
-use crate::model::{Micros, Request};
+use crate::model::Micros;
 use crate::store::Store;
 
 /// What the HTTP handlers read.
 pub struct HttpContext<S> {
     pub state: Arc<ServiceState>,
-    /// The rules `/rlconfig` shows and, with `json_api`, what `POST /json` decides with.
+    /// Whose rules `/rlconfig` shows.
     pub limiter: Arc<Limiter<S>>,
     pub metrics: Option<Arc<Metrics>>,
-    /// `POST /json` decides only when enabled (`--json-api`): anyone who reaches it can spend
-    /// quota.
-    pub json_api: bool,
 }
 
 impl<S> Clone for HttpContext<S> {
@@ -34,20 +29,7 @@ impl<S> Clone for HttpContext<S> {
             state: self.state.clone(),
             limiter: self.limiter.clone(),
             metrics: self.metrics.clone(),
-            json_api: self.json_api,
         }
-    }
-}
-
-impl<S: Store> HttpContext<S> {
-    /// Decides `req` for `POST /json`: the one seam between the JSON API and the limiter.
-    async fn decide(&self, req: &Request) -> Result<Response, LimitError> {
-        self.limiter.should_rate_limit(req).await
-    }
-
-    /// [`Self::decide`] with the explanation of each descriptor (`?explain=true`).
-    async fn explain(&self, req: &Request) -> Result<(Response, Vec<Explanation>), LimitError> {
-        self.limiter.explain(req).await
     }
 }
 
@@ -57,7 +39,6 @@ pub fn router<S: Store>(cx: HttpContext<S>) -> Router {
         .route("/rlconfig", get(rlconfig::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/version", get(version))
-        .route("/json", post(json_api::<S>))
         .with_state(cx)
 }
 
@@ -127,69 +108,4 @@ async fn metrics<S>(State(cx): State<HttpContext<S>>) -> HttpResponse {
 
 async fn version() -> String {
     format!("sluice {}\n", env!("CARGO_PKG_VERSION"))
-}
-
-fn json_reply(status: StatusCode, body: serde_json::Value) -> HttpResponse {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        format!("{body}\n"),
-    )
-        .into_response()
-}
-
-/// `POST /json[?explain=true]`: 200 when OK, 429 when over the limit, 400 for a bad body.
-async fn json_api<S: Store>(
-    State(cx): State<HttpContext<S>>,
-    uri: Uri,
-    body: Bytes,
-) -> HttpResponse {
-    if !cx.json_api {
-        return json_reply(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({
-                "error": "POST /json is disabled: start sluice with --json-api (anyone who reaches it can spend quota)"
-            }),
-        );
-    };
-    let started = monotonic();
-    let explain = uri
-        .query()
-        .is_some_and(|q| q.split('&').any(|p| p == "explain" || p == "explain=true"));
-    let (status, code, reply) = match json::request(&body) {
-        Err(e) => (
-            StatusCode::BAD_REQUEST,
-            "INVALID_ARGUMENT",
-            serde_json::json!({ "error": e }),
-        ),
-        Ok(req) => match if explain {
-            cx.explain(&req).await
-        } else {
-            cx.decide(&req).await.map(|r| (r, Vec::new()))
-        } {
-            Ok((r, expl)) => {
-                let over = r.overall == Code::OverLimit;
-                let body = json::response(&r, explain.then_some(&expl[..]));
-                if over {
-                    (StatusCode::TOO_MANY_REQUESTS, "OVER_LIMIT", body)
-                } else {
-                    (StatusCode::OK, "OK", body)
-                }
-            }
-            Err(e) => {
-                let (status, code) = match &e {
-                    LimitError::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
-                    LimitError::PermissionDenied(_) => (StatusCode::FORBIDDEN, "PERMISSION_DENIED"),
-                    LimitError::Unavailable(_) | LimitError::Store(_) => {
-                        (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
-                    }
-                };
-                (status, code, serde_json::json!({ "error": e.to_string() }))
-            }
-        },
-    };
-    if let Some(m) = &cx.metrics {
-        m.rpc("json", code, started.elapsed().as_secs_f64());
-    }
-    json_reply(status, reply)
 }

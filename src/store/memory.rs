@@ -35,7 +35,7 @@ use crate::algorithm::{distinct, Ask, State};
 use crate::model::Micros;
 
 use super::batch::{self, StateTable, Verdict};
-use super::{Check, Store, StoreError};
+use super::{Check, Deadline, Store, StoreError};
 
 const SHARDS: usize = 64;
 /// Keys come from clients, so the maps keep a seeded hash with DoS resistance (foldhash's
@@ -169,7 +169,12 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn decide(&self, checks: &[Check<'_>], now: Micros) -> Result<Vec<Verdict>, StoreError> {
+    async fn decide(
+        &self,
+        checks: &[Check<'_>],
+        now: Micros,
+        _: Deadline,
+    ) -> Result<Vec<Verdict>, StoreError> {
         Ok(self.decide_now(checks, now))
     }
 }

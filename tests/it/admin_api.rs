@@ -231,3 +231,47 @@ fn check_requests_explains_offline() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `POST /json` goes through the gRPC pipeline: the same size limits (issue 14: a 1.9 MB
+/// value, 20,000 descriptors and 50,000 entries were all accepted), each refusal naming its
+/// setting, and a normal request still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_has_the_grpc_size_limits() {
+    let s = Sluice::start(StoreKind::Memory, Some(CONFIG), &["--json-api"]).await;
+    let addr = s.server.http_addr;
+    let descriptor = |v: &str| json!({"entries": [{"key": "client", "value": v}]});
+    let big_value = json!({"domain": "edge", "descriptors": [descriptor(&"x".repeat(1_900_000))]});
+    let many_descriptors = json!({
+        "domain": "edge",
+        "descriptors": (0..20_000).map(|i| descriptor(&i.to_string())).collect::<Vec<_>>(),
+    });
+    let many_entries = json!({
+        "domain": "edge",
+        "descriptors": [{"entries": (0..50).map(|i| json!({"key": format!("k{i}"), "value": "v"})).collect::<Vec<_>>()}],
+    });
+    let long_value = json!({"domain": "edge", "descriptors": [descriptor(&"y".repeat(70_000))]});
+    for (body, setting) in [
+        (big_value, "--max-request-bytes"),
+        (many_descriptors, "--max-request-bytes"),
+        (many_entries, "--max-entries"),
+        (long_value, "--max-value-bytes"),
+    ] {
+        let (code, reply) = http_post(addr, "/json", &body.to_string()).await;
+        assert_eq!(code, 400, "{setting}: {reply}");
+        let why = parse(&reply)["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(why.contains(setting), "{setting}: {why}");
+    }
+    let few_descriptors = json!({
+        "domain": "edge",
+        "descriptors": (0..65).map(|i| descriptor(&i.to_string())).collect::<Vec<_>>(),
+    });
+    let (code, reply) = http_post(addr, "/json", &few_descriptors.to_string()).await;
+    assert_eq!(code, 400, "{reply}");
+    assert!(reply.contains("--max-descriptors"), "{reply}");
+    let (code, body) = http_post(addr, "/json", ALICE).await;
+    assert_eq!(code, 200, "{body}");
+    s.stop().await;
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sluice::algorithm::{Ask, Limit};
 use sluice::proto::rate_limit_response::Code;
-use sluice::store::{Check, MemoryStore, Store};
+use sluice::store::{Check, Deadline, MemoryStore, Store};
 use support::*;
 
 const LIMIT: u32 = 250;
@@ -78,7 +78,7 @@ async fn concurrent_multi_key_requests_are_all_or_nothing() {
                 };
                 // Both orders, so shard locks are taken in every combination.
                 let checks = if (t + i) % 2 == 0 { [a, b] } else { [b, a] };
-                let v = store.decide(&checks, T0).await.unwrap();
+                let v = store.decide(&checks, T0, Deadline::NONE).await.unwrap();
                 assert_eq!(v[0].allowed && v[1].allowed, v[0].charged && v[1].charged);
                 if v.iter().all(|v| v.allowed) {
                     admitted += 1;
@@ -95,6 +95,6 @@ async fn concurrent_multi_key_requests_are_all_or_nothing() {
     assert_eq!(admitted, LIMIT);
     // The loose key was charged exactly by the admitted requests.
     let peek = Check::new(b"loose", &loose, Ask::peek());
-    let v = store.decide(&[peek], T0).await.unwrap();
+    let v = store.decide(&[peek], T0, Deadline::NONE).await.unwrap();
     assert_eq!(v[0].remaining, 1_000_000 - u64::from(LIMIT));
 }

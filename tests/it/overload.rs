@@ -172,3 +172,61 @@ async fn a_store_slower_than_its_timeout_leaves_nothing_waiting() {
     server.shutdown();
     server.wait().await.unwrap();
 }
+
+/// `POST /json` and gRPC share one in-flight bound: JSON requests waiting on a stalled store
+/// hold slots that gRPC then lacks, and the other way round (issue 14: `--max-in-flight` did
+/// not apply to `/json`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_requests_share_the_in_flight_bound() {
+    let redis = RedisNode::start();
+    let (server, _dir) = start(
+        &redis,
+        &[
+            "--json-api",
+            "--max-in-flight",
+            "2",
+            "--redis-command-timeout",
+            "60s",
+            "--redis-connect-timeout",
+            "60s",
+        ],
+    )
+    .await;
+    let client = RateLimitServiceClient::new(channel(server.grpc_addr).await);
+    ready(&client).await;
+    let http = server.http_addr;
+    let body = |i: usize| {
+        format!(
+            r#"{{"domain":"d","descriptors":[{{"entries":[{{"key":"k","value":"json-{i}"}}]}}]}}"#
+        )
+    };
+
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "60000", "WRITE"]), "OK");
+    let json_calls: Vec<_> = (0..2)
+        .map(|i| {
+            let b = body(i);
+            tokio::spawn(async move { support::http::http_post(http, "/json", &b).await })
+        })
+        .collect();
+    wait_until_async("both slots held by JSON requests", || {
+        let held = server.in_flight().current() == 2;
+        async move { held }
+    })
+    .await;
+    let mut c = client.clone();
+    let e = c.should_rate_limit(request(1)).await.expect_err("no slot");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    let (code, reply) = support::http::http_post(http, "/json", &body(9)).await;
+    assert_eq!(code, 503, "{reply}");
+    assert!(reply.contains("--max-in-flight"), "{reply}");
+
+    assert_eq!(redis.cli(&["CLIENT", "UNPAUSE"]), "OK");
+    for call in json_calls {
+        let (code, reply) = call.await.unwrap();
+        assert_eq!(code, 200, "{reply}");
+    }
+    assert_eq!(server.in_flight().current(), 0);
+    assert_eq!(server.in_flight().rejected(), 2);
+    server.shutdown();
+    server.wait().await.unwrap();
+}

@@ -18,7 +18,7 @@ use sluice::store::batch;
 use sluice::store::key::{self, Part};
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore, Topology};
-use sluice::store::{Charge, Check, MapTable};
+use sluice::store::{Charge, Check, Deadline, MapTable};
 
 const SEC: Micros = 1_000_000;
 const T0: Micros = 1_700_000_000 * SEC;
@@ -137,7 +137,9 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
         .map(|i| check(&keys[i], &limit, 1, i as u32))
         .collect();
     let before = cluster.command_calls("evalsha");
-    let v = rt.block_on(store.decide_checks(&checks, T0)).unwrap();
+    let v = rt
+        .block_on(store.decide_checks(&checks, T0, Deadline::NONE))
+        .unwrap();
     assert_eq!(cluster.command_calls("evalsha") - before, 4);
     assert!(v.iter().all(|v| v.allowed && v.charged && v.remaining == 2));
     assert!(keys.iter().all(|k| count(&cluster, k) == 1));
@@ -145,7 +147,9 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     // One descriptor rejects: the others were charged optimistically and are given back.
     let mut checks: Vec<Check<'_>> = checks;
     checks.push(check(&tight_key, &tight, 2, 4));
-    let v = rt.block_on(store.decide_checks(&checks, T0)).unwrap();
+    let v = rt
+        .block_on(store.decide_checks(&checks, T0, Deadline::NONE))
+        .unwrap();
     assert!(!v[4].allowed && !v[4].charged);
     for v in &v[..4] {
         assert!(v.allowed && !v.charged, "{v:?}");
@@ -158,7 +162,9 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
 
     // `charge: always` stays charged when the request is rejected.
     checks[0].charge = Charge::Always;
-    let v = rt.block_on(store.decide_checks(&checks, T0)).unwrap();
+    let v = rt
+        .block_on(store.decide_checks(&checks, T0, Deadline::NONE))
+        .unwrap();
     assert!(v[0].charged && !v[1].charged);
     assert_eq!(count(&cluster, &keys[0]), 2);
     assert_eq!(count(&cluster, &keys[1]), 1);
@@ -169,13 +175,17 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
         check(&tight_key, &tight, 2, 1),
     ];
     quota.iter_mut().for_each(|c| c.quota = true);
-    let v = rt.block_on(store.decide_checks(&quota, T0)).unwrap();
+    let v = rt
+        .block_on(store.decide_checks(&quota, T0, Deadline::NONE))
+        .unwrap();
     assert!(v[0].allowed && v[0].charged && !v[1].allowed);
     assert_eq!(count(&cluster, &keys[2]), 2);
     // Every quota descriptor over: rejected, and the optimistic charge given back.
     quota[0].ask = Ask::take(5);
     quota.push(check(&keys[3], &limit, 1, 2));
-    let v = rt.block_on(store.decide_checks(&quota, T0)).unwrap();
+    let v = rt
+        .block_on(store.decide_checks(&quota, T0, Deadline::NONE))
+        .unwrap();
     assert!(!v[0].allowed && !v[1].allowed);
     assert!(v[2].allowed && !v[2].charged);
     assert_eq!(count(&cluster, &keys[3]), 1, "given back");
@@ -198,12 +208,16 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
         check(&sliding_key, &sliding, 2, 1),
         check(&tight_key2, &tight, 2, 2),
     ];
-    let v = rt.block_on(store.decide_checks(&mixed, T0)).unwrap();
+    let v = rt
+        .block_on(store.decide_checks(&mixed, T0, Deadline::NONE))
+        .unwrap();
     assert!(!v[2].allowed);
     for v in &v[..2] {
         assert!(v.allowed && !v.charged && v.remaining == 3, "{v:?}");
     }
-    let v = rt.block_on(store.decide_checks(&mixed[..2], T0)).unwrap();
+    let v = rt
+        .block_on(store.decide_checks(&mixed[..2], T0, Deadline::NONE))
+        .unwrap();
     for v in &v {
         assert!(
             v.allowed && v.charged && v.remaining == 1,
@@ -218,7 +232,11 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     let mut ip = check(&ips_key, &ips, 1, 0);
     ip.ask.value = sluice::algorithm::distinct::hash(b"10.0.0.1");
     let v = rt
-        .block_on(store.decide_checks(&[ip.clone(), check(&tight_key2, &tight, 2, 1)], T0))
+        .block_on(store.decide_checks(
+            &[ip.clone(), check(&tight_key2, &tight, 2, 1)],
+            T0,
+            Deadline::NONE,
+        ))
         .unwrap();
     assert!(v[0].allowed && v[0].charged && v[0].remaining == 4 && !v[1].allowed);
 
@@ -307,7 +325,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
                     .collect();
                 let want = batch::decide(&mut table, &checks, now);
                 let got = rt
-                    .block_on(store.decide_checks(&checks, now))
+                    .block_on(store.decide_checks(&checks, now, Deadline::NONE))
                     .map_err(|e| TestCaseError::fail(format!("redis: {e}")))?;
                 prop_assert_eq!(got, want, "at {}: {:?}", now, checks);
             }
@@ -346,7 +364,9 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
         .collect();
     checks.push(check(&tagged_tight, &tight, 2, 4));
     let before = cluster.command_calls("evalsha");
-    let v = rt.block_on(store.decide_checks(&checks, T0)).unwrap();
+    let v = rt
+        .block_on(store.decide_checks(&checks, T0, Deadline::NONE))
+        .unwrap();
     assert_eq!(
         cluster.command_calls("evalsha") - before,
         1,
@@ -409,7 +429,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     let c = [check(&fresh, &tight, 1, 0)];
     let first = std::cell::Cell::new(None);
     crate::support::poll::wait_until("decisions on the promoted replica", || {
-        match rt.block_on(store.decide_checks(&c, T0)) {
+        match rt.block_on(store.decide_checks(&c, T0, Deadline::NONE)) {
             Ok(v) => {
                 first.set(Some(v[0]));
                 true
@@ -418,6 +438,8 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
         }
     });
     assert!(first.get().unwrap().allowed);
-    let v = rt.block_on(store.decide_checks(&c, T0)).unwrap();
+    let v = rt
+        .block_on(store.decide_checks(&c, T0, Deadline::NONE))
+        .unwrap();
     assert!(!v[0].allowed, "the limit of 1 holds on the new primary");
 }

@@ -11,7 +11,7 @@ use sluice::model::Micros;
 use sluice::store::key::{self, Part};
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore, Topology};
-use sluice::store::Check;
+use sluice::store::{Check, Deadline};
 
 const SEC: Micros = 1_000_000;
 
@@ -53,9 +53,9 @@ async fn the_store_finds_the_primary_through_sentinel_and_decides() {
         None,
     );
     let c = [Check::new(&k, &limit, Ask::take(1))];
-    let v = store.decide_checks(&c, 0).await.unwrap();
+    let v = store.decide_checks(&c, 0, Deadline::NONE).await.unwrap();
     assert!(v[0].allowed && v[0].charged);
-    let v = store.decide_checks(&c, 0).await.unwrap();
+    let v = store.decide_checks(&c, 0, Deadline::NONE).await.unwrap();
     assert!(!v[0].allowed, "the limit of 1 holds");
     // The state lives on the primary the sentinel named.
     let stored = redis.master.cli(&["GET", std::str::from_utf8(&k).unwrap()]);

@@ -30,7 +30,7 @@ use sluice::store::batch;
 use sluice::store::key::{self, Part};
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
-use sluice::store::{Charge, Check, ErrorKind, FailurePolicy, Fallback, MapTable, Store};
+use sluice::store::{Charge, Check, Deadline, ErrorKind, FailurePolicy, Fallback, MapTable, Store};
 
 const SEC: Micros = 1_000_000;
 /// A realistic "now" (November 2023): timestamps of 16 digits, as in production.
@@ -348,7 +348,7 @@ fn lua_script_matches_the_in_memory_policy() {
                     .collect();
                 let want = batch::decide(&mut table, &checks, now);
                 let got = rt
-                    .block_on(store.decide_checks(&checks, now))
+                    .block_on(store.decide_checks(&checks, now, Deadline::NONE))
                     .map_err(|e| TestCaseError::fail(format!("redis: {e}")))?;
                 prop_assert_eq!(got, want, "step {} at {}: {:?}", i, now, step);
             }
@@ -384,7 +384,9 @@ fn distinct_hyperloglog_closes_on_the_same_request_as_rust() {
             })
             .collect();
         let want = batch::decide(&mut table, &checks, T0);
-        let got = rt.block_on(store.decide_checks(&checks, T0)).unwrap();
+        let got = rt
+            .block_on(store.decide_checks(&checks, T0, Deadline::NONE))
+            .unwrap();
         assert_eq!(got, want, "round {round}");
         if closed_at.is_none() && got.iter().any(|v| !v.allowed) {
             closed_at = Some(round);
@@ -398,7 +400,9 @@ fn distinct_hyperloglog_closes_on_the_same_request_as_rust() {
         },
         ..take(&key, &limit, 1, 0)
     }];
-    let v = rt.block_on(store.decide_checks(&seen, T0)).unwrap();
+    let v = rt
+        .block_on(store.decide_checks(&seen, T0, Deadline::NONE))
+        .unwrap();
     assert!(!v[0].allowed, "a closed HyperLogLog refuses every value");
     let stored = redis.cli(&["STRLEN", std::str::from_utf8(&key).unwrap()]);
     let len: usize = stored.parse().unwrap();
@@ -493,7 +497,7 @@ fn distinct_hyperloglog_estimate_is_bit_exact() {
                 }];
                 let want = batch::decide(&mut table, &look, T0);
                 let got = rt
-                    .block_on(store.decide_checks(&look, T0))
+                    .block_on(store.decide_checks(&look, T0, Deadline::NONE))
                     .map_err(|e| TestCaseError::fail(format!("redis: {e}")))?;
                 prop_assert_eq!(got, want);
                 Ok(())
@@ -523,7 +527,9 @@ fn calendar_windows_follow_the_redis_clock() {
         let key = key_of("cal:", &format!("x{i}"), &limit);
         let c = [take(&key, &limit, 1, 0)];
         let before = redis_now();
-        let v = rt.block_on(store.decide_checks(&c, before + skew)).unwrap();
+        let v = rt
+            .block_on(store.decide_checks(&c, before + skew, Deadline::NONE))
+            .unwrap();
         let after = redis_now();
         assert!(v[0].allowed && v[0].remaining == 4, "{v:?}");
         let stored = redis.cli(&["GET", std::str::from_utf8(&key).unwrap()]);
@@ -558,10 +564,16 @@ async fn a_request_of_five_descriptors_is_one_evalsha() {
         .map(|i| take(&keys[i as usize], &limit, 1, i))
         .collect();
     // Warm up: the script is loaded by then whatever the order of events.
-    store.decide_checks(&checks, 0).await.unwrap();
+    store
+        .decide_checks(&checks, 0, Deadline::NONE)
+        .await
+        .unwrap();
 
     let before = redis.command_calls("evalsha");
-    let v = store.decide_checks(&checks, 0).await.unwrap();
+    let v = store
+        .decide_checks(&checks, 0, Deadline::NONE)
+        .await
+        .unwrap();
     assert_eq!(redis.command_calls("evalsha") - before, 1);
     assert!(v.iter().all(|v| v.allowed && v.charged && v.remaining == 1));
 
@@ -569,7 +581,10 @@ async fn a_request_of_five_descriptors_is_one_evalsha() {
     let mut checks = checks;
     checks[2].ask = Ask::take(5);
     let before = redis.command_calls("evalsha");
-    let v = store.decide_checks(&checks, 0).await.unwrap();
+    let v = store
+        .decide_checks(&checks, 0, Deadline::NONE)
+        .await
+        .unwrap();
     assert_eq!(redis.command_calls("evalsha") - before, 1);
     assert!(!v[2].allowed);
     assert!(
@@ -598,7 +613,7 @@ async fn two_stores_sharing_one_redis_admit_exactly_the_limit() {
             let mut admitted = 0u64;
             for _ in 0..20 {
                 let c = [take(&key, &limit, 1, 0)];
-                if store.decide_checks(&c, T0).await.unwrap()[0].allowed {
+                if store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed {
                     admitted += 1;
                 }
             }
@@ -620,7 +635,7 @@ async fn the_redis_clock_decides_by_default() {
     let k = key_of("clock:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
     // The `now` given is ignored: a timestamp of 0 would otherwise be a window of 1970.
-    let v = store.decide_checks(&c, 0).await.unwrap();
+    let v = store.decide_checks(&c, 0, Deadline::NONE).await.unwrap();
     assert!(v[0].allowed && v[0].remaining == 1);
     assert!(v[0].reset > 0 && v[0].reset <= 3_600 * SEC);
     let stored = redis.cli(&["GET", std::str::from_utf8(c[0].key).unwrap()]);
@@ -666,9 +681,9 @@ async fn outage_allow_policy_breaker_and_recovery_with_noscript() {
     let limit = Limit::fixed_window(1, 3_600 * SEC);
     let k = key_of("outage:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
-    assert!(f.decide(&c, T0).await.unwrap()[0].charged);
+    assert!(f.decide(&c, T0, Deadline::NONE).await.unwrap()[0].charged);
     assert!(
-        !f.decide(&c, T0).await.unwrap()[0].allowed,
+        !f.decide(&c, T0, Deadline::NONE).await.unwrap()[0].allowed,
         "the limit of 1 holds"
     );
 
@@ -676,7 +691,10 @@ async fn outage_allow_policy_breaker_and_recovery_with_noscript() {
     // While down, the policy answers: allowed, nothing charged. The breaker opens.
     let mut calls = 0;
     while !store.status().breaker_open {
-        let v = f.decide(&c, T0).await.expect("allow policy answers");
+        let v = f
+            .decide(&c, T0, Deadline::NONE)
+            .await
+            .expect("allow policy answers");
         assert!(v[0].allowed && !v[0].charged);
         calls += 1;
         assert!(calls < 1_000, "the breaker never opened");
@@ -684,7 +702,7 @@ async fn outage_allow_policy_breaker_and_recovery_with_noscript() {
     // Open: calls are refused without touching the network (one probe at a time may pass).
     let mut refused_at_once = 0;
     for _ in 0..20 {
-        match store.decide_checks(&c, T0).await {
+        match store.decide_checks(&c, T0, Deadline::NONE).await {
             Err(e) if e.kind() == ErrorKind::BreakerOpen => refused_at_once += 1,
             // The probe let through: the connection is down.
             Err(e) => assert_eq!(e.kind(), ErrorKind::Connection, "{e}"),
@@ -692,13 +710,13 @@ async fn outage_allow_policy_breaker_and_recovery_with_noscript() {
         }
     }
     assert!(refused_at_once > 0);
-    assert!(f.decide(&c, T0).await.unwrap()[0].allowed);
+    assert!(f.decide(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
 
     // Back (empty, no script): recovery without restarting anything, NOSCRIPT handled.
     redis.restart();
     let noscript_before = noscript_errors(&redis);
     wait_until_async("redis decisions again", || async {
-        store.decide_checks(&c, T0).await.is_ok()
+        store.decide_checks(&c, T0, Deadline::NONE).await.is_ok()
     })
     .await;
     assert!(
@@ -708,14 +726,20 @@ async fn outage_allow_policy_breaker_and_recovery_with_noscript() {
     let status = store.status();
     assert!(status.connected && !status.breaker_open, "{status:?}");
     // The restarted Redis is empty: the key counts from zero again, in Redis.
-    assert!(!store.decide_checks(&c, T0).await.unwrap()[0].allowed);
+    assert!(!store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
 
     // SCRIPT FLUSH is handled the same way.
     assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]), "OK");
     let before = noscript_errors(&redis);
     let k2 = key_of("outage:", "y", &limit);
     let other = [take(&k2, &limit, 1, 0)];
-    assert!(store.decide_checks(&other, T0).await.unwrap()[0].allowed);
+    assert!(
+        store
+            .decide_checks(&other, T0, Deadline::NONE)
+            .await
+            .unwrap()[0]
+            .allowed
+    );
     assert_eq!(noscript_errors(&redis), before + 1);
 }
 
@@ -732,13 +756,13 @@ async fn local_policy_counts_in_memory_while_redis_is_down() {
     let v: Vec<bool> = {
         let mut out = Vec::new();
         for _ in 0..3 {
-            out.push(f.decide(&c, T0).await.unwrap()[0].allowed);
+            out.push(f.decide(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
         }
         out
     };
     assert_eq!(v, [true, true, false], "the same rule, counted locally");
     let deny = Fallback::new(store, FailurePolicy::Deny, None);
-    assert!(!deny.decide(&c, T0).await.unwrap()[0].allowed);
+    assert!(!deny.decide(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -750,7 +774,7 @@ async fn a_stalled_redis_costs_the_command_timeout_not_more() {
     let limit = Limit::fixed_window(10, 3_600 * SEC);
     let k = key_of("stall:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
-    store.decide_checks(&c, T0).await.unwrap();
+    store.decide_checks(&c, T0, Deadline::NONE).await.unwrap();
 
     let mut sleeper = std::process::Command::new("redis-cli")
         .args(["-p", &redis.port.to_string(), "DEBUG", "SLEEP", "3"])
@@ -758,7 +782,7 @@ async fn a_stalled_redis_costs_the_command_timeout_not_more() {
         .spawn()
         .unwrap();
     wait_until("redis to stall", || !ping(redis.port));
-    let r = store.decide_checks(&c, T0).await;
+    let r = store.decide_checks(&c, T0, Deadline::NONE).await;
     assert_eq!(
         r.as_ref().map_err(|e| e.kind()).err(),
         Some(ErrorKind::Timeout),
@@ -770,7 +794,7 @@ async fn a_stalled_redis_costs_the_command_timeout_not_more() {
     );
     sleeper.wait().unwrap();
     wait_until_async("redis decisions again", || async {
-        store.decide_checks(&c, T0).await.is_ok()
+        store.decide_checks(&c, T0, Deadline::NONE).await.is_ok()
     })
     .await;
 }
@@ -906,8 +930,8 @@ async fn tls_with_a_custom_ca() {
     let limit = Limit::fixed_window(1, 3_600 * SEC);
     let k = key_of("tls:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
-    assert!(store.decide_checks(&c, T0).await.unwrap()[0].allowed);
-    assert!(!store.decide_checks(&c, T0).await.unwrap()[0].allowed);
+    assert!(store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
+    assert!(!store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
     assert!(redis
         .cli(&["GET", std::str::from_utf8(&k).unwrap()])
         .ends_with(" 1"));
@@ -930,8 +954,8 @@ async fn acl_username_and_password_from_the_url() {
     let limit = Limit::fixed_window(1, 3_600 * SEC);
     let k = key_of("acl:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
-    assert!(store.decide_checks(&c, T0).await.unwrap()[0].allowed);
-    assert!(!store.decide_checks(&c, T0).await.unwrap()[0].allowed);
+    assert!(store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
+    assert!(!store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
     // The default user is off: the state was written by `sluice`.
     let got = redis.cli(&[
         "--user",

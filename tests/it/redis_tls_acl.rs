@@ -21,7 +21,7 @@ use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice::settings::hardening::Secret;
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
-use sluice::store::Check;
+use sluice::store::{Check, Deadline};
 
 const PASSWORD: &str = "pw-7c1f0b1e-never-logged";
 const T0: Micros = 1_700_000_000_000_000;
@@ -147,7 +147,7 @@ async fn decide(store: &RedisStore, key: &[u8]) -> Result<bool, String> {
     let limit = Limit::fixed_window(1, 3_600_000_000);
     let c = [Check::new(key, &limit, Ask::take(1))];
     store
-        .decide_checks(&c, T0)
+        .decide_checks(&c, T0, Deadline::NONE)
         .await
         .map(|v| v[0].allowed)
         .map_err(|e| e.to_string())

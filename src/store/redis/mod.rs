@@ -83,7 +83,7 @@ use self::breaker::{Breaker, BreakerOptions, Permit};
 pub use self::connect::{ConfigError, ConnectOptions, Topology};
 use self::script::{Answer, Scope};
 use super::batch::admission;
-use super::{Charge, Check, ErrorKind, Store, StoreError, Verdict};
+use super::{Charge, Check, Deadline, ErrorKind, Store, StoreError, Verdict};
 use crate::model::Micros;
 
 const BACKEND: &str = "redis";
@@ -271,6 +271,7 @@ impl RedisStore {
         &self,
         checks: &[Check<'_>],
         now: Micros,
+        deadline: Deadline,
     ) -> Result<Vec<Verdict>, StoreError> {
         let inner = &*self.inner;
         let permit = inner.breaker.permit();
@@ -290,8 +291,9 @@ impl RedisStore {
                 ClockSource::Local => Some(now),
             },
             local: now,
+            deadline,
         };
-        let timeout = inner.timeout();
+        let timeout = inner.timeout(deadline);
         let result = match inner.topology {
             Topology::Cluster => inner.decide_cluster(checks, now, timeout).await,
             Topology::Standalone | Topology::Sentinel => {
@@ -316,18 +318,21 @@ impl RedisStore {
 }
 
 /// The time of a decision: what the script is given (`None`: it reads Redis' clock) and
-/// sluice's own, from which calendar windows are computed when the script reads its own.
+/// sluice's own, from which calendar windows are computed when the script reads its own;
+/// and the request's deadline.
 #[derive(Clone, Copy, Debug)]
 struct When {
     script: Option<Micros>,
     local: Micros,
+    deadline: Deadline,
 }
 
 impl When {
-    fn at(t: Micros) -> When {
+    fn at(t: Micros, deadline: Deadline) -> When {
         When {
             script: Some(t),
             local: t,
+            deadline,
         }
     }
 }
@@ -348,9 +353,9 @@ impl Drop for ProbeGuard<'_> {
 
 impl Inner {
     /// The timeout of this request's round trips: `--redis-command-timeout`, or less when the
-    /// request's deadline leaves less (see [`deadline`](super::deadline)).
-    fn timeout(&self) -> Duration {
-        match super::deadline::budget() {
+    /// request's deadline leaves less (see [`Deadline::budget`]).
+    fn timeout(&self, deadline: Deadline) -> Duration {
+        match deadline.budget() {
             // Never zero: fred would read it as "no timeout".
             Some(b) => self.command_timeout.min(b).max(MIN_TIMEOUT),
             None => self.command_timeout,
@@ -456,7 +461,7 @@ impl Inner {
                 self.run(
                     &part,
                     Scope::Undo,
-                    When::at(*part_now),
+                    When::at(*part_now, now.deadline),
                     Some(*slot),
                     timeout,
                 )
@@ -546,7 +551,7 @@ impl Inner {
         let reply = match eval(client, slot, args(), timeout).await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 // Longer than a decision, unless the request's deadline is nearer.
-                let load = match super::deadline::budget() {
+                let load = match now.deadline.budget() {
                     Some(b) => LOAD_TIMEOUT_MIN.min(b).max(MIN_TIMEOUT),
                     None => LOAD_TIMEOUT_MIN,
                 };
@@ -663,11 +668,8 @@ impl Store for RedisStore {
         &self,
         checks: &[Check<'_>],
         now: Micros,
+        deadline: Deadline,
     ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
-        self.decide_checks(checks, now)
-    }
-
-    fn supports(&self, algorithm: crate::algorithm::Algorithm) -> bool {
-        script::algorithm_code(algorithm).is_some()
+        self.decide_checks(checks, now, deadline)
     }
 }
