@@ -150,6 +150,7 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
         });
     }
     if errors.is_empty() {
+        crate::rules::wildcard::prepare(&set);
         Ok(set)
     } else {
         Err(ConfigErrors(errors))
