@@ -8,11 +8,15 @@ mod ops;
 mod support;
 
 use ops::spawn_sluice;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 
-const CAP: u64 = 64 << 20;
+const CAP: u64 = 32 << 20;
 
 const CONFIG: &str = r#"
 domain: m
@@ -34,6 +38,17 @@ descriptors:
       - key: ip
         rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: distinct}
 "#;
+
+/// A sample of the server's /metrics.
+async fn metric(http: std::net::SocketAddr, name: &str) -> f64 {
+    let (_, metrics) = support::http_get(http, "/metrics").await;
+    metrics
+        .lines()
+        .find(|l| l.split(['{', ' ']).next() == Some(name))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
 
 /// `VmRSS` or `VmHWM` of `pid`, in bytes.
 fn status_bytes(pid: u32, field: &str) -> u64 {
@@ -57,10 +72,10 @@ fn value(seed: &mut u64, n: u64) -> Vec<u8> {
         .wrapping_mul(6_364_136_223_846_793_005)
         .wrapping_add(1_442_695_040_888_963_407);
     let r = *seed >> 33;
-    let len = match r % 16 {
-        0 => 4_096 + (r >> 4) as usize % 12_288,
-        1..=4 => 100 + (r >> 4) as usize % 900,
-        _ => (r >> 4) as usize % 40,
+    let len = match r % 100 {
+        0 => 4_096 + (r >> 7) as usize % 12_288,
+        1..=3 => 100 + (r >> 7) as usize % 900,
+        _ => (r >> 7) as usize % 24,
     };
     let mut v = format!("{n}-").into_bytes();
     v.resize(v.len() + len, b'a' + (r % 26) as u8);
@@ -136,22 +151,25 @@ async fn rss_stays_within_the_byte_cap() {
             .expect("decided");
     }
     let baseline = status_bytes(pid, "VmRSS");
-    // Four times the cap in key bytes alone, from four clients at once.
+    // Four clients fill until the store first evicts (it is full), then as much again as a
+    // third of what that took, so the fill evicts a lot whatever the accounting.
+    let sent = Arc::new(AtomicU64::new(0));
+    let target = Arc::new(AtomicU64::new(u64::MAX));
     let workers: Vec<_> = (0..4u64)
         .map(|w| {
             let client = client.clone();
+            let (sent, target) = (sent.clone(), target.clone());
             tokio::spawn(async move {
                 let (mut seed, mut next) = (w + 7, (w + 1) << 40);
-                let mut sent = 0;
                 let mut peak = 0;
-                while sent < CAP {
+                while sent.load(Ordering::Relaxed) < target.load(Ordering::Relaxed) {
                     let (req, bytes) = request(&mut seed, &mut next);
                     client
                         .clone()
                         .should_rate_limit(req)
                         .await
                         .expect("decided");
-                    sent += bytes;
+                    sent.fetch_add(bytes, Ordering::Relaxed);
                     if next % 64 == 0 {
                         peak = peak.max(status_bytes(pid, "VmRSS"));
                     }
@@ -160,6 +178,14 @@ async fn rss_stays_within_the_byte_cap() {
             })
         })
         .collect();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while target.load(Ordering::Relaxed) == u64::MAX {
+        assert!(Instant::now() < deadline, "the store never filled");
+        if metric(s.http, "sluice_store_memory_evictions_total").await > 0.0 {
+            target.store(sent.load(Ordering::Relaxed) * 4 / 3, Ordering::Relaxed);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut peak = 0;
     for w in workers {
         peak = peak.max(w.await.unwrap());
@@ -167,6 +193,12 @@ async fn rss_stays_within_the_byte_cap() {
     let rss = status_bytes(pid, "VmRSS");
     let hwm = status_bytes(pid, "VmHWM");
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let counted = metric(s.http, "sluice_store_memory_bytes").await;
+    let evictions = metric(s.http, "sluice_store_memory_evictions_total").await;
+    println!(
+        "counted {:.1} MiB, {evictions} evictions",
+        counted / f64::from(1 << 20)
+    );
     println!(
         "cap {:.0} MiB: baseline {:.1} MiB, RSS after {:.1} MiB, peak sampled {:.1} MiB, VmHWM {:.1} MiB; above baseline {:.2}x the cap",
         mib(CAP),
