@@ -204,10 +204,16 @@ fn hostile(c: &mut Criterion) {
                 .count()
         })
     });
-    // Loading: the same number of rules, infix (automaton built) against exact values.
+    // Loading: the same number of rules, infix (automaton built) against trailing-`*`
+    // wildcards (no automaton) and exact values.
     let infix = infix_yaml(n);
-    let exact = infix.replace("\"*m", "\"m").replace("*\"", "\"");
-    for (name, yaml) in [("infix10k", infix), ("exact10k", exact)] {
+    let affix = infix.replace("\"*m", "\"m");
+    let exact = affix.replace("*\"", "\"");
+    for (name, yaml) in [
+        ("infix10k", infix),
+        ("affix10k", affix),
+        ("exact10k", exact),
+    ] {
         g.bench_function(format!("load/{name}"), |b| {
             b.iter(|| {
                 black_box(load(vec![("d.yaml".into(), yaml.clone())]))
