@@ -39,14 +39,13 @@ descriptors:
         rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: distinct}
 "#;
 
-/// A sample of the server's /metrics.
+/// A sample of the server's /metrics (whatever its labels: the store is the only one).
 async fn metric(http: std::net::SocketAddr, name: &str) -> f64 {
-    let (_, metrics) = support::http_get(http, "/metrics").await;
-    metrics
-        .lines()
-        .find(|l| l.split(['{', ' ']).next() == Some(name))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|n| n.parse::<f64>().ok())
+    let (_, text) = support::http_get(http, "/metrics").await;
+    ops::parse_prometheus(&text)
+        .into_iter()
+        .find(|((n, _), _)| n == name)
+        .map(|(_, v)| v)
         .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
