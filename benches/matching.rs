@@ -1,7 +1,8 @@
 //! Descriptor matching against 10 to 100,000 rules (exact values, trailing-`*` and infix
 //! wildcards, and the file-order scan the wildcard index replaced), and whole decisions in
-//! process (limiter + memory store, no gRPC) with 1 and 5 descriptors. Prints figures;
-//! asserts nothing about time.
+//! process (limiter + memory store, no gRPC) with 1 and 5 descriptors; the hostile case of
+//! issue 14 (10,000 rules `*mNNNNN*`, a request of three 64 KiB values) and what the wildcard
+//! automaton adds to loading those rules. Prints figures; asserts nothing about time.
 //!
 //! ```sh
 //! cargo bench --bench matching            # everything (a few minutes)
@@ -160,5 +161,72 @@ fn decisions(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matching, decisions);
+/// 10,000 infix rules `*m0NNNN*` under key `k`, as YAML.
+fn infix_yaml(n: usize) -> String {
+    let mut y = String::from("domain: d\ndescriptors:\n");
+    for i in 0..n {
+        let _ = write!(
+            y,
+            "  - key: k\n    value: \"*m{i:05}*\"\n    rate_limit: {{unit: second, requests_per_unit: 10}}\n"
+        );
+    }
+    y
+}
+
+/// A 64 KiB value of near misses (`m0NNNx`: five bytes into a piece, then no match), ending
+/// with `tail`.
+fn near_misses(tail: &str) -> String {
+    let mut v = String::with_capacity(64 * 1024);
+    let mut i = 0;
+    while v.len() + 6 + tail.len() <= 64 * 1024 {
+        let _ = write!(v, "m0{:03}x", i % 1000);
+        i += 1;
+    }
+    v.push_str(tail);
+    v
+}
+
+fn hostile(c: &mut Criterion) {
+    let mut g = c.benchmark_group("hostile");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+    let n = 10_000;
+    let set = load(vec![("d.yaml".into(), infix_yaml(n))]);
+    let domain = set.domain("d").unwrap();
+    // Three values: two match nothing, the third only the last rule in file order.
+    let values = [near_misses(""), near_misses(""), near_misses("m09999")];
+    let descriptors: Vec<[Entry; 1]> = values.iter().map(|v| [entry("k", v)]).collect();
+    assert!(domain.find(&descriptors[0]).is_none());
+    assert!(domain.find(&descriptors[2]).is_some());
+    g.bench_function("infix10k/3x64KiB", |b| {
+        b.iter(|| {
+            descriptors
+                .iter()
+                .filter(|d| black_box(domain.find(black_box(&d[..]))).is_some())
+                .count()
+        })
+    });
+    // Loading: the same number of rules, infix (automaton built) against trailing-`*`
+    // wildcards (no automaton) and exact values.
+    let infix = infix_yaml(n);
+    let affix = infix.replace("\"*m", "\"m");
+    let exact = affix.replace("*\"", "\"");
+    for (name, yaml) in [
+        ("infix10k", infix),
+        ("affix10k", affix),
+        ("exact10k", exact),
+    ] {
+        g.bench_function(format!("load/{name}"), |b| {
+            b.iter(|| {
+                black_box(load(vec![("d.yaml".into(), yaml.clone())]))
+                    .domains
+                    .len()
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, matching, decisions, hostile);
 criterion_main!(benches);

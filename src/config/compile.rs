@@ -59,6 +59,7 @@ pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, Confi
         errors[first_error..].sort_by_key(|e| (e.position.line, e.position.column));
     }
     if errors.is_empty() {
+        crate::rules::wildcard::prepare(&set);
         Ok(set)
     } else {
         Err(ConfigErrors(errors))

@@ -36,6 +36,18 @@ impl Pattern {
         self.segments.last().map_or(&[], |s| &s[..])
     }
 
+    /// The non-empty literal pieces between the first and the last `*`, in order (`**` is
+    /// `*`, so empty pieces say nothing).
+    pub fn middles(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let inner = self.segments.len().saturating_sub(2);
+        self.segments
+            .iter()
+            .skip(1)
+            .take(inner)
+            .map(|s| &s[..])
+            .filter(|s| !s.is_empty())
+    }
+
     pub fn matches(&self, value: &[u8]) -> bool {
         let (first, rest) = match self.segments.split_first() {
             Some(x) => x,

@@ -7,8 +7,12 @@
 //! # Memory bound
 //!
 //! Two hard caps, split evenly over the shards: a number of keys (`--memory-max-entries`) and
-//! an estimate of their bytes (key, state and bookkeeping; `--memory-max-bytes`), so that
-//! neither many keys nor long keys chosen by clients can grow the process without bound.
+//! their bytes (`--memory-max-bytes`), so that neither many keys nor long keys chosen by
+//! clients can grow the process without bound. The bytes are those the process holds (see
+//! [`size`]): every key's and state's heap block as the allocator rounds it, and each shard's
+//! hash table as allocated, free slots included, read after every insert. A new key makes
+//! room first for itself and for the table's growth when the table is full; a table that grew
+//! anyway (hashbrown also grows when deleted slots fill it) gives back entries right after.
 //! Entries carry an expiry after which they are equivalent to no state (a window that ended,
 //! a bucket that refilled to full); [`MemoryStore::sweep`] reclaims them periodically. When a
 //! shard is full, eviction picks, in this order:
@@ -26,12 +30,15 @@
 //! Whether an entry is over its limit is computed when it is written (the limit is known
 //! then) and kept as the time until which it stays over.
 
-use std::collections::HashMap;
+mod size;
+#[cfg(test)]
+mod tests;
+
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::algorithm::{distinct, Ask, State};
+use crate::algorithm::{Ask, State};
 use crate::model::Micros;
 
 use super::batch::{self, StateTable, Verdict};
@@ -41,16 +48,16 @@ const SHARDS: usize = 64;
 /// Keys come from clients, so the maps keep a seeded hash with DoS resistance (foldhash's
 /// quality variant: a fraction of SipHash's cost, which was ~1.5k instructions a request).
 type RandomState = foldhash::quality::RandomState;
+/// A table slot and its control byte.
+const SLOT_BYTES: usize = std::mem::size_of::<(Box<[u8]>, Slot)>() + 1;
 /// How many entries an eviction looks at to choose its victim.
 pub const EVICTION_PROBE: usize = 16;
-/// Bookkeeping bytes per entry besides its key and state (map slot, boxed key, slot fields).
-const ENTRY_OVERHEAD: usize = std::mem::size_of::<(Box<[u8]>, Slot)>() + 16;
 
 /// Limits and counters of the in-memory store.
 #[derive(Debug, Default)]
 pub struct MemoryStats {
     pub entries: AtomicUsize,
-    /// Estimated bytes of every entry (key, state, bookkeeping).
+    /// Bytes of every entry and table (see [`size`]).
     pub bytes: AtomicUsize,
     /// Entries evicted before they expired, because the store was full.
     pub evictions: AtomicU64,
@@ -64,12 +71,17 @@ struct Slot {
     expires_at: Micros,
     /// Until when the key is over its limit (in the past when it is not).
     over_until: Micros,
+    /// The key's and state's heap blocks ([`size::entry_bytes`]).
     bytes: usize,
 }
 
 struct Shard {
-    map: HashMap<Box<[u8]>, Slot, RandomState>,
+    /// hashbrown's map rather than std's (the same table) for its `allocation_size`.
+    map: hashbrown::HashMap<Box<[u8]>, Slot, RandomState>,
+    /// Entries' bytes plus `table`.
     bytes: usize,
+    /// The table's allocation when last read.
+    table: usize,
     /// Evictions left before the next full pass over the shard for expired entries.
     sweep_credit: usize,
 }
@@ -88,8 +100,9 @@ impl MemoryStore {
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
-                    map: HashMap::default(),
+                    map: hashbrown::HashMap::default(),
                     bytes: 0,
+                    table: 0,
                     sweep_credit: 0,
                 })
             })
@@ -103,9 +116,9 @@ impl MemoryStore {
         }
     }
 
-    /// Caps the estimated bytes too. The cap is split over the shards, and a shard always
-    /// keeps the entry just written, so the bound is the larger of `max_bytes` and 64 times the
-    /// largest entry (which the request limits bound).
+    /// Caps the bytes too. The cap is split over the shards, and a shard always keeps the
+    /// entry just written, so the bound is the larger of `max_bytes` and 64 times the largest
+    /// entry (which the request limits bound).
     pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
         self.bytes_per_shard = (max_bytes / SHARDS).max(1);
         self
@@ -128,16 +141,24 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// Estimated bytes held.
+    /// Bytes held by entries and tables.
     pub fn bytes(&self) -> usize {
         self.stats.bytes.load(Ordering::Relaxed)
     }
 
-    /// Drops every entry that has expired at `now`; returns how many.
+    /// Drops every entry that has expired at `now`, and halves tables left mostly empty;
+    /// returns how many entries.
     pub fn sweep(&self, now: Micros) -> usize {
         let mut removed = 0;
         for shard in self.shards.iter() {
-            removed += reclaim_expired(&mut lock(shard), now, &self.stats);
+            let mut shard = lock(shard);
+            removed += reclaim_expired(&mut shard, now, &self.stats);
+            // By bytes: `capacity()` omits the slots that deleted entries still block.
+            if shard.map.len() * 4 * SLOT_BYTES < shard.table {
+                let len = shard.map.len();
+                shard.map.shrink_to(len * 2);
+                reread_table(&mut shard, &self.stats);
+            }
         }
         removed
     }
@@ -216,7 +237,7 @@ impl StateTable for Locked<'_, '_> {
         let now = self.now;
         let store = self.store;
         let over_until = over_until(key, &state, now, self.checks);
-        let bytes = key.len() + state_bytes(&state) + ENTRY_OVERHEAD;
+        let bytes = size::entry_bytes(key, &state);
         let Some((_, shard)) = self.guards.iter_mut().find(|(i, _)| *i == id) else {
             return;
         };
@@ -239,11 +260,16 @@ impl StateTable for Locked<'_, '_> {
             }
             return;
         }
-        while !shard.map.is_empty()
-            && (shard.map.len() >= store.cap_per_shard
-                || shard.bytes.saturating_add(bytes) > store.bytes_per_shard)
-        {
-            if !evict_one(shard, now, store, None) {
+        loop {
+            // A full table doubles on insert: count the new table too (the old one goes).
+            let growth = if shard.map.len() >= shard.map.capacity() {
+                shard.table
+            } else {
+                0
+            };
+            let over = shard.map.len() >= store.cap_per_shard
+                || shard.bytes + bytes + growth > store.bytes_per_shard;
+            if shard.map.is_empty() || !over || !evict_one(shard, now, store, None) {
                 break;
             }
         }
@@ -251,6 +277,12 @@ impl StateTable for Locked<'_, '_> {
         shard.bytes += bytes;
         store.stats.entries.fetch_add(1, Ordering::Relaxed);
         store.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
+        reread_table(shard, &store.stats);
+        while shard.bytes > store.bytes_per_shard && shard.map.len() > 1 {
+            if !evict_one(shard, now, store, Some(key)) {
+                break;
+            }
+        }
     }
 }
 
@@ -268,17 +300,14 @@ fn over_until(key: &[u8], state: &State, now: Micros, checks: &[Check<'_>]) -> M
     }
 }
 
-/// Heap bytes of a state beyond its inline size.
-fn state_bytes(state: &State) -> usize {
-    let words = |n: usize| n * 8;
-    match state {
-        State::FixedWindow(_) | State::Bucket(_) => 0,
-        State::SlidingWindow(s) => words(s.counts.capacity()),
-        State::SlidingLog(s) => words(s.log.capacity()),
-        State::Distinct(s) => match &s.values {
-            distinct::Values::Exact(v) => words(v.capacity()),
-            distinct::Values::Hll(r) => r.len(),
-        },
+/// Reads the table's allocation into the shard's and the store's bytes.
+fn reread_table(shard: &mut Shard, stats: &MemoryStats) {
+    let table = shard.map.allocation_size();
+    if table != shard.table {
+        shard.bytes = shard.bytes - shard.table + table;
+        stats.bytes.fetch_add(table, Ordering::Relaxed);
+        stats.bytes.fetch_sub(shard.table, Ordering::Relaxed);
+        shard.table = table;
     }
 }
 
@@ -361,183 +390,4 @@ fn evict_one(shard: &mut Shard, now: Micros, store: &MemoryStore, keep: Option<&
         );
     }
     true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::algorithm::{Ask, Limit};
-    use crate::store::Charge;
-
-    #[test]
-    fn expired_entries_are_swept() {
-        let s = MemoryStore::new(1000);
-        let l = Limit::fixed_window(5, 1_000_000);
-        let c = [Check {
-            key: b"k",
-            limit: &l,
-            ask: Ask::take(1),
-            charge: Charge::IfAdmitted,
-            group: 0,
-            quota: false,
-            on_error: None,
-        }];
-        s.decide_now(&c, 0);
-        assert_eq!(s.len(), 1);
-        assert_eq!(s.sweep(999_999), 0);
-        assert_eq!(s.sweep(1_000_000), 1);
-        assert!(s.is_empty());
-    }
-
-    #[test]
-    fn the_cap_holds_and_evictions_are_counted() {
-        let s = MemoryStore::new(SHARDS * 2);
-        let l = Limit::fixed_window(5, 60_000_000);
-        for i in 0..10_000u32 {
-            let key = i.to_be_bytes();
-            let c = [Check {
-                key: &key,
-                limit: &l,
-                ask: Ask::take(1),
-                charge: Charge::IfAdmitted,
-                group: 0,
-                quota: false,
-                on_error: None,
-            }];
-            assert!(s.decide_now(&c, 0)[0].allowed);
-        }
-        assert!(s.len() <= SHARDS * 2, "{} entries", s.len());
-        assert!(s.stats().evictions.load(Ordering::Relaxed) >= 10_000 - (SHARDS as u64) * 2);
-    }
-
-    fn take_one(s: &MemoryStore, key: &[u8], l: &Limit, now: Micros) -> bool {
-        let c = [Check {
-            key,
-            limit: l,
-            ask: Ask::take(1),
-            charge: Charge::IfAdmitted,
-            group: 0,
-            quota: false,
-            on_error: None,
-        }];
-        s.decide_now(&c, now)[0].allowed
-    }
-
-    /// A flood of fresh keys evicts keys within their limits, never one over its limit, as
-    /// long as the probe finds another victim; over-limit keys stay limited.
-    #[test]
-    fn keys_over_their_limit_outlive_a_flood_of_new_keys() {
-        let s = MemoryStore::new(SHARDS * 8);
-        let strict = Limit::fixed_window(1, 60_000_000);
-        let loose = Limit::fixed_window(100, 60_000_000);
-        // 64 attackers, each now over its limit of 1.
-        let attackers: Vec<Vec<u8>> = (0..64u32).map(|i| format!("a{i}").into_bytes()).collect();
-        for a in &attackers {
-            assert!(take_one(&s, a, &strict, 0));
-            assert!(!take_one(&s, a, &strict, 1));
-        }
-        for i in 0..20_000u32 {
-            take_one(&s, &i.to_be_bytes(), &loose, 2);
-        }
-        assert!(s.len() <= s.max_entries());
-        assert!(s.stats().evictions.load(Ordering::Relaxed) > 10_000);
-        let forgot = s.stats().evictions_over_limit.load(Ordering::Relaxed);
-        let still_limited = attackers
-            .iter()
-            .filter(|a| !take_one(&s, a, &strict, 3))
-            .count() as u64;
-        // Every attacker either is still limited or was counted when forgotten.
-        assert_eq!(still_limited + forgot, 64, "forgot {forgot}");
-        assert!(still_limited >= 60, "only {still_limited} still limited");
-    }
-
-    /// When every probed entry is over its limit, one is evicted anyway and counted.
-    #[test]
-    fn evicting_an_over_limit_key_is_counted() {
-        let s = MemoryStore::new(SHARDS);
-        let zero_after_one = Limit::fixed_window(1, 60_000_000);
-        for i in 0..1_000u32 {
-            take_one(&s, &i.to_be_bytes(), &zero_after_one, 0);
-        }
-        assert!(s.len() <= SHARDS);
-        assert_eq!(
-            s.stats().evictions.load(Ordering::Relaxed),
-            s.stats().evictions_over_limit.load(Ordering::Relaxed)
-        );
-        assert!(s.stats().evictions_over_limit.load(Ordering::Relaxed) >= 1_000 - SHARDS as u64);
-    }
-
-    /// Long keys hit the byte cap long before the key cap; expired entries go first.
-    #[test]
-    fn the_byte_cap_holds_for_long_keys() {
-        // 256 KiB per shard: three of these keys each.
-        let max_bytes = 16 << 20;
-        let s = MemoryStore::new(1_000_000).with_max_bytes(max_bytes);
-        let l = Limit::fixed_window(5, 1_000_000);
-        for i in 0..2_000u32 {
-            let mut key = vec![b'x'; 64 * 1024];
-            key.extend_from_slice(&i.to_be_bytes());
-            take_one(&s, &key, &l, 0);
-            assert!(s.bytes() <= max_bytes, "{} bytes", s.bytes());
-        }
-        assert!(s.len() <= 3 * SHARDS, "{} entries", s.len());
-        // A second later every entry has expired: new keys reclaim them instead of evicting
-        // (three keys: even all in one shard they fit once its expired entries are gone).
-        let evictions = s.stats().evictions.load(Ordering::Relaxed);
-        for i in 0..3u32 {
-            let mut key = vec![b'y'; 64 * 1024];
-            key.extend_from_slice(&i.to_be_bytes());
-            take_one(&s, &key, &l, 1_000_000);
-        }
-        assert_eq!(s.stats().evictions.load(Ordering::Relaxed), evictions);
-        assert!(s.stats().expired_reclaimed.load(Ordering::Relaxed) > 0);
-    }
-
-    /// The accounted bytes of one active key per algorithm, for a typical 54-byte key and 100
-    /// requests per second: the table of ALGORITHMS.md ("Memory per key"), which must change
-    /// with it.
-    #[test]
-    fn accounted_bytes_per_key() {
-        use crate::algorithm::Algorithm::*;
-        // (algorithm, key length, accounted bytes)
-        let table = [
-            (FixedWindow, 54, 150),
-            (SlidingWindow, 61, 245),
-            (SlidingLog, 53, 157),
-            (TokenBucket, 54, 150),
-            (LeakyBucket, 54, 150),
-            (Gcra, 46, 142),
-            (Distinct, 50, 154),
-        ];
-        assert_eq!(table.len(), crate::algorithm::Algorithm::ALL.len());
-        let mut key = Vec::new();
-        let parts = [crate::store::key::Part::Value {
-            key: b"api_key",
-            value: b"k12345",
-        }];
-        for (algorithm, key_len, bytes) in table {
-            let l = Limit::new(algorithm, 100, 1_000_000);
-            crate::store::key::build(&mut key, b"", "bench0", parts, &l, None);
-            let s = MemoryStore::new(1000);
-            let c = [Check {
-                key: &key,
-                limit: &l,
-                ask: Ask {
-                    value: 7,
-                    ..Ask::take(1)
-                },
-                charge: Charge::IfAdmitted,
-                group: 0,
-                quota: false,
-                on_error: None,
-            }];
-            s.decide_now(&c, 0);
-            assert_eq!(
-                (key.len(), s.bytes()),
-                (key_len, bytes),
-                "{}",
-                algorithm.as_str()
-            );
-        }
-    }
 }

@@ -19,6 +19,7 @@ mod grpc_threads;
 mod grpc_tls;
 mod health_drain;
 mod hostile;
+mod memory_rss;
 mod metrics;
 mod ops_redis;
 mod overload;
