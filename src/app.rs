@@ -547,6 +547,7 @@ async fn run<S: Store>(
         }
         let in_flight = in_flight.clone();
         let tls = tls.clone();
+        let (read_timeout, gate_metrics) = (hard.grpc_request_read_timeout, metrics.clone());
         move |grpc: TcpListener| {
             let mut rx = stop_rx.clone();
             let shutdown = async move {
@@ -557,7 +558,11 @@ async fn run<S: Store>(
                 .add_service(health.clone())
                 .add_service(reflection_v1.clone())
                 .add_service(reflection_v1alpha.clone())
-                .add_service(Gate::new(svc.clone(), in_flight.clone()));
+                .add_service(
+                    Gate::new(svc.clone(), in_flight.clone())
+                        .with_reading(limits.max_request_bytes, read_timeout)
+                        .with_metrics(gate_metrics.clone()),
+                );
             let tls = tls.clone();
             async move {
                 match tls {

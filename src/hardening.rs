@@ -42,6 +42,11 @@ pub struct HardeningArgs {
     #[arg(long, env = "SLUICE_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub max_in_flight: usize,
 
+    /// Time for a gRPC request to arrive whole after its headers; a stream still unfinished
+    /// then ends with DEADLINE_EXCEEDED. A request takes an in-flight slot only once whole.
+    #[arg(long, env = "SLUICE_GRPC_REQUEST_READ_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub grpc_request_read_timeout: Duration,
+
     /// Most concurrent HTTP/2 streams per gRPC connection.
     #[arg(
         long,
