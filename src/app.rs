@@ -11,7 +11,6 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
@@ -25,6 +24,7 @@ use crate::service::http::{self, DecideFn, HttpContext};
 use crate::service::limits::RequestLimits;
 use crate::service::overload::{Gate, InFlight};
 use crate::service::rls::RlsService;
+use crate::service::accept::{self, HttpListener, Port};
 use crate::service::tls::{self, ReloadingTls, TlsError, TlsFiles};
 use crate::service::ServiceState;
 use crate::settings::{Backend, ClockArg, OnStoreError, RedisArgs, ServeArgs};
@@ -548,6 +548,7 @@ async fn run<S: Store>(
         let in_flight = in_flight.clone();
         let tls = tls.clone();
         let (read_timeout, gate_metrics) = (hard.grpc_request_read_timeout, metrics.clone());
+        let grpc_port = Port::new("grpc", hard.grpc_max_connections, hard.grpc_idle_timeout);
         move |grpc: TcpListener| {
             let mut rx = stop_rx.clone();
             let shutdown = async move {
@@ -564,17 +565,17 @@ async fn run<S: Store>(
                         .with_metrics(gate_metrics.clone()),
                 );
             let tls = tls.clone();
+            let port = grpc_port.clone();
             async move {
                 match tls {
                     None => {
-                        let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
                         router
-                            .serve_with_incoming_shutdown(incoming, shutdown)
+                            .serve_with_incoming_shutdown(accept::incoming(grpc, port), shutdown)
                             .await
                     }
                     Some(tls) => {
                         router
-                            .serve_with_incoming_shutdown(tls::incoming(grpc, tls), shutdown)
+                            .serve_with_incoming_shutdown(tls::incoming(grpc, tls, port), shutdown)
                             .await
                     }
                 }
@@ -644,15 +645,24 @@ async fn run<S: Store>(
         metrics: Some(metrics.clone()),
         decide,
     };
+    let http_port = Port::new("http", hard.http_max_connections, hard.http_idle_timeout);
     let http_server = {
         let mut rx = stop_rx.clone();
-        axum::serve(http, http::router(cx.clone())).with_graceful_shutdown(async move {
+        let listener = HttpListener {
+            listener: http,
+            port: http_port.clone(),
+        };
+        axum::serve(listener, http::router(cx.clone())).with_graceful_shutdown(async move {
             let _ = rx.wait_for(|s| *s).await;
         })
     };
     let prometheus_server = prometheus.map(|l| {
         let mut rx = stop_rx.clone();
-        axum::serve(l, http::metrics_router(cx)).with_graceful_shutdown(async move {
+        let listener = HttpListener {
+            listener: l,
+            port: Port::new("prometheus", hard.http_max_connections, hard.http_idle_timeout),
+        };
+        axum::serve(listener, http::metrics_router(cx)).with_graceful_shutdown(async move {
             let _ = rx.wait_for(|s| *s).await;
         })
     });

@@ -136,3 +136,102 @@ async fn a_non_grpc_content_type_gets_415_and_is_counted() {
     assert!(line.ends_with(" 3"), "{line}");
     s.stop().await;
 }
+
+/// Whether the server closes `tcp` within `within` (a read gives EOF or an error).
+async fn closed_within(tcp: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue, // the server's SETTINGS and the like
+        }
+    }
+}
+
+#[tokio::test]
+async fn idle_grpc_connections_are_reaped_while_clients_are_served() {
+    let s = Sluice::start(
+        StoreKind::Memory,
+        Some(CONFIG),
+        &["--grpc-idle-timeout", "1s"],
+    )
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..50 {
+        idle.push(
+            tokio::net::TcpStream::connect(s.server.grpc_addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    // A client that keeps asking keeps its connection.
+    for _ in 0..15 {
+        assert_eq!(s.call(request()).await.expect("served").overall_code, Code::Ok as i32);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for tcp in &mut idle {
+        assert!(closed_within(tcp, Duration::from_secs(10)).await, "an idle connection stays open");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_stalled_http_request_is_closed_while_others_are_served() {
+    use tokio::io::AsyncWriteExt;
+    let s = Sluice::start(
+        StoreKind::Memory,
+        Some(CONFIG),
+        &["--http-idle-timeout", "1s"],
+    )
+    .await;
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        let mut tcp = tokio::net::TcpStream::connect(s.server.http_addr)
+            .await
+            .expect("connect");
+        tcp.write_all(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("write");
+        slow.push(tcp);
+    }
+    assert_eq!(s.http_get("/healthcheck").await.0, 200);
+    for tcp in &mut slow {
+        assert!(closed_within(tcp, Duration::from_secs(10)).await, "a stalled request stays open");
+    }
+    assert_eq!(s.http_get("/healthcheck").await.0, 200);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn connections_beyond_the_cap_are_closed_at_once() {
+    let s = Sluice::start(
+        StoreKind::Memory,
+        Some(CONFIG),
+        &["--grpc-max-connections", "8", "--grpc-threads", "0"],
+    )
+    .await;
+    // The test client holds one place; seven more fill the port.
+    s.call(request()).await.expect("served");
+    let mut held = Vec::new();
+    for _ in 0..7 {
+        held.push(
+            tokio::net::TcpStream::connect(s.server.grpc_addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    for _ in 0..5 {
+        let mut extra = tokio::net::TcpStream::connect(s.server.grpc_addr)
+            .await
+            .expect("connect");
+        assert!(closed_within(&mut extra, Duration::from_secs(5)).await, "beyond the cap");
+        assert_eq!(s.call(request()).await.expect("served").overall_code, Code::Ok as i32);
+    }
+    for tcp in &mut held {
+        assert!(!closed_within(tcp, Duration::from_millis(50)).await, "within the cap");
+    }
+    s.stop().await;
+}
