@@ -20,11 +20,11 @@ use crate::limiter::{HeaderNames, Limiter, LimiterMetrics, LimiterOptions};
 use crate::metrics::{Metrics, MetricsOptions};
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::rules::{content_hash, RuleSet};
+use crate::service::accept::{self, HttpListener, Port};
 use crate::service::http::{self, DecideFn, HttpContext};
 use crate::service::limits::RequestLimits;
 use crate::service::overload::{Gate, InFlight};
 use crate::service::rls::RlsService;
-use crate::service::accept::{self, HttpListener, Port};
 use crate::service::tls::{self, ReloadingTls, TlsError, TlsFiles};
 use crate::service::ServiceState;
 use crate::settings::{Backend, ClockArg, OnStoreError, RedisArgs, ServeArgs};
@@ -660,7 +660,11 @@ async fn run<S: Store>(
         let mut rx = stop_rx.clone();
         let listener = HttpListener {
             listener: l,
-            port: Port::new("prometheus", hard.http_max_connections, hard.http_idle_timeout),
+            port: Port::new(
+                "prometheus",
+                hard.http_max_connections,
+                hard.http_idle_timeout,
+            ),
         };
         axum::serve(listener, http::metrics_router(cx)).with_graceful_shutdown(async move {
             let _ = rx.wait_for(|s| *s).await;

@@ -169,11 +169,17 @@ async fn idle_grpc_connections_are_reaped_while_clients_are_served() {
     }
     // A client that keeps asking keeps its connection.
     for _ in 0..15 {
-        assert_eq!(s.call(request()).await.expect("served").overall_code, Code::Ok as i32);
+        assert_eq!(
+            s.call(request()).await.expect("served").overall_code,
+            Code::Ok as i32
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     for tcp in &mut idle {
-        assert!(closed_within(tcp, Duration::from_secs(10)).await, "an idle connection stays open");
+        assert!(
+            closed_within(tcp, Duration::from_secs(10)).await,
+            "an idle connection stays open"
+        );
     }
     s.stop().await;
 }
@@ -199,7 +205,10 @@ async fn a_stalled_http_request_is_closed_while_others_are_served() {
     }
     assert_eq!(s.http_get("/healthcheck").await.0, 200);
     for tcp in &mut slow {
-        assert!(closed_within(tcp, Duration::from_secs(10)).await, "a stalled request stays open");
+        assert!(
+            closed_within(tcp, Duration::from_secs(10)).await,
+            "a stalled request stays open"
+        );
     }
     assert_eq!(s.http_get("/healthcheck").await.0, 200);
     s.stop().await;
@@ -227,11 +236,20 @@ async fn connections_beyond_the_cap_are_closed_at_once() {
         let mut extra = tokio::net::TcpStream::connect(s.server.grpc_addr)
             .await
             .expect("connect");
-        assert!(closed_within(&mut extra, Duration::from_secs(5)).await, "beyond the cap");
-        assert_eq!(s.call(request()).await.expect("served").overall_code, Code::Ok as i32);
+        assert!(
+            closed_within(&mut extra, Duration::from_secs(5)).await,
+            "beyond the cap"
+        );
+        assert_eq!(
+            s.call(request()).await.expect("served").overall_code,
+            Code::Ok as i32
+        );
     }
     for tcp in &mut held {
-        assert!(!closed_within(tcp, Duration::from_millis(50)).await, "within the cap");
+        assert!(
+            !closed_within(tcp, Duration::from_millis(50)).await,
+            "within the cap"
+        );
     }
     s.stop().await;
 }

@@ -99,8 +99,12 @@ impl Port {
                         self.open.fetch_sub(1, Ordering::AcqRel);
                         self.refused.fetch_add(1, Ordering::Relaxed);
                         if let Some(held) = self.over_cap.due() {
-                            tracing::warn!(port = self.name, max = self.max, more = held,
-                                "connection cap reached; new connections closed at once");
+                            tracing::warn!(
+                                port = self.name,
+                                max = self.max,
+                                more = held,
+                                "connection cap reached; new connections closed at once"
+                            );
                         }
                         continue;
                     }
@@ -289,7 +293,8 @@ mod tests {
         let _b = TcpStream::connect(addr).await.unwrap();
         let _c = TcpStream::connect(addr).await.unwrap();
         // b is refused while a holds the only place; after a closes, c gets in.
-        let accepted = tokio::time::timeout(Duration::from_millis(300), port.accept(&listener)).await;
+        let accepted =
+            tokio::time::timeout(Duration::from_millis(300), port.accept(&listener)).await;
         assert!(accepted.is_err(), "nothing fits while full");
         assert!(port.refused() >= 1);
         drop(first);

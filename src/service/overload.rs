@@ -277,7 +277,10 @@ mod tests {
     fn grpc_content_types() {
         let ct = |v: &'static str| {
             let mut h = http::HeaderMap::new();
-            h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(v));
+            h.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(v),
+            );
             is_grpc(&h)
         };
         assert!(ct("application/grpc"));
@@ -302,8 +305,16 @@ mod tests {
         assert_eq!(&got[PREFIX..], b"abc");
         let e = read_whole(framed(11, b""), 10).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument);
-        assert!(e.message().contains("request is 11 bytes"), "{}", e.message());
+        assert!(
+            e.message().contains("request is 11 bytes"),
+            "{}",
+            e.message()
+        );
         let e = read_whole(framed(2, b"abc"), 10).await.unwrap_err();
-        assert!(e.message().contains("--max-request-bytes"), "{}", e.message());
+        assert!(
+            e.message().contains("--max-request-bytes"),
+            "{}",
+            e.message()
+        );
     }
 }
