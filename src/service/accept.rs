@@ -20,6 +20,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 
+use crate::clock::monotonic;
+
 /// Longest pause after a failed accept; the first is [`FIRST_BACKOFF`], doubling up to this.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
@@ -37,7 +39,7 @@ impl QuietWarn {
     /// `Some(held back since the last line)` when this occurrence should be logged.
     pub fn due(&self) -> Option<u64> {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
+        let now = monotonic();
         match *last {
             Some(t) if now.duration_since(t) < WARN_INTERVAL => {
                 self.held.fetch_add(1, Ordering::Relaxed);
@@ -278,7 +280,7 @@ mod tests {
         assert_eq!(w.due(), Some(0));
         assert_eq!(w.due(), None);
         assert_eq!(w.due(), None);
-        *w.last.lock().unwrap() = Some(Instant::now() - WARN_INTERVAL);
+        *w.last.lock().unwrap() = monotonic().checked_sub(WARN_INTERVAL);
         assert_eq!(w.due(), Some(2));
     }
 
