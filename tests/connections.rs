@@ -253,3 +253,85 @@ async fn connections_beyond_the_cap_are_closed_at_once() {
     }
     s.stop().await;
 }
+
+/// CPU seconds `pid` has used (user and system), from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+#[tokio::test]
+async fn out_of_file_descriptors_backs_off_logs_once_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let bin = Binary::start_limited(&config, &["--grpc-threads", "1"], Some(64));
+    let mut client = sluice::proto::rate_limit_service_client::RateLimitServiceClient::new(
+        channel(bin.grpc_addr).await,
+    );
+    client.should_rate_limit(request()).await.expect("served");
+    // Far more connections than descriptors: the listener runs out.
+    let mut flood = Vec::new();
+    for _ in 0..150 {
+        if let Ok(Ok(tcp)) = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::net::TcpStream::connect(bin.grpc_addr),
+        )
+        .await
+        {
+            flood.push(tcp);
+        }
+    }
+    let pid = bin.child.id();
+    let before = cpu_seconds(pid);
+    // While out of descriptors, the open connection is still served.
+    for _ in 0..10 {
+        client
+            .should_rate_limit(request())
+            .await
+            .expect("served while out of fds");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let used = cpu_seconds(pid) - before;
+    // A spinning accept loop burns a whole core (about 2 CPU-s in these 2 s).
+    assert!(used < 1.0, "accept loop spins: {used} CPU-s in 2 s");
+    let warnings: Vec<String> = bin
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("accept failed"))
+        .cloned()
+        .collect();
+    assert!(!warnings.is_empty(), "the failure is logged");
+    assert!(
+        warnings.len() <= 2,
+        "logged once per interval: {warnings:?}"
+    );
+    // Descriptors freed, new connections are served again.
+    drop(flood);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let fresh = async {
+            let channel =
+                tonic::transport::Channel::from_shared(format!("http://{}", bin.grpc_addr))
+                    .expect("uri")
+                    .connect()
+                    .await
+                    .map_err(|e| e.to_string())?;
+            sluice::proto::rate_limit_service_client::RateLimitServiceClient::new(channel)
+                .should_rate_limit(request())
+                .await
+                .map_err(|e| e.to_string())
+        };
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), fresh).await {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no recovery");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
