@@ -335,3 +335,60 @@ async fn out_of_file_descriptors_backs_off_logs_once_and_recovers() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn rapid_reset_reconnects_do_not_flood_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let bin = Binary::start(&config, &[]);
+    let mut client = sluice::proto::rate_limit_service_client::RateLimitServiceClient::new(
+        channel(bin.grpc_addr).await,
+    );
+    for _ in 0..100 {
+        let Ok(tcp) = tokio::net::TcpStream::connect(bin.grpc_addr).await else {
+            continue;
+        };
+        let Ok((send, conn)) = h2::client::handshake(tcp).await else {
+            continue;
+        };
+        let driver = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut send = Some(send);
+        for _ in 0..50 {
+            let Some(Ok(mut ready)) = (match send.take() {
+                Some(s) => Some(s.ready().await),
+                None => None,
+            }) else {
+                break;
+            };
+            if let Ok((_, mut stream)) =
+                ready.send_request(post(bin.grpc_addr, "application/grpc"), false)
+            {
+                stream.send_reset(h2::Reason::CANCEL);
+            }
+            send = Some(ready);
+        }
+        drop(send);
+        driver.abort();
+    }
+    client
+        .should_rate_limit(request())
+        .await
+        .expect("served after the flood");
+    let warnings: Vec<String> = bin
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("\"WARN\"") || l.contains("\"ERROR\""))
+        .cloned()
+        .collect();
+    assert!(
+        warnings.len() <= 5,
+        "{} warnings: {:?}",
+        warnings.len(),
+        &warnings[..warnings.len().min(5)]
+    );
+}
