@@ -392,3 +392,19 @@ async fn rapid_reset_reconnects_do_not_flood_the_log() {
         &warnings[..warnings.len().min(5)]
     );
 }
+
+#[tokio::test]
+async fn hundreds_of_concurrent_streams_on_one_connection_are_served() {
+    let s = Sluice::start(StoreKind::Memory, Some(CONFIG), &["--grpc-threads", "0"]).await;
+    let calls = (0..500).map(|_| s.call(request()));
+    let answers = futures::future::join_all(calls).await;
+    for a in answers {
+        assert_eq!(a.expect("served").overall_code, Code::Ok as i32);
+    }
+    let (_, metrics) = s.http_get("/metrics").await;
+    assert!(
+        !metrics.contains("RESOURCE_EXHAUSTED"),
+        "a refusal under Envoy-like multiplexing"
+    );
+    s.stop().await;
+}
