@@ -18,6 +18,7 @@ use crate::config::{LoadOptions, Reloader, RuleTarget};
 use crate::limiter::{Limiter, LimiterMetrics};
 use crate::metrics::{Metrics, MetricsOptions, StoreSources};
 use crate::rules::RuleSet;
+use crate::service::accept::{HttpListener, Port};
 use crate::service::grpc::{GrpcParts, GrpcServer};
 use crate::service::http::{self, HttpContext};
 use crate::service::json_api;
@@ -180,13 +181,25 @@ async fn run<S: Store>(
         let mut rx = stop_rx.clone();
         let json = json_api::router(args.json_api.then_some(pipeline), Some(metrics.clone()));
         let router = http::router(cx.clone()).merge(json);
-        axum::serve(http, router).with_graceful_shutdown(async move {
+        let listener = HttpListener {
+            listener: http,
+            port: Port::new("http", hard.http_max_connections, hard.http_idle_timeout),
+        };
+        axum::serve(listener, router).with_graceful_shutdown(async move {
             let _ = rx.wait_for(|s| *s).await;
         })
     };
     let prometheus_server = prometheus.map(|l| {
         let mut rx = stop_rx.clone();
-        axum::serve(l, http::metrics_router(cx)).with_graceful_shutdown(async move {
+        let listener = HttpListener {
+            listener: l,
+            port: Port::new(
+                "prometheus",
+                hard.http_max_connections,
+                hard.http_idle_timeout,
+            ),
+        };
+        axum::serve(listener, http::metrics_router(cx)).with_graceful_shutdown(async move {
             let _ = rx.wait_for(|s| *s).await;
         })
     });

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::transport::server::{Router, TcpIncoming};
+use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
+use super::accept::{self, Port};
 use super::overload::Gate;
 use super::pipeline::Pipeline;
 use super::rls::RlsService;
@@ -38,6 +39,8 @@ pub struct GrpcParts<'a, S, H> {
 pub struct GrpcServer {
     router: Router,
     tls: Option<Arc<ReloadingTls>>,
+    /// The connection cap and idle reaping, shared by every listener (serving thread).
+    port: Arc<Port>,
     stop: watch::Receiver<bool>,
 }
 
@@ -48,7 +51,7 @@ impl GrpcServer {
     ) -> Result<GrpcServer, tonic_reflection::server::Error> {
         let hard = parts.hardening;
         let rls = RateLimitServiceServer::new(
-            RlsService::new(parts.pipeline.clone()).with_metrics(parts.metrics),
+            RlsService::new(parts.pipeline.clone()).with_metrics(parts.metrics.clone()),
         )
         .max_decoding_message_size(parts.pipeline.limits().max_request_bytes);
         // Server reflection, so grpcurl and similar tools need no .proto files.
@@ -73,10 +76,18 @@ impl GrpcServer {
             .add_service(parts.health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(Gate::new(rls));
+            .add_service(
+                Gate::new(rls)
+                    .with_reading(
+                        parts.pipeline.limits().max_request_bytes,
+                        hard.grpc_request_read_timeout,
+                    )
+                    .with_metrics(parts.metrics.clone()),
+            );
         Ok(GrpcServer {
             router,
             tls: parts.tls,
+            port: Port::new("grpc", hard.grpc_max_connections, hard.grpc_idle_timeout),
             stop: parts.stop,
         })
     }
@@ -89,14 +100,14 @@ impl GrpcServer {
         };
         match self.tls {
             None => {
-                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                let incoming = accept::incoming(listener, self.port);
                 self.router
                     .serve_with_incoming_shutdown(incoming, shutdown)
                     .await
             }
             Some(tls) => {
                 self.router
-                    .serve_with_incoming_shutdown(tls::incoming(listener, tls), shutdown)
+                    .serve_with_incoming_shutdown(tls::incoming(listener, tls, self.port), shutdown)
                     .await
             }
         }

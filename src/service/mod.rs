@@ -2,6 +2,7 @@
 //! port (with the admin API). Thin: they convert between wire formats and the model and hold
 //! no policy.
 
+pub mod accept;
 pub mod convert;
 pub mod grpc;
 pub mod http;

@@ -1,10 +1,20 @@
-//! The bound on requests in flight, and the gate in front of the RLS service that answers
-//! requests too big to decode.
+//! The bound on requests in flight, and the gate in front of the RLS service: the content
+//! type, the time to receive a request, and the answer for requests too big to decode.
+//!
+//! A request first arrives whole: its body is read (at most `--max-request-bytes`, judged from
+//! the gRPC length prefix before the bytes come) within `--grpc-request-read-timeout`, so a
+//! client that opens streams and never finishes them (HEADERS without END_STREAM) holds nothing
+//! but its stream and locks nobody out; its streams end with DEADLINE_EXCEEDED. Envoy's many
+//! concurrent streams on few connections are untouched: each arrives whole at once.
 //!
 //! A request beyond `max_in_flight` gets RESOURCE_EXHAUSTED at once instead of waiting in a
 //! queue: Envoy's filter has a short timeout anyway, and a queue would only turn a slow store
 //! into unbounded memory and tasks. The request pipeline ([`super::pipeline`]) takes the slot
 //! once the request is decoded and checked, for gRPC and `POST /json` alike.
+//!
+//! A content type other than `application/grpc*` gets HTTP 415, as the gRPC spec asks. Every
+//! refusal here is counted in `sluice_rpc_requests_total` with its code (the pipeline's own,
+//! RESOURCE_EXHAUSTED among them, are counted by the RLS service).
 //!
 //! tonic refuses a message above its decode limit with OUT_OF_RANGE, and bytes that are not a
 //! valid message (say a domain that is not UTF-8) with INTERNAL; the gate rewrites both into
@@ -16,13 +26,26 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::Body as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
 use super::limits::decode_limit_message;
+use super::rls::grpc_code_name;
+use crate::clock::monotonic;
+use crate::metrics::Metrics;
+
+/// The method label of refusals counted here (the gate guards only this RPC).
+const METHOD: &str = "ShouldRateLimit";
+/// Bytes of the gRPC message prefix: a compression flag and a big-endian length.
+const PREFIX: usize = 5;
+/// Default of `--grpc-request-read-timeout`.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The shared in-flight bound and its counters.
 #[derive(Debug)]
@@ -71,11 +94,32 @@ impl InFlight {
 #[derive(Clone)]
 pub struct Gate<S> {
     inner: S,
+    max_request_bytes: usize,
+    read_timeout: Duration,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl<S> Gate<S> {
     pub fn new(inner: S) -> Self {
-        Gate { inner }
+        Gate {
+            inner,
+            max_request_bytes: super::limits::RequestLimits::default().max_request_bytes,
+            read_timeout: DEFAULT_READ_TIMEOUT,
+            metrics: None,
+        }
+    }
+
+    /// The largest message (`--max-request-bytes`) and the time to receive it whole.
+    pub fn with_reading(mut self, max_request_bytes: usize, read_timeout: Duration) -> Self {
+        self.max_request_bytes = max_request_bytes;
+        self.read_timeout = read_timeout;
+        self
+    }
+
+    /// Counts refusals in `sluice_rpc_requests_total`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 }
 
@@ -102,33 +146,172 @@ where
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let started = monotonic();
+        let metrics = self.metrics.clone();
+        let count = move |code: &'static str| {
+            if let Some(m) = &metrics {
+                m.rpc(METHOD, code, started.elapsed().as_secs_f64());
+            }
+        };
+        if !is_grpc(req.headers()) {
+            count("UNSUPPORTED_MEDIA_TYPE");
+            return Box::pin(std::future::ready(Ok(unsupported_media_type())));
+        }
         // The ready service goes into the future; a clone stays for the next call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        let (limit, timeout) = (self.max_request_bytes, self.read_timeout);
         Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            let whole = match tokio::time::timeout(timeout, read_whole(body, limit)).await {
+                Ok(Ok(bytes)) => bytes,
+                Ok(Err(status)) => {
+                    count(grpc_code_name(status.code()));
+                    return Ok(status.into_http());
+                }
+                Err(_) => {
+                    count("DEADLINE_EXCEEDED");
+                    let status = Status::deadline_exceeded(format!(
+                        "request not received whole within {timeout:?} (--grpc-request-read-timeout)"
+                    ));
+                    return Ok(status.into_http());
+                }
+            };
+            let req = http::Request::from_parts(parts, Body::new(http_body_util::Full::new(whole)));
             let answer = inner.call(req).await?;
-            Ok(rewrite_too_large(answer))
+            let (answer, rewritten) = rewrite_too_large(answer);
+            if let Some(code) = rewritten {
+                count(code);
+            }
+            Ok(answer)
         })
     }
 }
 
-/// tonic's answers to a request it could not decode become INVALID_ARGUMENT.
-fn rewrite_too_large(answer: Answer) -> Answer {
+/// `application/grpc`, alone or with a `+proto`-like suffix or parameters.
+fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.strip_prefix("application/grpc")
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['+', ';']))
+        })
+}
+
+/// HTTP 415, so that no plain HTTP client mistakes a gRPC error (status 200) for success.
+fn unsupported_media_type() -> Answer {
+    let mut answer = http::Response::new(Body::empty());
+    *answer.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    answer.headers_mut().insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    answer
+}
+
+/// The whole body of a unary call, refused as soon as its gRPC length prefix announces more
+/// than `limit` bytes, or when more bytes arrive than announced.
+async fn read_whole(mut body: Body, limit: usize) -> Result<Bytes, Status> {
+    let mut buf = BytesMut::new();
+    let mut cap = limit.saturating_add(PREFIX);
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let Ok(data) = frame?.into_data() else {
+            continue; // trailers: a unary request has none worth keeping
+        };
+        if buf.len() < PREFIX && buf.len() + data.len() >= PREFIX {
+            let mut head = [0u8; PREFIX];
+            let have = buf.len();
+            head[..have].copy_from_slice(&buf);
+            head[have..].copy_from_slice(&data.chunk()[..PREFIX - have]);
+            let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            if len > limit {
+                return Err(Status::invalid_argument(format!(
+                    "request is {len} bytes, more than the limit of {limit} (--max-request-bytes)"
+                )));
+            }
+            cap = PREFIX + len;
+        }
+        if buf.len() + data.len() > cap {
+            return Err(Status::invalid_argument(format!(
+                "request is more than {limit} bytes or more than its length prefix says (--max-request-bytes)"
+            )));
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf.freeze())
+}
+
+/// tonic's answers to a request it could not decode become INVALID_ARGUMENT; with the code of
+/// a rewritten answer (the RLS service never saw the request, so it did not count it).
+fn rewrite_too_large(answer: Answer) -> (Answer, Option<&'static str>) {
     let Some(status) = Status::from_header_map(answer.headers()) else {
-        return answer;
+        return (answer, None);
     };
+    let invalid = Some("INVALID_ARGUMENT");
     match status.code() {
         Code::OutOfRange => match decode_limit_message(status.message()) {
-            Some(message) => Status::invalid_argument(message).into_http(),
-            None => answer,
+            Some(message) => (Status::invalid_argument(message).into_http(), invalid),
+            None => (answer, None),
         },
         Code::Internal
             if status
                 .message()
                 .starts_with("failed to decode Protobuf message") =>
         {
-            Status::invalid_argument(format!("malformed request: {}", status.message())).into_http()
+            let message = format!("malformed request: {}", status.message());
+            (Status::invalid_argument(message).into_http(), invalid)
         }
-        _ => answer,
+        _ => (answer, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_content_types() {
+        let ct = |v: &'static str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(v),
+            );
+            is_grpc(&h)
+        };
+        assert!(ct("application/grpc"));
+        assert!(ct("application/grpc+proto"));
+        assert!(ct("application/grpc;charset=utf-8"));
+        assert!(!ct("application/grpcx"));
+        assert!(!ct("text/plain"));
+        assert!(!ct("application/json"));
+        assert!(!is_grpc(&http::HeaderMap::new()));
+    }
+
+    fn framed(len: u32, payload: &[u8]) -> Body {
+        let mut b = vec![0u8];
+        b.extend_from_slice(&len.to_be_bytes());
+        b.extend_from_slice(payload);
+        Body::new(http_body_util::Full::new(Bytes::from(b)))
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_whole_within_its_limit() {
+        let got = read_whole(framed(3, b"abc"), 10).await.unwrap();
+        assert_eq!(&got[PREFIX..], b"abc");
+        let e = read_whole(framed(11, b""), 10).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(
+            e.message().contains("request is 11 bytes"),
+            "{}",
+            e.message()
+        );
+        let e = read_whole(framed(2, b"abc"), 10).await.unwrap_err();
+        assert!(
+            e.message().contains("--max-request-bytes"),
+            "{}",
+            e.message()
+        );
     }
 }

@@ -29,6 +29,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::accept::{Port, Tracked};
+
 /// TLS handshakes in progress at most (over all listeners); connections beyond it are closed
 /// at once.
 pub const MAX_HANDSHAKES: usize = 1024;
@@ -252,39 +254,34 @@ impl ClientCertVerifier for SanVerifier {
     }
 }
 
-/// Accepted and handshaken connections of `listener`, for tonic's `serve_with_incoming`.
-/// The accept loop ends (closing the listener) when the stream is dropped.
+/// Accepted and handshaken connections of `listener` within `port`'s limits, for tonic's
+/// `serve_with_incoming_shutdown`. The accept loop ends (closing the listener) when the stream
+/// is dropped.
 pub fn incoming(
     listener: TcpListener,
     tls: Arc<ReloadingTls>,
-) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+    port: Arc<Port>,
+) -> ReceiverStream<Result<TlsStream<Tracked<TcpStream>>, std::io::Error>> {
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(accept_loop(listener, tls, tx));
+    tokio::spawn(accept_loop(listener, tls, port, tx));
     ReceiverStream::new(rx)
 }
 
-type Accepted = mpsc::Sender<Result<TlsStream<TcpStream>, std::io::Error>>;
+type Accepted = mpsc::Sender<Result<TlsStream<Tracked<TcpStream>>, std::io::Error>>;
 
-async fn accept_loop(listener: TcpListener, tls: Arc<ReloadingTls>, tx: Accepted) {
+async fn accept_loop(listener: TcpListener, tls: Arc<ReloadingTls>, port: Arc<Port>, tx: Accepted) {
     let handshakes = tls.handshakes.clone();
     loop {
-        let (tcp, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "gRPC accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        // Back-off on failed accepts and the connection cap live in `Port::accept`.
+        let (tcp, peer, slot) = tokio::select! {
+            accepted = port.accept(&listener) => accepted,
             _ = tx.closed() => return,
         };
         let Ok(permit) = handshakes.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "too many TLS handshakes in progress; connection closed");
             continue;
         };
-        let _ = tcp.set_nodelay(true);
+        let tcp = port.track(tcp, slot);
         let acceptor = TlsAcceptor::from(tls.current());
         let tx = tx.clone();
         tokio::spawn(async move {
@@ -294,7 +291,7 @@ async fn accept_loop(listener: TcpListener, tls: Arc<ReloadingTls>, tx: Accepted
     }
 }
 
-async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, peer: SocketAddr, tx: Accepted) {
+async fn handshake(acceptor: TlsAcceptor, tcp: Tracked<TcpStream>, peer: SocketAddr, tx: Accepted) {
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(stream)) => {
             let _ = tx.send(Ok(stream)).await;

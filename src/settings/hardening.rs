@@ -42,6 +42,11 @@ pub struct HardeningArgs {
     #[arg(long, env = "SLUICE_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub max_in_flight: usize,
 
+    /// Time for a gRPC request to arrive whole after its headers; a stream still unfinished
+    /// then ends with DEADLINE_EXCEEDED. A request takes an in-flight slot only once whole.
+    #[arg(long, env = "SLUICE_GRPC_REQUEST_READ_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub grpc_request_read_timeout: Duration,
+
     /// Most concurrent HTTP/2 streams per gRPC connection.
     #[arg(
         long,
@@ -66,6 +71,25 @@ pub struct HardeningArgs {
     /// How long a connection past its age may finish its requests before it is closed.
     #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = parse_duration)]
     pub grpc_max_connection_age_grace: Duration,
+
+    /// Most open connections on the gRPC port (over every `--grpc-threads` listener); a
+    /// connection beyond it is closed at once.
+    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub grpc_max_connections: usize,
+
+    /// A gRPC connection from which no byte arrives for this long is closed (`0`: never). A
+    /// live client answers keep-alive pings, so only dead or silent connections reach it.
+    #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub grpc_idle_timeout: Duration,
+
+    /// Most open connections on the HTTP port (and on `--prometheus-addr`).
+    #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub http_max_connections: usize,
+
+    /// An HTTP connection from which no byte arrives for this long is closed (`0`: never):
+    /// idle keep-alive connections, and clients that stall while sending a request.
+    #[arg(long, env = "SLUICE_HTTP_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub http_idle_timeout: Duration,
 
     #[command(flatten)]
     pub tls: TlsArgs,

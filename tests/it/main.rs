@@ -9,6 +9,7 @@ mod bench_tool;
 mod concurrency;
 mod config_errors;
 mod conformance;
+mod connections;
 mod drop_in_env;
 mod envoy_algorithms;
 mod envoy_failure_modes;

@@ -4,10 +4,10 @@
 //! baseline it had before the fill (issue 14). Reads /proc/PID/status; Linux only.
 
 use crate::support;
-use support::process::spawn_sluice;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use support::process::spawn_sluice;
 
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;

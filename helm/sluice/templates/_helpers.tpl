@@ -214,6 +214,57 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   value: {{ $s.logLevel | quote }}
 - name: SLUICE_LOG_FORMAT
   value: {{ $s.logFormat | quote }}
+{{- $h := $v.hardening }}
+- name: SLUICE_MAX_REQUEST_BYTES
+  value: {{ $h.maxRequestBytes | toString | quote }}
+- name: SLUICE_MAX_DESCRIPTORS
+  value: {{ $h.maxDescriptors | toString | quote }}
+- name: SLUICE_MAX_ENTRIES
+  value: {{ $h.maxEntries | toString | quote }}
+- name: SLUICE_MAX_KEY_BYTES
+  value: {{ $h.maxKeyBytes | toString | quote }}
+- name: SLUICE_MAX_VALUE_BYTES
+  value: {{ $h.maxValueBytes | toString | quote }}
+- name: SLUICE_MAX_DOMAIN_BYTES
+  value: {{ $h.maxDomainBytes | toString | quote }}
+- name: SLUICE_MAX_IN_FLIGHT
+  value: {{ $h.maxInFlight | toString | quote }}
+- name: SLUICE_GRPC_REQUEST_READ_TIMEOUT
+  value: {{ $h.grpcRequestReadTimeout | toString | quote }}
+- name: SLUICE_GRPC_MAX_CONCURRENT_STREAMS
+  value: {{ $h.grpcMaxConcurrentStreams | toString | quote }}
+- name: SLUICE_GRPC_KEEPALIVE_INTERVAL
+  value: {{ $h.grpcKeepaliveInterval | toString | quote }}
+- name: SLUICE_GRPC_KEEPALIVE_TIMEOUT
+  value: {{ $h.grpcKeepaliveTimeout | toString | quote }}
+- name: SLUICE_GRPC_MAX_CONNECTION_AGE
+  value: {{ $h.grpcMaxConnectionAge | toString | quote }}
+- name: SLUICE_GRPC_MAX_CONNECTION_AGE_GRACE
+  value: {{ $h.grpcMaxConnectionAgeGrace | toString | quote }}
+- name: SLUICE_GRPC_MAX_CONNECTIONS
+  value: {{ $h.grpcMaxConnections | toString | quote }}
+- name: SLUICE_GRPC_IDLE_TIMEOUT
+  value: {{ $h.grpcIdleTimeout | toString | quote }}
+- name: SLUICE_HTTP_MAX_CONNECTIONS
+  value: {{ $h.httpMaxConnections | toString | quote }}
+- name: SLUICE_HTTP_IDLE_TIMEOUT
+  value: {{ $h.httpIdleTimeout | toString | quote }}
+{{- if $v.tls.enabled }}
+- name: SLUICE_GRPC_TLS_CERT
+  value: /etc/sluice/grpc-tls/tls.crt
+- name: SLUICE_GRPC_TLS_KEY
+  value: /etc/sluice/grpc-tls/tls.key
+{{- if $v.tls.mutual }}
+- name: SLUICE_GRPC_TLS_CLIENT_CA
+  value: /etc/sluice/grpc-tls/ca.crt
+{{- with $v.tls.allowedSans }}
+- name: SLUICE_GRPC_TLS_ALLOWED_SAN
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- end }}
+- name: SLUICE_GRPC_TLS_RELOAD_INTERVAL
+  value: {{ $v.tls.reloadInterval | quote }}
+{{- end }}
 {{- with $v.tracing.otlpEndpoint }}
 - name: SLUICE_OTLP_ENDPOINT
   value: {{ . | quote }}
@@ -246,14 +297,10 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
       containerPort: {{ $v.ports.http }}
       protocol: TCP
   startupProbe:
-    grpc:
-      port: {{ $v.ports.grpc }}
-      service: ratelimit
+    {{- include "sluice.healthProbe" . | nindent 4 }}
     {{- toYaml $v.probes.startup | nindent 4 }}
   readinessProbe:
-    grpc:
-      port: {{ $v.ports.grpc }}
-      service: ratelimit
+    {{- include "sluice.healthProbe" . | nindent 4 }}
     {{- toYaml $v.probes.readiness | nindent 4 }}
   livenessProbe:
     tcpSocket:
@@ -273,6 +320,11 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
     - name: sluice-config
       mountPath: {{ $v.config.mountPath }}
       readOnly: true
+    {{- if $v.tls.enabled }}
+    - name: sluice-grpc-tls
+      mountPath: /etc/sluice/grpc-tls
+      readOnly: true
+    {{- end }}
     {{- if include "sluice.redisCaKey" . }}
     - name: sluice-redis-tls
       mountPath: /etc/sluice/redis-tls
@@ -285,6 +337,11 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
 - name: sluice-config
   configMap:
     name: {{ include "sluice.configMapName" . }}
+{{- if .Values.tls.enabled }}
+- name: sluice-grpc-tls
+  secret:
+    secretName: {{ required "tls.secretName is required with tls.enabled" .Values.tls.secretName }}
+{{- end }}
 {{- with include "sluice.redisCaKey" . }}
 - name: sluice-redis-tls
   secret:
@@ -367,4 +424,17 @@ load_assignment:
               socket_address:
                 address: 127.0.0.1
                 port_value: {{ .Values.ports.grpc }}
+{{- end }}
+
+{{/* The startup and readiness check: gRPC health, or /healthcheck when gRPC speaks TLS. */}}
+{{- define "sluice.healthProbe" -}}
+{{- if .Values.tls.enabled }}
+httpGet:
+  path: /healthcheck
+  port: {{ .Values.ports.http }}
+{{- else }}
+grpc:
+  port: {{ .Values.ports.grpc }}
+  service: ratelimit
+{{- end }}
 {{- end }}

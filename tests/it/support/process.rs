@@ -94,7 +94,23 @@ impl Binary {
     /// Starts the binary with `--config config` and waits for its "sluice serving" log line,
     /// which names the bound addresses.
     pub fn start(config: &Path, flags: &[&str]) -> Binary {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        Binary::start_limited(config, flags, None)
+    }
+
+    /// [`Binary::start`] with at most `fd_limit` open file descriptors (`ulimit -n` in a shell
+    /// that then execs sluice).
+    pub fn start_limited(config: &Path, flags: &[&str], fd_limit: Option<u32>) -> Binary {
+        let exe = env!("CARGO_BIN_EXE_sluice");
+        let mut cmd = match fd_limit {
+            None => Command::new(exe),
+            Some(n) => {
+                let mut c = Command::new("bash");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(exe);
+                c
+            }
+        };
         cmd.args(["serve", "--config"])
             .arg(config)
             .args([

@@ -1,0 +1,307 @@
+//! Accepting connections on a listening port: a cap on open connections per port, back-off
+//! with one log line per interval when accepting fails (out of file descriptors), and idle
+//! connections reaped.
+//!
+//! A connection from which no byte has arrived for the port's idle time is closed: that reaps
+//! connections that never send anything after connecting, idle ones whose clients left
+//! without closing, and (on the HTTP port, whose idle time is short) clients that stall.
+//! HTTP/2 keep-alive pings, when on, are answered by a live client, so a live gRPC connection
+//! is never idle for longer than the keep-alive interval.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Sleep;
+
+use crate::clock::monotonic;
+
+/// Longest pause after a failed accept; the first is [`FIRST_BACKOFF`], doubling up to this.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+/// One warning of a kind per this interval; the others are counted into the next line.
+pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A warning logged at most once per [`WARN_INTERVAL`], with how many were held back.
+#[derive(Debug, Default)]
+pub struct QuietWarn {
+    last: Mutex<Option<Instant>>,
+    held: AtomicU64,
+}
+
+impl QuietWarn {
+    /// `Some(held back since the last line)` when this occurrence should be logged.
+    pub fn due(&self) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let now = monotonic();
+        match *last {
+            Some(t) if now.duration_since(t) < WARN_INTERVAL => {
+                self.held.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            _ => {
+                *last = Some(now);
+                Some(self.held.swap(0, Ordering::Relaxed))
+            }
+        }
+    }
+}
+
+/// The limits and counters of one port (shared by its `--grpc-threads` listeners).
+#[derive(Debug)]
+pub struct Port {
+    name: &'static str,
+    max: usize,
+    idle: Duration,
+    open: AtomicUsize,
+    refused: AtomicU64,
+    accept_failed: QuietWarn,
+    over_cap: QuietWarn,
+}
+
+impl Port {
+    /// `max` connections at once (at least one); `idle` of zero never reaps.
+    pub fn new(name: &'static str, max: usize, idle: Duration) -> Arc<Self> {
+        Arc::new(Port {
+            name,
+            max: max.max(1),
+            idle,
+            open: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
+            accept_failed: QuietWarn::default(),
+            over_cap: QuietWarn::default(),
+        })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed at once because the port was full.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// The next connection within the cap. Failed accepts (EMFILE and the like) back off,
+    /// doubling the pause, and are logged once per interval instead of spinning.
+    pub async fn accept(self: &Arc<Self>, listener: &TcpListener) -> (TcpStream, SocketAddr, Slot) {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match listener.accept().await {
+                Ok((tcp, peer)) => {
+                    backoff = FIRST_BACKOFF;
+                    if self.open.fetch_add(1, Ordering::AcqRel) >= self.max {
+                        self.open.fetch_sub(1, Ordering::AcqRel);
+                        self.refused.fetch_add(1, Ordering::Relaxed);
+                        if let Some(held) = self.over_cap.due() {
+                            tracing::warn!(
+                                port = self.name,
+                                max = self.max,
+                                more = held,
+                                "connection cap reached; new connections closed at once"
+                            );
+                        }
+                        continue;
+                    }
+                    // Fails for a peer that already reset: nothing to report.
+                    let _ = tcp.set_nodelay(true);
+                    return (tcp, peer, Slot(self.clone()));
+                }
+                Err(e) => {
+                    if let Some(held) = self.accept_failed.due() {
+                        tracing::warn!(port = self.name, error = %e, more = held,
+                            "accept failed (out of file descriptors?); backing off");
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// `tcp` with its slot, closed once idle.
+    pub fn track<IO>(&self, io: IO, slot: Slot) -> Tracked<IO> {
+        Tracked {
+            io,
+            _slot: slot,
+            idle: self.idle,
+            deadline: (!self.idle.is_zero()).then(|| Box::pin(tokio::time::sleep(self.idle))),
+            read_since_check: false,
+        }
+    }
+}
+
+/// One open connection of a [`Port`]; frees its place when dropped.
+#[derive(Debug)]
+pub struct Slot(Arc<Port>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection that fails its reads (so the server closes it) once no byte has arrived for
+/// the port's idle time.
+#[derive(Debug)]
+pub struct Tracked<IO> {
+    io: IO,
+    _slot: Slot,
+    idle: Duration,
+    deadline: Option<Pin<Box<Sleep>>>,
+    read_since_check: bool,
+}
+
+impl<IO> Tracked<IO> {
+    pub fn get_ref(&self) -> &IO {
+        &self.io
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                this.read_since_check |= buf.filled().len() > before;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let Some(deadline) = this.deadline.as_mut() else {
+                    return Poll::Pending;
+                };
+                // Re-armed lazily: a read does not touch the timer, only its expiry does.
+                while deadline.as_mut().poll(cx).is_ready() {
+                    if !std::mem::take(&mut this.read_since_check) {
+                        return Poll::Ready(Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "connection idle",
+                        )));
+                    }
+                    let next = tokio::time::Instant::now() + this.idle;
+                    deadline.as_mut().reset(next);
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for Tracked<TcpStream> {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+/// The accepted connections of `listener` within `port`'s limits, for tonic's
+/// `serve_with_incoming_shutdown` (dropping the stream closes the listener).
+pub fn incoming(
+    listener: TcpListener,
+    port: Arc<Port>,
+) -> impl futures::Stream<Item = Result<Tracked<TcpStream>, std::io::Error>> {
+    futures::stream::unfold((listener, port), |(listener, port)| async move {
+        let (tcp, _, slot) = port.accept(&listener).await;
+        let io = port.track(tcp, slot);
+        Some((Ok(io), (listener, port)))
+    })
+}
+
+/// The HTTP port's listener for `axum::serve`, within `port`'s limits.
+pub struct HttpListener {
+    pub listener: TcpListener,
+    pub port: Arc<Port>,
+}
+
+impl axum::serve::Listener for HttpListener {
+    type Io = Tracked<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (tcp, peer, slot) = self.port.accept(&self.listener).await;
+        (self.port.track(tcp, slot), peer)
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warning_is_due_once_per_interval_with_the_count_held_back() {
+        let w = QuietWarn::default();
+        assert_eq!(w.due(), Some(0));
+        assert_eq!(w.due(), None);
+        assert_eq!(w.due(), None);
+        *w.last.lock().unwrap() = monotonic().checked_sub(WARN_INTERVAL);
+        assert_eq!(w.due(), Some(2));
+    }
+
+    #[tokio::test]
+    async fn the_cap_closes_connections_beyond_it_and_frees_on_close() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let port = Port::new("test", 1, Duration::ZERO);
+        let _a = TcpStream::connect(addr).await.unwrap();
+        let (_, _, first) = port.accept(&listener).await;
+        assert_eq!(port.open(), 1);
+        let _b = TcpStream::connect(addr).await.unwrap();
+        let _c = TcpStream::connect(addr).await.unwrap();
+        // b is refused while a holds the only place; after a closes, c gets in.
+        let accepted =
+            tokio::time::timeout(Duration::from_millis(300), port.accept(&listener)).await;
+        assert!(accepted.is_err(), "nothing fits while full");
+        assert!(port.refused() >= 1);
+        drop(first);
+        let _d = TcpStream::connect(addr).await.unwrap();
+        let (_, _, _second) = port.accept(&listener).await;
+        assert_eq!(port.open(), 1);
+    }
+}
