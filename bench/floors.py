@@ -2,11 +2,13 @@
 """Redis CPU per decision: sluice's scripts against the floors of bench/floors/ and against
 envoyproxy/ratelimit's INCRBY + EXPIRE, all on one Redis, A/B in alternating order.
 
-    python3 bench/floors.py --bench target/release/sluice-bench --port PORT [--rounds 3]
-        [--requests 200000] [--keys 10000] [--pipeline 16] [--json OUT]
+    python3 bench/floors.py --bench target/release/sluice-bench --port PORT --out DIR --run N
+        [--requests 200000] [--keys 10000] [--pipeline 16]
 
-Each figure is the Redis process's CPU (INFO cpu: used_cpu_user + used_cpu_sys, the
-process's utime + stime) over one redis-benchmark run divided by the decisions Redis counted
+One call is one round; it writes DIR/redis-cost~SUBJECT~POINT~rN.json (SUBJECT sluice, floor
+or incrby-expire; POINT the algorithm) for bench/report.py. Each figure is the Redis process's
+CPU (INFO cpu: used_cpu_user + used_cpu_sys, the process's utime + stime) over one
+redis-benchmark run divided by the decisions Redis counted
 (INFO commandstats). sluice's side is `sluice-bench redis-floor`, which runs the script the
 Redis store runs with the arguments the store sends. Decisions per second of one Redis core =
 1 / CPU per decision. Standard library only.
@@ -15,7 +17,6 @@ Redis store runs with the arguments the store sends. Decisions per second of one
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
@@ -104,55 +105,30 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bench", required=True)
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", required=True, help="the results directory of bench/run.sh")
+    p.add_argument("--run", type=int, required=True, help="this round's number")
     p.add_argument("--requests", type=int, default=200_000)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--pipeline", type=int, default=16)
-    p.add_argument("--json")
     a = p.parse_args()
-    runs = {}
 
-    def add(name, us):
-        runs.setdefault(name, []).append(us)
+    def write(subject, point, us):
+        path = os.path.join(a.out, f"redis-cost~{subject}~{point}~r{a.run}.json")
+        with open(path, "w") as f:
+            json.dump({"redis_cpu_us_per_call": us, "requests": a.requests, "keys": a.keys,
+                       "pipeline": a.pipeline}, f)
+        print(f"{subject} {point}: {us:.2f} µs of Redis CPU per decision", file=sys.stderr)
 
-    for r in range(a.rounds):
-        # A/B: the order flips every round, so drift in the machine's load hits both sides.
-        order = [0, 1] if r % 2 == 0 else [1, 0]
-        for algorithm in FLOOR_ARGS:
-            for side in order:
-                cli(a.port, "FLUSHALL")
-                if side == 0:
-                    add(f"sluice {algorithm}", sluice(a, algorithm))
-                else:
-                    add(f"floor {algorithm}", floor(a, algorithm))
-        cli(a.port, "FLUSHALL")
-        add("incrby+expire", incr_expire(a))
-        add("sluice sliding_log full at 10000", hot_sliding_log(a))
-
-    med = {k: statistics.median(v) for k, v in runs.items()}
-    rows = []
+    # A/B: the order flips every round, so drift in the machine's load hits both sides.
+    sides = ["sluice", "floor"] if a.run % 2 else ["floor", "sluice"]
     for algorithm in FLOOR_ARGS:
-        s, f = med[f"sluice {algorithm}"], med[f"floor {algorithm}"]
-        rows.append({"algorithm": algorithm, "sluice_us": s, "floor_us": f, "ratio": s / f,
-                     "sluice_runs": runs[f"sluice {algorithm}"],
-                     "floor_runs": runs[f"floor {algorithm}"]})
-    result = {
-        "requests": a.requests, "keys": a.keys, "pipeline": a.pipeline, "rounds": a.rounds,
-        "per_algorithm": rows,
-        "incr_expire_us": med["incrby+expire"], "incr_expire_runs": runs["incrby+expire"],
-        "hot_sliding_log_us": med["sluice sliding_log full at 10000"],
-        "hot_sliding_log_runs": runs["sluice sliding_log full at 10000"],
-    }
-    print("| algorithm | sluice µs | floor µs | ratio | sluice decisions/s per core |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for row in rows:
-        print(f"| {row['algorithm']} | {row['sluice_us']:.2f} | {row['floor_us']:.2f} | "
-              f"{row['ratio']:.2f} | {1e6 / row['sluice_us']:,.0f} |")
-    print(f"INCRBY+EXPIRE: {result['incr_expire_us']:.2f} µs per decision; "
-          f"sluice sliding_log full at 10,000: {result['hot_sliding_log_us']:.1f} µs")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=2)
+        for side in sides:
+            cli(a.port, "FLUSHALL")
+            write(side, algorithm, sluice(a, algorithm) if side == "sluice" else floor(a, algorithm))
+    cli(a.port, "FLUSHALL")
+    write("incrby-expire", "fixed_window", incr_expire(a))
+    write("sluice", "sliding_log-full-10000", hot_sliding_log(a))
+    cli(a.port, "FLUSHALL")
 
 
 if __name__ == "__main__":

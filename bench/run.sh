@@ -300,7 +300,8 @@ scenario_open_memory() {
 }
 
 # Redis standalone: sluice on Redis (commands and Redis CPU per request) against
-# redis-benchmark running the same script at the same pipeline depth; then the open loop.
+# redis-benchmark running the same script at the same pipeline depth, and each algorithm's
+# script against its floor script; then the open loop.
 scenario_redis() {
     local port
     port=$(free_port)
@@ -316,6 +317,12 @@ scenario_redis() {
             --requests "$REDIS_FLOOR_REQUESTS" --keys 10000 \
             --json "$(result redis floor "p$HEAD" "$run")" >>"$WORK/redis-floor.log" 2>&1 ||
             { tail -n 20 "$WORK/redis-floor.log" >&2; die "sluice-bench redis-floor failed"; }
+        # Redis CPU per decision on the same Redis: sluice's script against each algorithm's
+        # floor (bench/floors/) and INCRBY+EXPIRE, A/B in alternating order (bench/floors.py).
+        python3 bench/floors.py --bench "$BENCH" --port "$port" --out "$OUT" --run "$run" \
+            --requests "$REDIS_FLOOR_REQUESTS" --keys 10000 --pipeline "$HEAD" \
+            2>>"$WORK/redis-cost.log" ||
+            { tail -n 20 "$WORK/redis-cost.log" >&2; die "bench/floors.py failed"; }
     done
     local max
     max=$(max_rps redis sluice "c$HEAD")
