@@ -315,7 +315,8 @@ fn lua_script_matches_the_in_memory_policy() {
             failure_persistence: None,
             ..ProptestConfig::default()
         });
-        let timeline = prop::collection::vec(step_strategy(scenario.max_dt, scenario.max_checks), 1..12);
+        let timeline =
+            prop::collection::vec(step_strategy(scenario.max_dt, scenario.max_checks), 1..12);
         let result = runner.run(&timeline, |steps| {
             // Fresh keys per case: cases never see each other's state.
             let prefix = format!("parity{}:", case.fetch_add(1, Ordering::Relaxed));
