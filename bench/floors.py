@@ -98,7 +98,7 @@ def hot_sliding_log(a):
     filling it with 10,000 admitted calls."""
     cli(a.port, "FLUSHALL")
     sluice(a, "sliding_log", keys=1, requests=10_000, limit=10_000)
-    return sluice(a, "sliding_log", keys=1, requests=2_000, limit=10_000)
+    return sluice(a, "sliding_log", keys=1, requests=500, limit=10_000)
 
 
 def main():
@@ -127,7 +127,10 @@ def main():
             write(side, algorithm, sluice(a, algorithm) if side == "sluice" else floor(a, algorithm))
     cli(a.port, "FLUSHALL")
     write("incrby-expire", "fixed_window", incr_expire(a))
-    write("sluice", "sliding_log-full-10000", hot_sliding_log(a))
+    if a.run == 1:
+        # Filling the key costs a minute of Redis CPU here (each call parses the whole log):
+        # once per suite.
+        write("sluice", "sliding_log-full-10000", hot_sliding_log(a))
     cli(a.port, "FLUSHALL")
 
 

@@ -57,7 +57,9 @@ install_tools() {
     command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
     command -v redis-cli >/dev/null 2>&1 || packages+=(redis-tools)
     command -v redis-benchmark >/dev/null 2>&1 || packages+=(redis-tools)
-    command -v wrk >/dev/null 2>&1 || packages+=(wrk)
+    case " $SCENARIOS " in
+        *" envoy "*) command -v wrk >/dev/null 2>&1 || packages+=(wrk) ;;
+    esac
     command -v curl >/dev/null 2>&1 || packages+=(curl)
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
     if [ ${#packages[@]} -gt 0 ]; then
@@ -496,8 +498,13 @@ scenario_matching() {
 # --- Main -----------------------------------------------------------------------------------
 
 install_tools
-log "cargo build --release --bins --bench matching"
-cargo build --release --bins --bench matching
+# The matching benchmark is built only when its scenario runs (criterion is a long build).
+case " $SCENARIOS " in
+    *" matching "*) build=(--bins --bench matching) ;;
+    *) build=(--bins) ;;
+esac
+log "cargo build --release ${build[*]}"
+cargo build --release "${build[@]}"
 [ -x "$BENCH" ] || die "$BENCH was not built"
 
 rm -rf "$OUT"
