@@ -67,7 +67,7 @@ def section(rep):
     p("### fixed_window against the peers")
     p()
     rep.table(["who", "Redis CPU µs/decision", "decisions/s one Redis core sustains"], [
-        [f"sluice, through the server ({HEAD} in flight, 10,000 keys)", through.fmt(2),
+        [f"sluice, through the server ({HEAD[1:]} in flight, 10,000 keys)", through.fmt(2),
          per_core(through)],
         ["sluice's script alone (`fixed_window.lua`, redis-benchmark)", fast.fmt(2),
          per_core(fast)],
