@@ -16,6 +16,8 @@ import statistics
 import sys
 from collections import defaultdict
 
+import report_redis_cost
+
 HEAD = "c16"
 # The commands decide.lua calls: Redis counts a script's own calls in INFO commandstats too, but
 # they are not round trips of the request path.
@@ -210,6 +212,7 @@ class Report:
         row("No p99 spike above 5 ms during reloads (open loop, half the max throughput)",
             self.stat(("reload-during", "sluice", "f0.5"), "latency_us.p99"), 5000, True, " µs",
             "{:.0f}", 0)
+        report_redis_cost.target_rows(self, row)
         fw = self.memory_bytes("fixed_window")
         if fw:
             row("Memory store < 250 bytes per active fixed_window key (store's own accounting)",
@@ -533,6 +536,7 @@ class Report:
         self.sweep(plots)
         self.open_loop(plots)
         self.redis()
+        report_redis_cost.section(self)
         self.two_instances()
         self.envoy()
         self.reload()

@@ -57,7 +57,9 @@ install_tools() {
     command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
     command -v redis-cli >/dev/null 2>&1 || packages+=(redis-tools)
     command -v redis-benchmark >/dev/null 2>&1 || packages+=(redis-tools)
-    command -v wrk >/dev/null 2>&1 || packages+=(wrk)
+    case " $SCENARIOS " in
+        *" envoy "*) command -v wrk >/dev/null 2>&1 || packages+=(wrk) ;;
+    esac
     command -v curl >/dev/null 2>&1 || packages+=(curl)
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
     if [ ${#packages[@]} -gt 0 ]; then
@@ -300,7 +302,8 @@ scenario_open_memory() {
 }
 
 # Redis standalone: sluice on Redis (commands and Redis CPU per request) against
-# redis-benchmark running the same script at the same pipeline depth; then the open loop.
+# redis-benchmark running the same script at the same pipeline depth, and each algorithm's
+# script against its floor script; then the open loop.
 scenario_redis() {
     local port
     port=$(free_port)
@@ -316,6 +319,12 @@ scenario_redis() {
             --requests "$REDIS_FLOOR_REQUESTS" --keys 10000 \
             --json "$(result redis floor "p$HEAD" "$run")" >>"$WORK/redis-floor.log" 2>&1 ||
             { tail -n 20 "$WORK/redis-floor.log" >&2; die "sluice-bench redis-floor failed"; }
+        # Redis CPU per decision on the same Redis: sluice's script against each algorithm's
+        # floor (bench/floors/) and INCRBY+EXPIRE, A/B in alternating order (bench/floors.py).
+        python3 bench/floors.py --bench "$BENCH" --port "$port" --out "$OUT" --run "$run" \
+            --requests "$REDIS_FLOOR_REQUESTS" --keys 10000 --pipeline "$HEAD" \
+            2>>"$WORK/redis-cost.log" ||
+            { tail -n 20 "$WORK/redis-cost.log" >&2; die "bench/floors.py failed"; }
     done
     local max
     max=$(max_rps redis sluice "c$HEAD")
@@ -489,8 +498,13 @@ scenario_matching() {
 # --- Main -----------------------------------------------------------------------------------
 
 install_tools
-log "cargo build --release --bins --bench matching"
-cargo build --release --bins --bench matching
+# The matching benchmark is built only when its scenario runs (criterion is a long build).
+case " $SCENARIOS " in
+    *" matching "*) build=(--bins --bench matching) ;;
+    *) build=(--bins) ;;
+esac
+log "cargo build --release ${build[*]}"
+cargo build --release "${build[@]}"
 [ -x "$BENCH" ] || die "$BENCH was not built"
 
 rm -rf "$OUT"

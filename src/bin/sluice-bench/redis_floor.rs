@@ -1,8 +1,9 @@
-//! `sluice-bench redis-floor`: the Redis floor. Loads sluice's decision script (the library's
-//! `store::redis::script::LUA`) and runs `redis-benchmark` calling it by EVALSHA with exactly
-//! the KEYS and ARGV the Redis store sends for one decision of one descriptor (built by the
-//! library's own `script::encode` from a `Check` like the limiter's), with `__rand_int__` in
-//! the key so `-r K` spreads the calls over K keys.
+//! `sluice-bench redis-floor`: the Redis floor. Loads the decision script the Redis store runs
+//! for one decision of one descriptor (the library's `script::lua_for`: `fixed_window.lua` for
+//! a fixed_window, `decide.lua` otherwise) and runs `redis-benchmark` calling it by EVALSHA
+//! with exactly the KEYS and ARGV the store sends (built by the library's own
+//! `script::evalsha` from a `Check` like the limiter's), with `__rand_int__` in the key so
+//! `-r K` spreads the calls over K keys.
 
 use std::process::Command;
 
@@ -57,8 +58,9 @@ pub struct FloorReport {
     pub command: String,
 }
 
-/// The EVALSHA arguments after the SHA, as text: numkeys, KEYS, ARGV.
-pub fn evalsha_args(a: &FloorArgs) -> Vec<String> {
+/// The script the store runs for this decision, and the EVALSHA arguments after the SHA, as
+/// text: numkeys, KEYS, ARGV.
+pub fn evalsha_args(a: &FloorArgs) -> (&'static str, Vec<String>) {
     let mut limit = Limit::new(a.algorithm, a.limit, a.window_us);
     limit.burst = a.limit;
     let mut k = Vec::new();
@@ -97,14 +99,13 @@ pub fn evalsha_args(a: &FloorArgs) -> Vec<String> {
         on_error: None,
     };
     let local = a.now.unwrap_or(1_700_000_000_000_000);
-    let (keys, args) = script::encode(&[&check], Scope::All, a.now, local);
-    let mut out = vec![keys.len().to_string()];
-    out.extend(
-        keys.iter()
-            .map(|k| String::from_utf8_lossy(k).replace(PLACEHOLDER, "__rand_int__")),
-    );
-    out.extend(args.iter().map(value_text));
-    out
+    let lua = script::lua_for(&[&check], Scope::All);
+    let args = script::evalsha(&Value::Null, &[&check], Scope::All, a.now, local);
+    let out = args[1..]
+        .iter()
+        .map(|v| value_text(v).replace(PLACEHOLDER, "__rand_int__"))
+        .collect();
+    (lua, out)
 }
 
 fn value_text(v: &Value) -> String {
@@ -118,13 +119,12 @@ fn value_text(v: &Value) -> String {
     }
 }
 
-/// `SCRIPT LOAD`s the decision script into `addr`; returns its SHA-1.
-async fn load_script(addr: &str) -> anyhow::Result<String> {
+/// `SCRIPT LOAD`s `lua` into `addr`; returns its SHA-1.
+async fn load_script(addr: &str, lua: &str) -> anyhow::Result<String> {
     let stream = TcpStream::connect(addr)
         .await
         .with_context(|| format!("cannot connect to Redis at {addr}"))?;
     let mut stream = BufReader::new(stream);
-    let lua = script::LUA;
     let cmd = format!(
         "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n${}\r\n{lua}\r\n",
         lua.len()
@@ -147,7 +147,8 @@ pub fn run(a: &FloorArgs) -> anyhow::Result<FloorReport> {
         .redis
         .rsplit_once(':')
         .context("--redis must be HOST:PORT")?;
-    let sha = rt.block_on(load_script(&a.redis))?;
+    let (lua, args) = evalsha_args(a);
+    let sha = rt.block_on(load_script(&a.redis, lua))?;
     let mut cmd = Command::new(&a.benchmark);
     cmd.args(["-h", host, "-p", port])
         .args(["-n", &a.requests.to_string()])
@@ -156,7 +157,7 @@ pub fn run(a: &FloorArgs) -> anyhow::Result<FloorReport> {
         .args(["-r", &a.keys.to_string()])
         .arg("--csv")
         .args(["EVALSHA", &sha])
-        .args(evalsha_args(a));
+        .args(args);
     let shown = shell_line(&cmd);
     eprintln!("running: {shown}");
     let before = rt.block_on(redis_info::sample(std::slice::from_ref(&a.redis)))?;
@@ -261,20 +262,36 @@ mod tests {
 
     #[test]
     fn one_key_with_rand_int_and_the_store_layout() {
-        let a = evalsha_args(&args(Algorithm::FixedWindow, None));
+        let (lua, a) = evalsha_args(&args(Algorithm::Gcra, None));
+        assert_eq!(lua, script::LUA);
         assert_eq!(a[0], "1");
-        assert_eq!(
-            a[1],
-            "sluice:v1:{bench|k=v__rand_int__}:fixed_window:60000000"
-        );
+        assert_eq!(a[1], "sluice:v1:{bench|k=v__rand_int__}:gcra:60000000");
         // scope, now ('' = Redis' clock), number of checks, then 15 fields
         assert_eq!(&a[2..5], ["all", "", "1"]);
         assert_eq!(a.len(), 5 + 15);
-        // key index 1, algorithm 1, limit, window
-        assert_eq!(&a[5..9], ["1", "1", "1000", "60000000"]);
-        let local = evalsha_args(&args(Algorithm::Gcra, Some(1_700_000_000_000_000)));
+        // key index 1, algorithm 6, limit, window
+        assert_eq!(&a[5..9], ["1", "6", "1000", "60000000"]);
+        let local = evalsha_args(&args(Algorithm::Gcra, Some(1_700_000_000_000_000))).1;
         assert_eq!(local[3], "1700000000000000");
-        assert!(local[1].contains(":gcra:"));
+    }
+
+    #[test]
+    fn a_fixed_window_runs_the_fast_path() {
+        let (lua, a) = evalsha_args(&args(Algorithm::FixedWindow, None));
+        assert_eq!(lua, script::FIXED_WINDOW_LUA);
+        // numkeys, key, now, limit, window, hits, mode
+        assert_eq!(
+            a,
+            [
+                "1",
+                "sluice:v1:{bench|k=v__rand_int__}:fixed_window:60000000",
+                "",
+                "1000",
+                "60000000",
+                "1",
+                "0"
+            ]
+        );
     }
 
     #[test]

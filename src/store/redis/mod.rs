@@ -602,9 +602,15 @@ async fn eval(
     client.with_options(&opts).custom(cmd, args).await
 }
 
-/// `SCRIPT LOAD` on every primary (all nodes of a cluster).
+/// `SCRIPT LOAD` of every script on every primary (all nodes of a cluster).
 async fn load_script(client: &fred::prelude::Client, timeout: Duration) -> Result<(), StoreError> {
-    match tokio::time::timeout(timeout, client.script_load_cluster::<(), _>(script::LUA)).await {
+    let load = async {
+        for lua in script::SCRIPTS {
+            client.script_load_cluster::<(), _>(lua).await?;
+        }
+        Ok::<(), fred::error::Error>(())
+    };
+    match tokio::time::timeout(timeout, load).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(from_fred(&e)),
         Err(_) => Err(error(ErrorKind::Timeout, "SCRIPT LOAD timed out")),

@@ -1,0 +1,84 @@
+"""The Redis CPU per decision part of BENCHMARKS.md (bench/report.py calls it): sluice's
+scripts against the floor scripts of bench/floors/ and envoyproxy/ratelimit's INCRBY + EXPIRE,
+from the redis-cost~* results that bench/floors.py writes."""
+
+ALGORITHMS = ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket",
+              "gcra"]
+US = "redis_cpu_us_per_call"
+HEAD = "c16"
+
+
+def target_rows(rep, row):
+    """Adds the Redis CPU targets through `row(target, measured, goal, lower_is_better, unit)`."""
+    seed = ("redis-cost", "floor", "fixed_window")
+    row(f"Redis: Redis CPU per fixed_window decision through sluice ≤ the seed script's ({HEAD}; "
+        "seed under redis-benchmark, same Redis, same run)",
+        rep.ratio(("redis", "sluice", HEAD), "redis.cpu_us_per_request", seed, US), 1.0, True, "×")
+    row("Redis: fixed_window script (fast path) ≤ the seed script, both under redis-benchmark",
+        rep.ratio(("redis-cost", "sluice", "fixed_window"), US, seed, US), 1.0, True, "×")
+    for a in ALGORITHMS[1:]:
+        row(f"Redis: {a} script ≤ 1.5× its floor (bench/floors/{a}.lua)",
+            rep.ratio(("redis-cost", "sluice", a), US, ("redis-cost", "floor", a), US), 1.5,
+            True, "×")
+    row("Redis: a sliding_log key full at 10,000 entries ≤ 2× a fixed_window decision",
+        rep.ratio(("redis-cost", "sluice", "sliding_log-full-10000"), US,
+                  ("redis-cost", "sluice", "fixed_window"), US), 2.0, True, "×")
+
+
+def section(rep):
+    if not rep.runs(("redis-cost", "floor", "fixed_window")):
+        return
+    p = rep.p
+    p("## Redis CPU per decision")
+    p()
+    p("The Redis process's CPU (INFO cpu: user + system) over one `redis-benchmark` run of 200,000 "
+      f"script calls (pipeline {HEAD[1:]}, 10,000 keys, every call admitted and charged) divided "
+      "by the calls Redis counted, on one Redis, sluice and floor in alternating order each run. "
+      "sluice's side is `sluice-bench redis-floor`: the script the Redis store runs for one "
+      "descriptor with the arguments it sends (`fixed_window.lua` for a fixed_window, "
+      "`decide.lua` otherwise). Each floor is the simplest script that does the job "
+      "(`bench/floors/`: the seeds' fixed-window script; GCRA as the redis-cell ports do it; "
+      "token and leaky bucket as a hash of level and time; sliding log as a sorted set; sliding "
+      "window as two counters). Decisions per second of one Redis core = 10⁶ ÷ µs per decision.")
+    p()
+    rows = []
+    for a in ALGORITHMS:
+        s = rep.stat(("redis-cost", "sluice", a), US)
+        f = rep.stat(("redis-cost", "floor", a), US)
+        if not s:
+            continue
+        per_core = rep.stat(("redis-cost", "sluice", a), US)
+        per_core.values = [1e6 / v for v in per_core.values if v]
+        rows.append([a, s.fmt(2), f.fmt(2),
+                     rep.ratio(("redis-cost", "sluice", a), US, ("redis-cost", "floor", a),
+                               US).fmt(2),
+                     per_core.fmt(0)])
+    rep.table(["algorithm", "sluice µs/decision", "floor µs/decision", "× floor",
+               "sluice decisions/s per Redis core"], rows)
+    seed = rep.stat(("redis-cost", "floor", "fixed_window"), US)
+    ie = rep.stat(("redis-cost", "incrby-expire", "fixed_window"), US)
+    fast = rep.stat(("redis-cost", "sluice", "fixed_window"), US)
+    through = rep.stat(("redis", "sluice", HEAD), "redis.cpu_us_per_request")
+
+    def per_core(stat):
+        out = type(stat)([1e6 / v for v in stat.values if v])
+        return out.fmt(0)
+
+    p("### fixed_window against the peers")
+    p()
+    rep.table(["who", "Redis CPU µs/decision", "decisions/s one Redis core sustains"], [
+        [f"sluice, through the server ({HEAD[1:]} in flight, 10,000 keys)", through.fmt(2),
+         per_core(through)],
+        ["sluice's script alone (`fixed_window.lua`, redis-benchmark)", fast.fmt(2),
+         per_core(fast)],
+        ["the seeds' fixed-window script (redis-benchmark)", seed.fmt(2), per_core(seed)],
+        ["envoyproxy/ratelimit: INCRBY + EXPIRE per decision (redis-benchmark, the two commands "
+         "measured apart and added)", ie.fmt(2), per_core(ie)],
+    ])
+    hot = rep.stat(("redis-cost", "sluice", "sliding_log-full-10000"), US)
+    if hot:
+        p(f"A sliding_log key full at 10,000 entries (limit 10,000, one key, every call rejected) "
+          f"costs **{hot.fmt(1)} µs** of Redis CPU per decision: its state is one string holding "
+          "every entry, parsed on each call. Kuadrant/limitador was not run (`LIMITADOR_BIN` is "
+          "not wired yet; building it takes about 25 minutes of both cores here).")
+        p()
