@@ -347,8 +347,7 @@ pub fn redis_options(args: &RedisArgs) -> RedisOptions {
         },
         breaker: BreakerOptions {
             threshold: args.redis_breaker_failures.max(1),
-            backoff: args.redis_breaker_backoff,
-            max_backoff: args.redis_breaker_backoff * 10,
+            probe_every: args.redis_breaker_backoff,
         },
     }
 }
@@ -393,6 +392,17 @@ async fn run<S: Store>(
     );
     let (reporter, health) = tonic_health::server::health_reporter();
     let state = Arc::new(ServiceState::new(reporter));
+    if let (false, Some(r)) = (args.ready_before_store, &redis) {
+        // SERVING only once the store can answer (see `--ready-before-store`).
+        state.set_store_ok(false);
+        let (r, state) = (r.clone(), state.clone());
+        tokio::spawn(async move {
+            r.ready().await;
+            if state.set_store_ok(true) {
+                state.publish().await;
+            }
+        });
+    }
     state.set_draining_if(false).await;
 
     let loader = Arc::new(Loader {
@@ -755,7 +765,7 @@ fn spawn_store_health(
                 _ = tick.tick() => {}
             }
             let s = redis.status();
-            if state.set_store_ok(s.connected && !s.breaker_open) {
+            if state.set_store_ok(redis.is_ready() && s.connected && !s.breaker_open) {
                 state.publish().await;
             }
         }
