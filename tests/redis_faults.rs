@@ -127,11 +127,11 @@ impl Load {
                             quota: false,
                             on_error: None,
                         }];
-                        let started = Instant::now();
+                        let started = sluice::clock::monotonic();
                         let result = store.decide_checks(&check, T0).await;
                         let ok = result.is_ok();
                         let error = result.err().map(|e| e.kind().as_str());
-                        let at = Instant::now();
+                        let at = sluice::clock::monotonic();
                         if store.status().breaker_open {
                             opened.store(true, Ordering::Relaxed);
                         }
@@ -188,7 +188,7 @@ async fn debug_sleep(port: u16, secs: &str) -> Instant {
             .status()
             .expect("redis-cli runs");
         assert!(status.success());
-        Instant::now()
+        sluice::clock::monotonic()
     })
     .await
     .unwrap()
@@ -199,8 +199,11 @@ async fn a_stall_shorter_than_the_timeout_opens_nothing_and_a_longer_one_recover
     let redis = RedisNode::start();
     let store = connected(options(&redis.url(), Duration::from_millis(300))).await;
     let limit = roomy();
-    let keys: Arc<Vec<Vec<u8>>> =
-        Arc::new((0..16).map(|i| key_of("stall:", &i.to_string(), &limit)).collect());
+    let keys: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..16)
+            .map(|i| key_of("stall:", &i.to_string(), &limit))
+            .collect(),
+    );
     let load = Load::start(&store, keys, 8, Duration::from_millis(2));
     load.more(50).await;
 
@@ -245,14 +248,20 @@ async fn a_killed_and_restarted_redis_is_used_again_within_a_second() {
     let mut redis = RedisNode::start();
     let store = connected(options(&redis.url(), Duration::from_millis(300))).await;
     let limit = roomy();
-    let keys: Arc<Vec<Vec<u8>>> =
-        Arc::new((0..8).map(|i| key_of("restart:", &i.to_string(), &limit)).collect());
+    let keys: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..8)
+            .map(|i| key_of("restart:", &i.to_string(), &limit))
+            .collect(),
+    );
     let load = Load::start(&store, keys, 4, Duration::from_millis(2));
     load.more(20).await;
     redis.kill();
-    wait_until_async("the breaker to open", || async { store.status().breaker_open }).await;
+    wait_until_async("the breaker to open", || async {
+        store.status().breaker_open
+    })
+    .await;
     redis.restart();
-    let back = Instant::now();
+    let back = sluice::clock::monotonic();
     wait_until_async("calls to succeed again", || async {
         load.outcomes().iter().any(|o| o.ok && o.at > back)
     })
@@ -266,7 +275,10 @@ async fn a_killed_and_restarted_redis_is_used_again_within_a_second() {
         .unwrap();
     let late = first_ok - back;
     eprintln!("recovered {late:?} after redis answered PING again");
-    assert!(late <= Duration::from_secs(1), "recovered only after {late:?}");
+    assert!(
+        late <= Duration::from_secs(1),
+        "recovered only after {late:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,7 +396,10 @@ async fn requests_sent_the_moment_health_says_serving_all_succeed() {
     });
     let ok = futures::future::join_all(burst).await;
     let failed = ok.iter().filter(|o| !**o).count();
-    assert_eq!(failed, 0, "{failed} of 300 requests failed right at SERVING");
+    assert_eq!(
+        failed, 0,
+        "{failed} of 300 requests failed right at SERVING"
+    );
     server.shutdown();
     server.wait().await.unwrap();
 }
@@ -430,35 +445,34 @@ async fn a_killed_cluster_primary_costs_only_its_own_slots() {
     }
     let store = connected(options(&cluster.url(), Duration::from_millis(300))).await;
     let limit = roomy();
-    let keys: Vec<Vec<u8>> = (0..60).map(|i| key_of("kill:", &i.to_string(), &limit)).collect();
+    let keys: Vec<Vec<u8>> = (0..60)
+        .map(|i| key_of("kill:", &i.to_string(), &limit))
+        .collect();
     let owner: Vec<u16> = keys.iter().map(|k| cluster.owner(k)).collect();
     let victim = owner[0];
     let load = Load::start(&store, Arc::new(keys), 6, Duration::from_millis(5));
     load.more(200).await;
 
-    let killed_at = Instant::now();
-    let victim_node = cluster
-        .nodes
-        .iter_mut()
-        .find(|n| n.port == victim)
-        .unwrap();
+    let killed_at = sluice::clock::monotonic();
+    let victim_node = cluster.nodes.iter_mut().find(|n| n.port == victim).unwrap();
     victim_node.kill();
     // The replica takes over after the cluster node timeout (5 s here).
     let promoted = tokio::task::spawn_blocking({
         let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();
         move || {
-            let start = Instant::now();
+            let start = sluice::clock::monotonic();
             loop {
                 let masters = ports
                     .iter()
-                    .filter(|&&p| {
-                        ping(p) && redis_support::cli(p, &["ROLE"]).starts_with("master")
-                    })
+                    .filter(|&&p| ping(p) && redis_support::cli(p, &["ROLE"]).starts_with("master"))
                     .count();
                 if masters == 3 {
-                    return Instant::now();
+                    return sluice::clock::monotonic();
                 }
-                assert!(start.elapsed() < Duration::from_secs(50), "no replica promoted");
+                assert!(
+                    start.elapsed() < Duration::from_secs(50),
+                    "no replica promoted"
+                );
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
@@ -503,7 +517,10 @@ async fn a_killed_cluster_primary_costs_only_its_own_slots() {
         .map(|o| o.at)
         .min()
         .unwrap();
-    eprintln!("dead primary's slots answered {:?} after the promotion", back - promoted);
+    eprintln!(
+        "dead primary's slots answered {:?} after the promotion",
+        back - promoted
+    );
     assert!(
         back - promoted <= Duration::from_secs(1),
         "the dead primary's slots answered {:?} after the promotion",
@@ -517,7 +534,9 @@ async fn a_reshard_under_load_fails_almost_nothing_and_never_stalls() {
     let cluster = RedisCluster::start();
     let store = connected(options(&cluster.url(), Duration::from_millis(500))).await;
     let limit = roomy();
-    let keys: Vec<Vec<u8>> = (0..300).map(|i| key_of("reshard:", &i.to_string(), &limit)).collect();
+    let keys: Vec<Vec<u8>> = (0..300)
+        .map(|i| key_of("reshard:", &i.to_string(), &limit))
+        .collect();
     let load = Load::start(&store, Arc::new(keys), 6, Duration::from_millis(2));
     load.more(200).await;
 
@@ -564,12 +583,21 @@ async fn a_reshard_under_load_fails_almost_nothing_and_never_stalls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_is_followed() {
     let mut setup = redis_support::RedisSentinel::start();
-    let replica = RedisNode::start_with(&["--replicaof", "127.0.0.1", &setup.master.port.to_string()]);
+    let replica =
+        RedisNode::start_with(&["--replicaof", "127.0.0.1", &setup.master.port.to_string()]);
     wait_until("the replica to sync", || {
-        replica.cli(&["INFO", "replication"]).contains("master_link_status:up")
+        replica
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up")
     });
     let service = redis_support::SENTINEL_SERVICE;
-    setup.sentinel.cli(&["SENTINEL", "SET", service, "down-after-milliseconds", "1000"]);
+    setup.sentinel.cli(&[
+        "SENTINEL",
+        "SET",
+        service,
+        "down-after-milliseconds",
+        "1000",
+    ]);
     wait_until("the sentinel to know the replica", || {
         setup
             .sentinel
@@ -578,13 +606,16 @@ async fn a_sentinel_failover_is_followed() {
     });
     let store = connected(options(&setup.url(), Duration::from_millis(300))).await;
     let limit = roomy();
-    let keys: Arc<Vec<Vec<u8>>> =
-        Arc::new((0..8).map(|i| key_of("sentinel:", &i.to_string(), &limit)).collect());
+    let keys: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..8)
+            .map(|i| key_of("sentinel:", &i.to_string(), &limit))
+            .collect(),
+    );
     let load = Load::start(&store, keys, 4, Duration::from_millis(5));
     load.more(50).await;
 
     setup.master.kill();
-    let killed = Instant::now();
+    let killed = sluice::clock::monotonic();
     let want = replica.port.to_string();
     wait_until_async("the sentinel to promote the replica", || async {
         setup
@@ -593,7 +624,7 @@ async fn a_sentinel_failover_is_followed() {
             .contains(&want)
     })
     .await;
-    let promoted = Instant::now();
+    let promoted = sluice::clock::monotonic();
     wait_until_async("calls to succeed on the new primary", || async {
         load.outcomes().iter().any(|o| o.ok && o.at > promoted)
     })
@@ -610,6 +641,10 @@ async fn a_sentinel_failover_is_followed() {
         promoted - killed,
         back - promoted
     );
-    assert!(back - promoted <= Duration::from_secs(5), "back only after {:?}", back - promoted);
+    assert!(
+        back - promoted <= Duration::from_secs(5),
+        "back only after {:?}",
+        back - promoted
+    );
     assert!(replica.cli(&["ROLE"]).starts_with("master"));
 }

@@ -67,7 +67,10 @@ impl Breaker {
 
     /// Records a call that failed for want of the server (an outage, not a script error).
     pub fn failure(&self) {
-        let failures = self.failures.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        let failures = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
         if failures >= self.threshold && !self.open.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 target: "sluice::store::redis",

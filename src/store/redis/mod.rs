@@ -82,8 +82,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::breaker::{Breaker, BreakerOptions};
-use self::nodes::Nodes;
 pub use self::connect::{ConfigError, ConnectOptions, Topology};
+use self::nodes::Nodes;
 use self::script::{Answer, Scope};
 use super::batch::admission;
 use super::{Charge, Check, ErrorKind, Store, StoreError, Verdict};
@@ -130,7 +130,7 @@ enum Links {
     /// Standalone and Sentinel: fred's pool (and the serving threads' own clients).
     Pool(Pool),
     /// Cluster: a pool and a breaker per primary, routed by slot here ([`nodes`]).
-    Cluster(Nodes),
+    Cluster(Box<Nodes>),
 }
 
 struct Inner {
@@ -227,7 +227,7 @@ impl RedisStore {
         let (pool, topology) = connect::build_pool(&opts.connect)?;
         let (links, connections) = match topology {
             Topology::Cluster => (
-                Links::Cluster(Nodes::new(&opts.connect, opts.breaker)?),
+                Links::Cluster(Box::new(Nodes::new(&opts.connect, opts.breaker)?)),
                 Vec::new(),
             ),
             Topology::Standalone | Topology::Sentinel => {
@@ -354,7 +354,10 @@ impl RedisStore {
 }
 
 fn breaker_open() -> StoreError {
-    error(ErrorKind::BreakerOpen, "circuit breaker open (redis failing)")
+    error(
+        ErrorKind::BreakerOpen,
+        "circuit breaker open (redis failing)",
+    )
 }
 
 /// Tells `breaker` how a call went.
@@ -775,7 +778,9 @@ async fn eval_asking(
     let _: () = pipe.custom(cmd, args).await?;
     let replies = tokio::time::timeout(timeout, pipe.try_all::<Value>())
         .await
-        .map_err(|_| fred::error::Error::new(fred::error::ErrorKind::Timeout, "ASKING timed out"))?;
+        .map_err(|_| {
+            fred::error::Error::new(fred::error::ErrorKind::Timeout, "ASKING timed out")
+        })?;
     match replies.into_iter().nth(1) {
         Some(reply) => Vec::<i64>::from_value(reply?),
         None => Err(fred::error::Error::new(
@@ -807,5 +812,65 @@ impl Store for RedisStore {
 
     fn supports(&self, algorithm: crate::algorithm::Algorithm) -> bool {
         script::algorithm_code(algorithm).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fred::error::{Error, ErrorKind as F};
+
+    #[test]
+    fn client_side_failures_are_outages_and_error_replies_are_not() {
+        let kind = |k: F, details: &str| kind_of(&Error::new(k, details.to_string()));
+        for lost in [
+            "Too many failed write attempts.",
+            "channel closed",
+            "Failed to route command.",
+        ] {
+            assert_eq!(kind(F::Unknown, lost), ErrorKind::Connection, "{lost}");
+        }
+        assert_eq!(
+            kind(F::Canceled, "Connection closed unexpectedly."),
+            ErrorKind::Connection
+        );
+        assert_eq!(kind(F::Timeout, "Request timed out."), ErrorKind::Timeout);
+        assert_eq!(
+            kind(F::Cluster, "MOVED 12 127.0.0.1:7001"),
+            ErrorKind::Cluster
+        );
+        assert_eq!(
+            kind(F::Unknown, "CLUSTERDOWN The cluster is down"),
+            ErrorKind::Cluster
+        );
+        assert_eq!(
+            kind(F::Unknown, "TRYAGAIN Multiple keys"),
+            ErrorKind::Server
+        );
+        assert_eq!(kind(F::Unknown, "BUSY Redis is busy"), ErrorKind::Server);
+        assert_eq!(
+            kind(F::Unknown, "ERR Error running script (call to f_x): bad"),
+            ErrorKind::Script
+        );
+        assert_eq!(
+            kind(F::Unknown, "NOSCRIPT No matching script"),
+            ErrorKind::Script
+        );
+    }
+
+    #[test]
+    fn redirections_are_read() {
+        let of = |d: &str| Redirect::of(&fred::error::Error::new(F::Cluster, d.to_string()));
+        assert!(
+            matches!(of("MOVED 3999 127.0.0.1:6381"), Some(Redirect::Moved(a)) if a == "127.0.0.1:6381")
+        );
+        assert!(
+            matches!(of("ASK 3999 127.0.0.1:6381"), Some(Redirect::Ask(a)) if a == "127.0.0.1:6381")
+        );
+        assert!(matches!(
+            of("TRYAGAIN Multiple keys request during rehashing of slot"),
+            Some(Redirect::TryAgain)
+        ));
+        assert!(of("CLUSTERDOWN The cluster is down").is_none());
     }
 }

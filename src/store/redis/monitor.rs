@@ -127,7 +127,11 @@ async fn ping(client: &Client) -> bool {
         ..Options::default()
     };
     matches!(
-        tokio::time::timeout(PING_TIMEOUT, client.with_options(&opts).ping::<String>(None)).await,
+        tokio::time::timeout(
+            PING_TIMEOUT,
+            client.with_options(&opts).ping::<String>(None)
+        )
+        .await,
         Ok(Ok(_))
     )
 }

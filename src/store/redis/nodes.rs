@@ -173,14 +173,15 @@ impl Nodes {
         map.slots.iter().all(|&i| i != NONE)
             && used.iter().all(|&i| {
                 let n = &map.nodes[i];
-                n.loaded.load(Ordering::Relaxed) && n.pool.clients().iter().any(|c| c.is_connected())
+                n.loaded.load(Ordering::Relaxed)
+                    && n.pool.clients().iter().any(|c| c.is_connected())
             })
     }
 
     /// Some slot has no node, or its node is down or its breaker open.
     pub fn unhealthy(&self) -> bool {
         let map = self.read();
-        map.slots.iter().any(|&i| i == NONE)
+        map.slots.contains(&NONE)
             || used_nodes(&map).iter().any(|&i| {
                 let n = &map.nodes[i];
                 n.breaker.is_open() || !n.pool.clients().iter().any(|c| c.is_connected())
@@ -334,7 +335,11 @@ mod tests {
                 node("127.0.0.1", 7000),
                 node("127.0.0.1", 7003),
             ]),
-            Value::Array(vec![Value::Integer(5461), Value::Integer(16383), node("", 7001)]),
+            Value::Array(vec![
+                Value::Integer(5461),
+                Value::Integer(16383),
+                node("", 7001),
+            ]),
         ]);
         assert_eq!(
             parse_slots(reply, "10.0.0.9").unwrap(),
