@@ -52,7 +52,10 @@
 //!   and one client per gRPC serving thread ([`RedisStore::attach_thread`]) driven by that
 //!   thread's runtime: a fred command is handed to its connection's task, so a request on a
 //!   serving thread that used the shared pool would wake another thread twice. The breaker,
-//!   readiness and status are the store's, over all of them.
+//!   readiness and status are the store's, over all of them. Cluster: sluice routes by slot
+//!   itself ([`nodes`]): a pool and a breaker per primary, shared by every thread, so a dead
+//!   primary or a reshard costs only the slots concerned ([`redirect`] follows `MOVED`, `ASK`
+//!   and `TRYAGAIN`: a redirected call did not run, so it is sent again).
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
@@ -60,14 +63,17 @@
 //!   what is left of the request's gRPC deadline, when less: [`deadline`](super::deadline))
 //!   is an error with its [`ErrorKind`] (the caller's failure policy decides); an `EVALSHA` is never retried on another connection,
 //!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
-//!   the script on every primary and retries once. A [`breaker`] stops calling Redis after
-//!   consecutive outage failures ([`ErrorKind::is_outage`]: not script errors) and probes
-//!   until it answers again.
+//!   the script on every primary and retries once. A [`breaker`] (one per Cluster primary)
+//!   stops calling Redis after consecutive outage failures ([`ErrorKind::is_outage`]: not
+//!   script errors; fred's client-side failures are outages, see [`kind_of`]) and the
+//!   [`monitor`] PINGs it until it answers again. Readiness ([`RedisStore::ready`]) waits for
+//!   the script loaded on the shared pool (Cluster: on every slot's primary).
 
 pub mod breaker;
 pub mod connect;
 mod monitor;
 pub mod nodes;
+mod redirect;
 pub mod script;
 
 use std::cell::RefCell;
@@ -84,6 +90,7 @@ use tokio::task::JoinHandle;
 use self::breaker::{Breaker, BreakerOptions};
 pub use self::connect::{ConfigError, ConnectOptions, Topology};
 use self::nodes::Nodes;
+use self::redirect::eval_asking;
 use self::script::{Answer, Scope};
 use super::batch::admission;
 use super::{Charge, Check, ErrorKind, Store, StoreError, Verdict};
@@ -636,96 +643,7 @@ impl Inner {
             r => r,
         }
     }
-
-    /// Cluster: one `EVALSHA` on the primary owning `slot`, behind that primary's breaker.
-    /// Redirections are followed (`MOVED` updates the slot map, `ASK` goes to the importing
-    /// node after `ASKING`, `TRYAGAIN` waits a moment): a redirected call did not run, so
-    /// sending it again charges nothing twice. Bounded by [`MAX_REDIRECTS`] and `timeout`.
-    async fn run_slot<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
-        &self,
-        nodes: &Nodes,
-        slot: u16,
-        checks: &[C],
-        scope: Scope,
-        now: When,
-        timeout: Duration,
-    ) -> Result<script::Reply, StoreError> {
-        let args = || script::evalsha(&self.sha, checks, scope, now.script, now.local);
-        let started = crate::clock::monotonic();
-        let mut ask: Option<Arc<nodes::Node>> = None;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let asking = ask.is_some();
-            let node = match ask.take() {
-                Some(n) => n,
-                None => nodes.route(slot).ok_or_else(|| {
-                    error(
-                        ErrorKind::Cluster,
-                        format!("no known primary for slot {slot}"),
-                    )
-                })?,
-            };
-            if !node.breaker.allows() {
-                return Err(breaker_open());
-            }
-            let left = timeout.saturating_sub(started.elapsed()).max(MIN_TIMEOUT);
-            let client = node.pool.next_connected().clone();
-            let result = self.call(&client, &args, asking, left).await;
-            let redirect = match &result {
-                Err(e) if attempt < MAX_REDIRECTS => Redirect::of(e),
-                _ => None,
-            };
-            let Some(redirect) = redirect else {
-                let result = result
-                    .map_err(|e| from_fred(&e))
-                    .and_then(|r| script::decode(r, checks.len()));
-                record(&node.breaker, &result);
-                return result;
-            };
-            // The node answered: it is up, whoever owns the slot now.
-            node.breaker.success();
-            let cluster = |e: ConfigError| error(ErrorKind::Cluster, e.to_string());
-            match redirect {
-                Redirect::Moved(addr) => {
-                    nodes.moved(slot, &addr).map_err(cluster)?;
-                }
-                Redirect::Ask(addr) => ask = Some(nodes.node(&addr).map_err(cluster)?),
-                Redirect::TryAgain => {
-                    if started.elapsed() + TRYAGAIN_PAUSE >= timeout {
-                        return Err(error(ErrorKind::Cluster, "TRYAGAIN: slot migrating"));
-                    }
-                    tokio::time::sleep(TRYAGAIN_PAUSE).await;
-                }
-            }
-        }
-    }
 }
-
-/// A Cluster redirection: the call did not run where it was sent.
-enum Redirect {
-    Moved(String),
-    Ask(String),
-    TryAgain,
-}
-
-impl Redirect {
-    fn of(e: &fred::error::Error) -> Option<Redirect> {
-        let mut words = e.details().split_whitespace();
-        match words.next()? {
-            "MOVED" => Some(Redirect::Moved(words.nth(1)?.to_string())),
-            "ASK" => Some(Redirect::Ask(words.nth(1)?.to_string())),
-            "TRYAGAIN" => Some(Redirect::TryAgain),
-            _ => None,
-        }
-    }
-}
-
-/// Redirections followed per call (a reshard moves a slot once; a failover once more).
-const MAX_REDIRECTS: u32 = 5;
-
-/// The wait before sending a call again on `TRYAGAIN` (a slot's keys half migrated).
-const TRYAGAIN_PAUSE: Duration = Duration::from_millis(2);
 
 /// A verdict for a check with no answer (its part failed): never reached on success paths.
 const REJECTED: Verdict = Verdict {
@@ -761,33 +679,6 @@ async fn eval(
         ..Options::default()
     };
     client.with_options(&opts).custom(cmd, args).await
-}
-
-/// `ASKING` then `EVALSHA` on one connection, back to back (a pipeline is never
-/// interleaved with other callers' commands): how a slot being imported is reached.
-async fn eval_asking(
-    client: &Client,
-    args: Vec<Value>,
-    timeout: Duration,
-) -> Result<Vec<i64>, fred::error::Error> {
-    use fred::types::FromValue;
-    let pipe = client.pipeline();
-    let asking = CustomCommand::new_static("ASKING", ClusterHash::Random, false);
-    let _: () = pipe.custom(asking, Vec::<Value>::new()).await?;
-    let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
-    let _: () = pipe.custom(cmd, args).await?;
-    let replies = tokio::time::timeout(timeout, pipe.try_all::<Value>())
-        .await
-        .map_err(|_| {
-            fred::error::Error::new(fred::error::ErrorKind::Timeout, "ASKING timed out")
-        })?;
-    match replies.into_iter().nth(1) {
-        Some(reply) => Vec::<i64>::from_value(reply?),
-        None => Err(fred::error::Error::new(
-            fred::error::ErrorKind::Protocol,
-            "no reply to EVALSHA after ASKING",
-        )),
-    }
 }
 
 /// `SCRIPT LOAD` on the client's server (every primary, for fred's cluster client).
@@ -856,21 +747,5 @@ mod tests {
             kind(F::Unknown, "NOSCRIPT No matching script"),
             ErrorKind::Script
         );
-    }
-
-    #[test]
-    fn redirections_are_read() {
-        let of = |d: &str| Redirect::of(&fred::error::Error::new(F::Cluster, d.to_string()));
-        assert!(
-            matches!(of("MOVED 3999 127.0.0.1:6381"), Some(Redirect::Moved(a)) if a == "127.0.0.1:6381")
-        );
-        assert!(
-            matches!(of("ASK 3999 127.0.0.1:6381"), Some(Redirect::Ask(a)) if a == "127.0.0.1:6381")
-        );
-        assert!(matches!(
-            of("TRYAGAIN Multiple keys request during rehashing of slot"),
-            Some(Redirect::TryAgain)
-        ));
-        assert!(of("CLUSTERDOWN The cluster is down").is_none());
     }
 }
