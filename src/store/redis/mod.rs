@@ -54,7 +54,7 @@
 //!   serving thread that used the shared pool would wake another thread twice. The breaker,
 //!   readiness and status are the store's, over all of them. Cluster: sluice routes by slot
 //!   itself ([`nodes`]): a pool and a breaker per primary, shared by every thread, so a dead
-//!   primary or a reshard costs only the slots concerned ([`redirect`] follows `MOVED`, `ASK`
+//!   primary or a reshard costs only the slots concerned (`redirect.rs` follows `MOVED`, `ASK`
 //!   and `TRYAGAIN`: a redirected call did not run, so it is sent again).
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
@@ -65,8 +65,8 @@
 //!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
 //!   the script on every primary and retries once. A [`breaker`] (one per Cluster primary)
 //!   stops calling Redis after consecutive outage failures ([`ErrorKind::is_outage`]: not
-//!   script errors; fred's client-side failures are outages, see [`kind_of`]) and the
-//!   [`monitor`] PINGs it until it answers again. Readiness ([`RedisStore::ready`]) waits for
+//!   script errors; fred's client-side failures are outages, see `kind_of`) and the
+//!   monitor PINGs it until it answers again. Readiness ([`RedisStore::ready`]) waits for
 //!   the script loaded on the shared pool (Cluster: on every slot's primary).
 
 pub mod breaker;

@@ -25,29 +25,38 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often "not reachable yet" is logged while the store waits for Redis.
 const WARN_EVERY: Duration = Duration::from_secs(5);
 
+/// How often the monitor looks (readiness, the slot map's schedule); probes follow their own
+/// interval, `probe_every`, when it is longer.
+const TICK: Duration = Duration::from_millis(20);
+
 pub(super) async fn run(store: Weak<Inner>, ready: watch::Sender<bool>) {
-    let every = match store.upgrade() {
-        Some(inner) => inner.breaker_opts.probe_every.max(Duration::from_millis(5)),
+    let probe_every = match store.upgrade() {
+        Some(inner) => inner.breaker_opts.probe_every,
         None => return,
     };
-    let mut tick = tokio::time::interval(every);
+    let mut tick = tokio::time::interval(TICK.min(probe_every).max(Duration::from_millis(5)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let started = crate::clock::monotonic();
     let mut warned = started;
     let mut refreshed: Option<std::time::Instant> = None;
+    let mut probed: Option<std::time::Instant> = None;
     loop {
         tick.tick().await;
         let Some(inner) = store.upgrade() else {
             return;
         };
         let is_ready = *ready.borrow();
+        let probe = probed.is_none_or(|at| at.elapsed() >= probe_every);
+        if probe {
+            probed = Some(crate::clock::monotonic());
+        }
         match &inner.links {
             Links::Pool(pool) => {
                 if !is_ready && first_connection(pool).await {
                     tracing::info!(target: "sluice::store::redis", "connected to redis");
                     let _ = ready.send(true);
                 }
-                if inner.breaker.is_open() && ping(pool.next_connected()).await {
+                if probe && inner.breaker.is_open() && ping(pool.next_connected()).await {
                     inner.breaker.success();
                 }
             }
@@ -63,7 +72,7 @@ pub(super) async fn run(store: Weak<Inner>, ready: watch::Sender<bool>) {
                         tracing::debug!(target: "sluice::store::redis", error = %e, "cannot read the cluster slot map");
                     }
                 }
-                care_for_nodes(nodes).await;
+                care_for_nodes(nodes, probe).await;
                 if !is_ready && nodes.ready() {
                     tracing::info!(target: "sluice::store::redis", "connected to every redis cluster primary");
                     let _ = ready.send(true);
@@ -95,9 +104,9 @@ async fn first_connection(pool: &Pool) -> bool {
     true
 }
 
-/// Loads the script on connected primaries that lack it, and PINGs those whose breaker is
-/// open, all at once.
-async fn care_for_nodes(nodes: &Nodes) {
+/// Loads the script on connected primaries that lack it, and (when `probe`) PINGs those whose
+/// breaker is open, all at once.
+async fn care_for_nodes(nodes: &Nodes, probe: bool) {
     let all = nodes.all();
     let work = all.iter().map(|n| async move {
         let client = n.pool.next_connected();
@@ -112,7 +121,7 @@ async fn care_for_nodes(nodes: &Nodes) {
                 }
             }
         }
-        if n.breaker.is_open() && ping(client).await {
+        if probe && n.breaker.is_open() && ping(client).await {
             n.breaker.success();
         }
     });
