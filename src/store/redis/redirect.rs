@@ -56,10 +56,18 @@ impl Inner {
                 _ => None,
             };
             let Some(redirect) = redirect else {
+                // CLUSTERDOWN is the node answering at once that the cluster refuses every
+                // slot (a primary failed, not yet replaced): an error for the request, but
+                // opening this node's breaker would save no timeout and outlast the refusal.
+                let down = matches!(&result, Err(e) if e.details().starts_with("CLUSTERDOWN"));
                 let result = result
                     .map_err(|e| from_fred(&e))
                     .and_then(|r| script::decode(r, checks.len()));
-                record(&node.breaker, &result);
+                if down {
+                    node.breaker.success();
+                } else {
+                    record(&node.breaker, &result);
+                }
                 return result;
             };
             // The node answered: it is up, whoever owns the slot now.
