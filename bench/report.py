@@ -222,7 +222,7 @@ class Report:
                          "" if worst <= 2 else f"by {worst - 2:.2f}×", "" if worst <= 2 else "see below"])
         else:
             rows.append(["Matching cost flat from 10 to 100,000 rules", "not measured", "–", "–", ""])
-        self.p("## Targets (issue 8)")
+        self.p("## Targets")
         self.p()
         self.table(["target", "measured", "status", "missed by", "why"], rows)
 

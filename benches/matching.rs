@@ -20,6 +20,7 @@ use sluice::limiter::{Limiter, LimiterOptions};
 use sluice::model::{Descriptor, Entry, Request};
 use sluice::rules::RuleSet;
 use sluice::store::memory::MemoryStore;
+use sluice::store::Deadline;
 
 const SIZES: [usize; 4] = [10, 1_000, 10_000, 100_000];
 
@@ -148,8 +149,10 @@ fn decisions(c: &mut Criterion) {
             g.bench_function(format!("rules={n}/descriptors={descriptors}"), |b| {
                 b.iter(|| {
                     next = (next + 1) % requests.len();
-                    futures::executor::block_on(limiter.should_rate_limit(&requests[next]))
-                        .expect("decided")
+                    futures::executor::block_on(
+                        limiter.should_rate_limit(&requests[next], Deadline::NONE),
+                    )
+                    .expect("decided")
                 })
             });
         }

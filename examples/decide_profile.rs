@@ -20,6 +20,7 @@ use sluice::limiter::{Limiter, LimiterMetrics, LimiterOptions};
 use sluice::metrics::{Metrics, MetricsOptions};
 use sluice::model::{Descriptor, Entry, Request};
 use sluice::store::memory::MemoryStore;
+use sluice::store::Deadline;
 
 fn arg(i: usize, default: usize) -> usize {
     std::env::args()
@@ -38,11 +39,14 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let set = compile(&files, LoadOptions::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let metrics = Metrics::new(&MetricsOptions {
-        otlp_endpoint: None,
-        max_dynamic_keys: 1000,
-        near_limit_ratio: 0.8,
-    })?;
+    let metrics = Metrics::new(
+        &MetricsOptions {
+            otlp_endpoint: None,
+            max_dynamic_keys: 1000,
+            near_limit_ratio: 0.8,
+        },
+        Default::default(),
+    )?;
     let limiter = Limiter::new(
         MemoryStore::new(1_000_000),
         Arc::new(SystemClock),
@@ -84,7 +88,9 @@ fn main() -> anyhow::Result<()> {
         .collect();
     let mut over = 0u64;
     for i in 0..n {
-        let r = futures::executor::block_on(limiter.should_rate_limit(&requests[i % clients]))?;
+        let r = futures::executor::block_on(
+            limiter.should_rate_limit(&requests[i % clients], Deadline::NONE),
+        )?;
         over += u64::from(r.overall == sluice::limiter::Code::OverLimit);
     }
     println!("{n} decisions, {descriptors} descriptors each, {clients} clients: {over} over limit");

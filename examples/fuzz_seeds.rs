@@ -1,5 +1,5 @@
 //! Writes the seed corpora of the fuzz targets into `fuzz/corpus/<target>/` (committed;
-//! `cargo test --test fuzz_replay` replays them). Run from the repository root:
+//! `cargo test --test it fuzz_replay` replays them). Run from the repository root:
 //!
 //! ```sh
 //! cargo run --example fuzz_seeds

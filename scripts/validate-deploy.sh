@@ -123,7 +123,7 @@ section "checkov Dockerfile"
 
 section "the chart's Grafana dashboard is the repository's"
 # Helm reads files only from inside the chart, so the chart carries a copy of
-# dashboards/sluice-grafana.json (the one tests/metrics.rs checks against the exported metrics).
+# dashboards/sluice-grafana.json (the one tests/it/metrics.rs checks against the exported metrics).
 cmp dashboards/sluice-grafana.json helm/sluice/dashboards/sluice.json ||
     die "helm/sluice/dashboards/sluice.json differs from dashboards/sluice-grafana.json: copy it"
 

@@ -14,10 +14,10 @@ use serde_json::Value;
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::limiter::{Code, Limiter, LimiterOptions};
 use crate::model::{display_bytes, MICROS_PER_MILLI};
+use crate::rules::duration::parse as parse_duration;
 use crate::rules::RuleSet;
 use crate::service::json;
-use crate::settings::parse_duration;
-use crate::store::MemoryStore;
+use crate::store::{Deadline, MemoryStore};
 
 /// The steps of a requests file, each with its line (or array index) for messages.
 fn steps(text: &str) -> Result<Vec<(usize, Value)>, String> {
@@ -56,7 +56,7 @@ pub async fn run(rules: RuleSet, text: &str, as_json: bool) -> Result<String, St
             let d = by
                 .as_str()
                 .ok_or_else(|| format!("item {at}: advance takes a duration such as \"30s\""))
-                .and_then(parse_duration)?;
+                .and_then(|s| parse_duration(s).map_err(|e| format!("item {at}: {e}")))?;
             clock.advance(i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
             if !as_json {
                 let _ = writeln!(out, "(+{} later)", by.as_str().unwrap_or_default());
@@ -67,7 +67,7 @@ pub async fn run(rules: RuleSet, text: &str, as_json: bool) -> Result<String, St
         let body = serde_json::to_vec(&step).map_err(|e| e.to_string())?;
         let req = json::request(&body).map_err(|e| format!("item {at}: {e}"))?;
         let (resp, explained) = limiter
-            .explain(&req)
+            .explain(&req, Deadline::NONE)
             .await
             .map_err(|e| format!("item {at}: {e}"))?;
         if as_json {

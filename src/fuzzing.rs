@@ -1,7 +1,8 @@
 //! The fuzz targets' bodies, in the library so that `cargo test` replays the committed corpora
-//! (`fuzz/corpus/<target>/`, tests/fuzz_replay.rs) through exactly the code the fuzzers run
+//! (`fuzz/corpus/<target>/`, tests/it/fuzz_replay.rs) through exactly the code the fuzzers run
 //! (`fuzz/fuzz_targets/*.rs` only call these). Each takes arbitrary bytes, must never panic,
-//! and asserts the invariants it can check cheaply (an assertion failure is a finding).
+//! and asserts the invariants it can check cheaply (an assertion failure is a finding). Built
+//! only with the `fuzzing` feature (tests and fuzz/ enable it), so the server does not ship it.
 //!
 //! * [`config`]: bytes as a YAML config file -> compiler -> rule dump.
 //! * [`request`]: bytes as an encoded `RateLimitRequest` -> request limits -> validation ->
@@ -19,7 +20,7 @@ use crate::limiter::{Limiter, LimiterOptions};
 use crate::model::{Micros, MICROS_PER_SEC};
 use crate::rules::RuleSet;
 use crate::service::{convert, limits::RequestLimits};
-use crate::store::{key, MemoryStore};
+use crate::store::{key, Deadline, MemoryStore};
 
 /// Compiles `data` as one config file; an accepted config must also dump.
 pub fn config(data: &[u8]) {
@@ -31,7 +32,13 @@ pub fn config(data: &[u8]) {
         content: text.to_string(),
     };
     for merge_domains in [false, true] {
-        match compile(std::slice::from_ref(&file), LoadOptions { merge_domains }) {
+        match compile(
+            std::slice::from_ref(&file),
+            LoadOptions {
+                merge_domains,
+                ..LoadOptions::default()
+            },
+        ) {
             Ok(rules) => {
                 let _ = rules.dump();
             }
@@ -114,7 +121,8 @@ pub fn request(data: &[u8]) {
         );
         limiter.set_rules(request_rules().clone());
         // The in-memory store never waits: the future completes on its first poll.
-        if let Ok(r) = futures::executor::block_on(limiter.should_rate_limit(&req)) {
+        if let Ok(r) = futures::executor::block_on(limiter.should_rate_limit(&req, Deadline::NONE))
+        {
             assert_eq!(r.statuses.len(), n, "one status per descriptor");
             let _ = convert::response(r);
         }

@@ -30,10 +30,9 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => check(&args),
         Command::Serve(mut args) => {
-            let notes = match matches
-                .subcommand_matches("serve")
-                .map(|m| sluice::ratelimit_env::apply(&mut args, m, &|k| std::env::var(k).ok()))
-            {
+            let notes = match matches.subcommand_matches("serve").map(|m| {
+                sluice::settings::ratelimit_env::apply(&mut args, m, &|k| std::env::var(k).ok())
+            }) {
                 Some(Ok(notes)) => notes,
                 Some(Err(e)) => {
                     eprintln!("sluice: {e}");
@@ -85,6 +84,7 @@ fn main() -> ExitCode {
 fn check(args: &CheckArgs) -> ExitCode {
     let opts = LoadOptions {
         merge_domains: args.merge_domains,
+        allow_empty: args.allow_empty_config,
     };
     match config::load(&args.paths, opts) {
         Ok(rules) => {

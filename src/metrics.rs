@@ -6,7 +6,7 @@
 //! one process.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
 use opentelemetry::KeyValue;
@@ -54,18 +54,24 @@ pub struct MemoryCounts {
     pub evictions_over_limit: u64,
 }
 
-/// Reads the Redis state: (connected, breaker open).
-pub type ReadRedis = Box<dyn Fn() -> (bool, bool) + Send + Sync>;
+/// Reads the Redis state: (connected, breaker open); `None` once the store is gone.
+pub type ReadRedis = Box<dyn Fn() -> Option<(bool, bool)> + Send + Sync>;
 
-/// Values the gauges read at collection time, set by the wiring.
+/// What the store gauges read at collection time, given by the wiring when it builds the
+/// metrics (the stores come first). Each reader holds its store weakly: its gauge ends with it.
 #[derive(Default)]
-pub struct GaugeSources {
-    /// The number of the rule set in use (0 before the first good config).
-    pub generation: AtomicU64,
+pub struct StoreSources {
     /// Entries of each in-memory store, by role (`primary`, `fallback`).
-    pub memory: Mutex<Vec<(&'static str, ReadMemory)>>,
+    pub memory: Vec<(&'static str, ReadMemory)>,
     /// Redis connection state: (connected, breaker open).
-    pub redis: Mutex<Option<ReadRedis>>,
+    pub redis: Option<ReadRedis>,
+}
+
+/// Values the gauges read at collection time.
+pub struct GaugeSources {
+    /// The number of the rule set in use (0 before the first good config), set by reloads.
+    pub generation: AtomicU64,
+    stores: StoreSources,
 }
 
 /// The instruments of one server.
@@ -96,7 +102,7 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     /// Builds the pipeline; with an OTLP endpoint, must run inside a Tokio runtime.
-    pub fn new(opts: &MetricsOptions) -> anyhow::Result<Metrics> {
+    pub fn new(opts: &MetricsOptions, stores: StoreSources) -> anyhow::Result<Metrics> {
         let registry = prometheus::Registry::new();
         let prom = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())
@@ -135,7 +141,10 @@ impl Metrics {
         }
         let provider = builder.build();
         let meter = provider.meter("sluice");
-        let gauges = Arc::new(GaugeSources::default());
+        let gauges = Arc::new(GaugeSources {
+            generation: AtomicU64::new(0),
+            stores,
+        });
         register_observables(&meter, &stats, &gauges);
         Ok(Metrics {
             rpc_requests: meter
@@ -198,12 +207,6 @@ impl Metrics {
 
     /// Flushes and stops the exporters (blocking: a last OTLP push).
     pub fn shutdown(&self) {
-        *self.gauges.redis.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.gauges
-            .memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
         if let Err(e) = self.provider.shutdown() {
             tracing::debug!(error = %e, "metrics shutdown");
         }
@@ -298,8 +301,7 @@ fn register_observables(meter: &Meter, stats: &Arc<StatsRegistry>, gauges: &Arc<
     for (name, help, counter, pick) in memory {
         let g = gauges.clone();
         let observe = move |o: &dyn opentelemetry::metrics::AsyncInstrument<u64>| {
-            let memory = g.memory.lock().unwrap_or_else(|e| e.into_inner());
-            for (role, read) in memory.iter() {
+            for (role, read) in &g.stores.memory {
                 if let Some(c) = read() {
                     o.observe(pick(&c), &[KeyValue::new("store", *role)]);
                 }
@@ -325,8 +327,8 @@ fn register_observables(meter: &Meter, stats: &Arc<StatsRegistry>, gauges: &Arc<
             .u64_observable_gauge("sluice.store.redis.breaker_open")
             .with_description("1 while the Redis circuit breaker is open (calls fail at once)")
             .with_callback(move |o| {
-                if let Some(f) = &*g.redis.lock().unwrap_or_else(|e| e.into_inner()) {
-                    o.observe(u64::from(f().1), &[]);
+                if let Some((_, open)) = g.stores.redis.as_ref().and_then(|f| f()) {
+                    o.observe(u64::from(open), &[]);
                 }
             })
             .build();
@@ -337,8 +339,8 @@ fn register_observables(meter: &Meter, stats: &Arc<StatsRegistry>, gauges: &Arc<
             .u64_observable_gauge("sluice.store.redis.connected")
             .with_description("1 while at least one Redis connection is up")
             .with_callback(move |o| {
-                if let Some(f) = &*g.redis.lock().unwrap_or_else(|e| e.into_inner()) {
-                    o.observe(u64::from(f().0), &[]);
+                if let Some((connected, _)) = g.stores.redis.as_ref().and_then(|f| f()) {
+                    o.observe(u64::from(connected), &[]);
                 }
             })
             .build();

@@ -34,13 +34,6 @@ impl Unit {
         Unit::Year,
     ];
 
-    /// Case-insensitive, as envoyproxy/ratelimit (`strings.ToUpper`).
-    pub fn parse(s: &str) -> Option<Unit> {
-        Unit::ALL
-            .into_iter()
-            .find(|u| u.as_str().eq_ignore_ascii_case(s))
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             Unit::Second => "SECOND",
@@ -164,12 +157,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn units_parse_case_insensitively_and_round_trip() {
+    fn units_round_trip_through_the_proto() {
         for u in Unit::ALL {
-            assert_eq!(Unit::parse(&u.as_str().to_lowercase()), Some(u));
             assert_eq!(Unit::from_proto(u.proto_value()), Some(u));
         }
-        assert_eq!(Unit::parse("fortnight"), None);
         assert_eq!(Unit::from_proto(0), None);
         assert_eq!(Unit::Month.seconds(), 2_592_000);
     }

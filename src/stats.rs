@@ -4,19 +4,21 @@
 //!
 //! Counters are plain atomics, exported by [`crate::metrics`] at scrape time: the request path
 //! pays an atomic add, not a metrics-library lookup. A rule whose stats key does not depend on
-//! the request caches its counters on the compiled [`Rule`] (one lookup per rule per rule set).
+//! the request has its counters cached here under its [`RuleId`] (one lookup by name per rule
+//! per rule set; then an index into a table).
 //! Keys built from request values are capped: past `max_dynamic` of them, a request's stats go
 //! to its rule's own key and the overflow is counted, so hostile values cannot grow memory or
 //! the scrape (envoyproxy/ratelimit #275, #1132).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
+use arc_swap::ArcSwap;
 use opentelemetry::KeyValue;
 
 use crate::model::{display_bytes, Entry};
-use crate::rules::{Rule, Step};
+use crate::rules::{Rule, RuleId, Step};
 
 /// The counters of one stats key, in [`COUNTER_NAMES`] order.
 pub struct RuleCounters {
@@ -97,6 +99,25 @@ pub struct StatsRegistry {
     keys: RwLock<HashMap<Arc<str>, Arc<RuleCounters>>>,
     dynamic: AtomicUsize,
     overflow: AtomicU64,
+    /// The counters of the newest rule set's rules, by [`RuleId::index`].
+    rules: ArcSwap<RuleSlots>,
+}
+
+/// One rule set's counters by rule index, filled on first use.
+#[derive(Default)]
+struct RuleSlots {
+    set: u64,
+    slots: Box<[OnceLock<Arc<RuleCounters>>]>,
+}
+
+impl RuleSlots {
+    /// The slot of `id` when this table is of its rule set and long enough.
+    fn get(&self, id: RuleId) -> Option<&OnceLock<Arc<RuleCounters>>> {
+        if self.set != id.set {
+            return None;
+        }
+        self.slots.get(id.index as usize)
+    }
 }
 
 impl StatsRegistry {
@@ -107,6 +128,7 @@ impl StatsRegistry {
             keys: RwLock::new(HashMap::new()),
             dynamic: AtomicUsize::new(0),
             overflow: AtomicU64::new(0),
+            rules: ArcSwap::default(),
         }
     }
 
@@ -151,11 +173,42 @@ impl StatsRegistry {
             .unwrap_or_else(|| Arc::new(RuleCounters::new(domain.clone(), key.into())))
     }
 
-    /// The counters of a rule's own key (`full_key`), cached on the rule.
+    /// The counters of a rule's own key (`full_key`), cached under the rule's id.
     pub fn of_rule(&self, domain: &Arc<str>, rule: &Rule) -> Arc<RuleCounters> {
-        rule.stats
-            .get_or_init(|| self.fixed(domain, &rule.full_key))
-            .clone()
+        if let Some(slot) = self.rules.load().get(rule.id) {
+            return slot
+                .get_or_init(|| self.fixed(domain, &rule.full_key))
+                .clone();
+        }
+        self.of_rule_uncached(domain, rule)
+    }
+
+    /// [`Self::of_rule`] for a rule beyond the table: by name, then the table is replaced by
+    /// one that holds it when its rule set is the newest seen (a reload, or a higher index).
+    /// Rules of an older set (requests still on it) stay uncached.
+    #[cold]
+    fn of_rule_uncached(&self, domain: &Arc<str>, rule: &Rule) -> Arc<RuleCounters> {
+        let counters = self.fixed(domain, &rule.full_key);
+        let id = rule.id;
+        let current = self.rules.load_full();
+        if id.set == 0 || id.set < current.set {
+            return counters;
+        }
+        let len = (id.index as usize + 1).next_power_of_two().max(64);
+        let slots: Box<[OnceLock<Arc<RuleCounters>>]> = (0..len)
+            .map(|i| {
+                let kept = (current.set == id.set)
+                    .then(|| current.slots.get(i).and_then(OnceLock::get))
+                    .flatten();
+                kept.map_or_else(OnceLock::new, |c| OnceLock::from(c.clone()))
+            })
+            .collect();
+        let _ = slots[id.index as usize].set(counters.clone());
+        // Lost to a concurrent replacement: harmless, the next miss tries again.
+        let _ = self
+            .rules
+            .compare_and_swap(&current, Arc::new(RuleSlots { set: id.set, slots }));
+        counters
     }
 
     /// The counters of a key built from request values; past the cap, `fallback`'s.
@@ -219,7 +272,7 @@ pub fn dynamic_key(
     domain: &str,
     entries: &[Entry],
     steps: &[Step<'_>],
-    value_to_metric: u64,
+    value_to_metric: &[bool],
     detailed: bool,
 ) -> String {
     let mut s = String::with_capacity(domain.len() + 32 * entries.len());
@@ -227,7 +280,7 @@ pub fn dynamic_key(
     for (i, e) in entries.iter().enumerate() {
         s.push('.');
         s.push_str(&display_bytes(&e.key));
-        let vtm = i < 64 && value_to_metric & (1 << i) != 0;
+        let vtm = value_to_metric.get(i).copied().unwrap_or(false);
         let shown: Option<&[u8]> = match steps.get(i).copied().unwrap_or(Step::Exact) {
             Step::Wildcard {
                 pattern,
@@ -253,12 +306,63 @@ pub fn dynamic_key(
 /// request values in labels unasked.
 pub fn override_key(domain: &str, entries: &[Entry]) -> String {
     let steps = vec![Step::Default; entries.len()];
-    dynamic_key(domain, entries, &steps, 0, false)
+    dynamic_key(domain, entries, &steps, &[], false)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{compile, ConfigFile, LoadOptions};
+    use crate::rules::RuleSet;
+
+    /// A rule's counters are cached under its id; a later rule set's rule of the same key
+    /// shares them, and a rule of an older set still in use finds its own by name.
+    #[test]
+    fn rule_counters_are_cached_by_rule_id() {
+        let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+        let load = || {
+            let file = ConfigFile {
+                path: "f.yaml".into(),
+                content: yaml.into(),
+            };
+            compile(&[file], LoadOptions::default()).unwrap()
+        };
+        let sorted = |s: &RuleSet| {
+            let mut v: Vec<(String, RuleId)> = s
+                .all_rules()
+                .iter()
+                .map(|r| (r.full_key.clone(), r.id))
+                .collect();
+            v.sort_by(|x, y| x.0.cmp(&y.0));
+            v
+        };
+        let (old, new) = (load(), load());
+        let (o, n) = (sorted(&old), sorted(&new));
+        assert_eq!(
+            o.iter().map(|r| &r.0[..]).collect::<Vec<_>>(),
+            ["d.a", "d.b"]
+        );
+        assert!(n[0].1.set > o[0].1.set);
+        let r = StatsRegistry::new(0.8, 10);
+        let d: Arc<str> = "d".into();
+        let rule = |s: &RuleSet, key: &str| {
+            let all = s.all_rules();
+            let found = all.iter().find(|r| r.full_key == key).unwrap();
+            r.of_rule(&d, found)
+        };
+        let a = rule(&old, "d.a");
+        assert_eq!(&*a.key, "d.a");
+        assert!(Arc::ptr_eq(&a, &rule(&old, "d.a")));
+        assert!(r.rules.load().get(o[0].1).and_then(OnceLock::get).is_some());
+        // The reload's rules take over the table and share the counters of unchanged keys.
+        assert!(Arc::ptr_eq(&a, &rule(&new, "d.a")));
+        assert!(r.rules.load().get(n[0].1).and_then(OnceLock::get).is_some());
+        // A request still on the old set counts on the right key, without taking the table back.
+        assert_eq!(&*rule(&old, "d.b").key, "d.b");
+        assert_eq!(r.rules.load().set, n[0].1.set);
+        assert_eq!(&*rule(&new, "d.b").key, "d.b");
+        assert!(r.rules.load().get(n[1].1).and_then(OnceLock::get).is_some());
+    }
 
     fn e(k: &str, v: &str) -> Entry {
         Entry {
@@ -278,27 +382,28 @@ mod tests {
             pattern: b"/api/*",
             shared: true,
         };
-        let k =
-            |steps: &[Step<'_>], vtm, detailed| dynamic_key("d", &entries, steps, vtm, detailed);
-        assert_eq!(k(&[wild, Step::Default], 0, false), "d.path_/api/*.user");
+        let k = |steps: &[Step<'_>], vtm: &[bool], detailed| {
+            dynamic_key("d", &entries, steps, vtm, detailed)
+        };
+        assert_eq!(k(&[wild, Step::Default], &[], false), "d.path_/api/*.user");
         assert_eq!(
-            k(&[wild, Step::Default], 0b10, false),
+            k(&[wild, Step::Default], &[false, true], false),
             "d.path_/api/*.user_alice"
         );
         assert_eq!(
-            k(&[wild, Step::Default], 0b01, false),
+            k(&[wild, Step::Default], &[true], false),
             "d.path_/api/v1.user"
         );
         assert_eq!(
-            k(&[wild, Step::Default], 0, true),
+            k(&[wild, Step::Default], &[], true),
             "d.path_/api/v1.user_alice"
         );
         assert_eq!(
-            k(&[shared, Step::Default], 0, true),
+            k(&[shared, Step::Default], &[], true),
             "d.path_/api/*.user_alice"
         );
         assert_eq!(
-            k(&[Step::Exact, Step::Exact], 0, false),
+            k(&[Step::Exact, Step::Exact], &[], false),
             "d.path_/api/v1.user_alice"
         );
         assert_eq!(override_key("d", &entries), "d.path.user");

@@ -319,16 +319,6 @@ mod tests {
         }
     }
 
-    proptest::proptest! {
-        #[test]
-        fn rejected_requests_change_nothing(
-            events in super::super::timeline::events(40, 20 * S),
-        ) {
-            let l = Limit::new(Algorithm::Distinct, 3, 60 * S);
-            super::super::timeline::check_rejections_are_free(&l, &events);
-        }
-    }
-
     #[test]
     fn estimate_tracks_large_cardinalities() {
         let mut v = Values::empty(true);

@@ -171,10 +171,5 @@ mod tests {
                 }
             }
         }
-
-        #[test]
-        fn rejected_requests_change_nothing(events in timeline::events(40, S)) {
-            timeline::check_rejections_are_free(&limit(5, S, 1), &events);
-        }
     }
 }

@@ -77,10 +77,5 @@ mod tests {
             prop_assert_eq!(&a, &timeline::outcomes(&token, &events, always));
             prop_assert_eq!(&a, &timeline::outcomes(&gcra, &events, always));
         }
-
-        #[test]
-        fn rejected_requests_change_nothing(events in timeline::events(40, S)) {
-            timeline::check_rejections_are_free(&limit(3, S, 2), &events);
-        }
     }
 }

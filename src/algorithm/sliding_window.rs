@@ -232,11 +232,6 @@ mod tests {
             let o = evaluate(&l, match &state { Some(AnyState::SlidingWindow(s)) => Some(s), _ => None }, later, Ask::take(n));
             prop_assert!(o.allowed);
         }
-
-        #[test]
-        fn rejected_requests_change_nothing(events in timeline::events(40, S)) {
-            timeline::check_rejections_are_free(&limit(3, 4 * S, 4), &events);
-        }
     }
 
     #[test]

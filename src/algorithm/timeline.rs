@@ -1,14 +1,10 @@
 //! Test support: random timelines of requests run through a decision function in simulated
 //! time, and the span arithmetic the properties check.
 
-use std::collections::HashMap;
-
 use proptest::prelude::*;
 
 use super::{evaluate, Ask, Limit, State};
 use crate::model::Micros;
-use crate::store::batch::{self, StateTable};
-use crate::store::{Charge, Check};
 
 /// A request after `advance` µs of quiet.
 #[derive(Clone, Copy, Debug)]
@@ -17,7 +13,7 @@ pub struct Event {
     pub hits: u64,
 }
 
-const START: Micros = 1_000_000_000;
+pub const START: Micros = 1_000_000_000;
 
 /// Up to `len` events, each after 0..=`max_advance` µs (often 0: bursts), of 0..=3 hits.
 pub fn events(len: usize, max_advance: Micros) -> impl Strategy<Value = Vec<Event>> {
@@ -133,47 +129,6 @@ pub fn check_log_exactness(limit: &Limit, events: &[Event]) {
     }
 }
 
-#[derive(Default)]
-struct Table(HashMap<Vec<u8>, State>);
-
-impl StateTable for Table {
-    fn get(&self, key: &[u8]) -> Option<&State> {
-        self.0.get(key)
-    }
-    fn put(&mut self, key: &[u8], state: State, _: Micros) {
-        self.0.insert(key.to_vec(), state);
-    }
-}
-
-/// Through the store's charging policy (default: charge only when admitted), a rejected
-/// request leaves the stored state exactly as it was.
-pub fn check_rejections_are_free(limit: &Limit, events: &[Event]) {
-    let mut table = Table::default();
-    let mut now = START;
-    for (i, e) in events.iter().enumerate() {
-        now += e.advance;
-        let before = table.0.get(&b"k"[..]).cloned();
-        let check = Check {
-            key: b"k",
-            limit,
-            // distinct: a handful of values that come back (others ignore it).
-            ask: Ask {
-                value: i as u64 % 7,
-                ..Ask::take(e.hits)
-            },
-            charge: Charge::IfAdmitted,
-            group: 0,
-            quota: false,
-            on_error: None,
-        };
-        let v = batch::decide(&mut table, &[check], now);
-        if !v[0].allowed {
-            assert_eq!(table.0.get(&b"k"[..]), before.as_ref(), "at {now}");
-            assert!(!v[0].charged);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::Algorithm;
@@ -280,11 +235,6 @@ mod tests {
             let l = Limit::fixed_window(n, 5 * S);
             let admitted = run(&l, &events, false);
             prop_assert!(max_in_span(&admitted, l.window) <= 2 * n);
-        }
-
-        #[test]
-        fn fixed_window_rejections_are_free(events in events(40, S)) {
-            check_rejections_are_free(&Limit::fixed_window(2, 3 * S), &events);
         }
     }
 }

@@ -178,10 +178,5 @@ mod tests {
                 }
             }
         }
-
-        #[test]
-        fn rejected_requests_change_nothing(events in timeline::events(40, S)) {
-            timeline::check_rejections_are_free(&limit(2, S, 3), &events);
-        }
     }
 }

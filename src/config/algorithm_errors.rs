@@ -79,11 +79,11 @@ fn what_cannot_work_is_rejected_where_it_is_written() {
         ),
         (
             "requests_per_unit: 5, window: 3 seconds",
-            "4:48: invalid window '3 seconds' (expected a whole number and ms, s, m, h or d, e.g. 30s)",
+            "4:48: invalid window '3 seconds' (expected a number and us, ms, s, m, h or d, e.g. 250ms, 1.5s, 2h, 7d)",
         ),
         (
             "requests_per_unit: 5, unit: second, algorithm: lottery",
-            "4:65: unknown algorithm 'lottery' (expected fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra or distinct)",
+            "4:65: invalid algorithm 'lottery' (expected fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra or distinct)",
         ),
         (
             "requests_per_unit: 5, unit: second, algorithm: sliding_window, precision: 3",

@@ -5,23 +5,10 @@ use std::sync::Arc;
 
 use serde_saphyr::Location;
 
-/// A position in a config file (1-based; a whole-file error points at 1:1).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Position {
-    pub file: Arc<str>,
-    pub line: u64,
-    pub column: u64,
-}
+pub use crate::rules::Position;
 
+/// Where serde-saphyr says a value is: a YAML concern, so it stays with the config.
 impl Position {
-    pub fn start_of(file: &Arc<str>) -> Self {
-        Position {
-            file: file.clone(),
-            line: 1,
-            column: 1,
-        }
-    }
-
     pub fn at(file: &Arc<str>, loc: Location) -> Self {
         if loc.line() == 0 {
             return Position::start_of(file);
@@ -31,12 +18,6 @@ impl Position {
             line: loc.line(),
             column: loc.column(),
         }
-    }
-}
-
-impl fmt::Display for Position {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.file, self.line, self.column)
     }
 }
 

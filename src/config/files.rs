@@ -2,10 +2,15 @@
 //! directory, in name order. Dot-entries are skipped, which also skips the `..data` and
 //! `..2024_01_01...` directories of a mounted Kubernetes ConfigMap, so each of its files loads
 //! once (through the visible symlink).
+//!
+//! A config never vanishes silently: a visible `*.yaml` entry that cannot be read (a dangling
+//! or looping symlink, no permission) is an error, and so is a load that finds no file at all
+//! unless [`LoadOptions::allow_empty`] says an empty config is wanted.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::compile::LoadOptions;
 use super::error::{ConfigError, Position};
 
 /// A config file read into memory.
@@ -15,8 +20,9 @@ pub struct ConfigFile {
     pub content: String,
 }
 
-/// Expands `paths` and reads every file; unreadable paths become errors.
-pub fn read_all(paths: &[PathBuf]) -> (Vec<ConfigFile>, Vec<ConfigError>) {
+/// Expands `paths` and reads every file; unreadable paths become errors, and so does finding
+/// no file at all (unless `opts.allow_empty`).
+pub fn read_all(paths: &[PathBuf], opts: LoadOptions) -> (Vec<ConfigFile>, Vec<ConfigError>) {
     let mut files = Vec::new();
     let mut errors = Vec::new();
     for path in paths {
@@ -39,6 +45,16 @@ pub fn read_all(paths: &[PathBuf]) -> (Vec<ConfigFile>, Vec<ConfigError>) {
                 )),
             }
         }
+    }
+    if files.is_empty() && errors.is_empty() && !opts.allow_empty {
+        errors.extend(paths.iter().map(|p| {
+            let name: Arc<str> = p.display().to_string().into();
+            ConfigError::new(
+                Position::start_of(&name),
+                "no config file found (a directory's *.yaml and *.yml files are loaded); \
+                 pass --allow-empty-config to run with no rules",
+            )
+        }));
     }
     (files, errors)
 }
@@ -71,18 +87,30 @@ fn expand(path: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| is_config_file(p))
+        .filter(|p| has_config_name(p))
         .collect();
     out.sort();
+    // A config-named entry that is no readable file: a directory is simply not config, but a
+    // dangling or looping symlink is a config that vanished and is reported (it would
+    // otherwise drop every rule of its domain without a word).
+    out.retain(|p| match std::fs::metadata(p) {
+        Ok(m) => m.is_file(),
+        Err(e) => {
+            let name: Arc<str> = p.display().to_string().into();
+            errors.push(ConfigError::new(
+                Position::start_of(&name),
+                format!("cannot read config file: {e}"),
+            ));
+            false
+        }
+    });
     out
 }
 
-/// A visible `*.yaml` / `*.yml` regular file (symlinks followed).
-pub fn is_config_file(p: &Path) -> bool {
+/// A visible `*.yaml` / `*.yml` name.
+fn has_config_name(p: &Path) -> bool {
     let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
         return false;
     };
-    !name.starts_with('.')
-        && (name.ends_with(".yaml") || name.ends_with(".yml"))
-        && std::fs::metadata(p).is_ok_and(|m| m.is_file())
+    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
 }

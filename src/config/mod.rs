@@ -1,11 +1,18 @@
-//! Configuration: YAML files -> serde types ([`raw`]) -> validation and compilation
-//! ([`compile`]) -> an immutable [`RuleSet`](crate::rules::RuleSet).
+//! Configuration: YAML files ([`files`]) -> serde types ([`raw`], parsed by `parse`, unknown
+//! keys found by `keys`) -> validation (`validate`) and building (`build`), driven by
+//! [`compile`] -> an immutable [`RuleSet`](crate::rules::RuleSet).
 
+mod build;
 pub mod compile;
 pub mod error;
 pub mod files;
+mod keys;
+mod parse;
 pub mod raw;
+pub mod reloader;
+#[cfg(feature = "synthetic")]
 pub mod synthetic;
+mod validate;
 
 #[cfg(test)]
 mod algorithm_errors;
@@ -15,13 +22,24 @@ use std::path::PathBuf;
 pub use compile::{compile, LoadOptions};
 pub use error::{ConfigError, ConfigErrors, Position};
 pub use files::ConfigFile;
+pub use reloader::{Reloader, RuleTarget};
 
 use crate::rules::RuleSet;
 
 /// Reads, validates and compiles every file under `paths`, reporting every error found.
 pub fn load(paths: &[PathBuf], opts: LoadOptions) -> Result<RuleSet, ConfigErrors> {
-    let (files, mut errors) = files::read_all(paths);
-    match compile(&files, opts) {
+    let (files, errors) = files::read_all(paths, opts);
+    load_files(&files, errors, opts)
+}
+
+/// Compiles files already read, with the `errors` met reading them: the rule set only when
+/// there are no errors at all, else every error.
+pub fn load_files(
+    files: &[ConfigFile],
+    mut errors: Vec<ConfigError>,
+    opts: LoadOptions,
+) -> Result<RuleSet, ConfigErrors> {
+    match compile(files, opts) {
         Ok(set) if errors.is_empty() => Ok(set),
         Ok(_) => Err(ConfigErrors(errors)),
         Err(ConfigErrors(more)) => {

@@ -1,12 +1,16 @@
 //! The YAML as serde reads it: envoyproxy/ratelimit's format plus sluice's extensions.
 //! These types are never used past validation; [`super::compile`] turns them into rules.
+//! They ignore unknown keys, which [`super::keys`] reports, each one, without stopping the
+//! parse (serde's `deny_unknown_fields` would hide every later error of the file).
 
-use serde::Deserialize;
+use std::fmt;
+
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_saphyr::Spanned;
 
 /// One config file: one domain.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawFile {
     pub domain: Option<Spanned<String>>,
     #[serde(default)]
@@ -31,7 +35,6 @@ fn yes() -> bool {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawDescriptor {
     pub key: Option<Spanned<String>>,
     pub value: Option<Spanned<String>>,
@@ -53,9 +56,8 @@ pub struct RawDescriptor {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawRateLimit {
-    pub requests_per_unit: Option<Spanned<u32>>,
+    pub requests_per_unit: Option<Spanned<Count>>,
     pub unit: Option<Spanned<String>>,
     #[serde(default)]
     pub unlimited: bool,
@@ -72,9 +74,9 @@ pub struct RawRateLimit {
     /// leaky_bucket, gcra or distinct.
     pub algorithm: Option<Spanned<String>>,
     /// sluice: bucket capacity / gcra burst (default: requests_per_unit).
-    pub burst: Option<Spanned<u32>>,
+    pub burst: Option<Spanned<Count>>,
     /// sluice: sliding_window sub-windows per window (default 10).
-    pub precision: Option<Spanned<u32>>,
+    pub precision: Option<Spanned<Count>>,
     /// sluice: `calendar` aligns windows to local hours, days, weeks, months or years.
     pub align: Option<Spanned<String>>,
     /// sluice: the IANA time zone of `align: calendar` (default UTC).
@@ -82,7 +84,62 @@ pub struct RawRateLimit {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RawReplaces {
     pub name: Option<Spanned<String>>,
+}
+
+/// A whole number from 0 to `u32::MAX` (`requests_per_unit`, `burst`, `precision`). Any other
+/// value is kept as its error instead of ending the parse, so the file's later errors are
+/// reported too ([`super::validate`] reports this one, at the value).
+#[derive(Debug)]
+pub struct Count(pub Result<u32, &'static str>);
+
+/// The message of a value that is no [`Count`].
+pub const NOT_A_COUNT: &str = "invalid u32: expected a whole number from 0 to 4294967295";
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CountVisitor)
+    }
+}
+
+struct CountVisitor;
+
+impl<'de> Visitor<'de> for CountVisitor {
+    type Value = Count;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a whole number from 0 to 4294967295")
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
+        Ok(Count(u32::try_from(v).map_err(|_| NOT_A_COUNT)))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
+        Ok(Count(u32::try_from(v).map_err(|_| NOT_A_COUNT)))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Count, E> {
+        Ok(Count(Err(NOT_A_COUNT)))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Count, E> {
+        Ok(Count(Err(NOT_A_COUNT)))
+    }
+
+    /// A quoted number (`"5"`) counts, as serde-saphyr's own u32 reads it.
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Count, E> {
+        Ok(Count(v.parse().map_err(|_| NOT_A_COUNT)))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Count, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Count(Err(NOT_A_COUNT)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Count(Err(NOT_A_COUNT)))
+    }
 }

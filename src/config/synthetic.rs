@@ -1,5 +1,6 @@
 //! Realistic synthetic configurations of any size, for benchmarks, load tests and the reload
-//! measurements of BENCHMARKS.md (`cargo run --release --example gen_rules`).
+//! measurements of BENCHMARKS.md (`cargo run --release --example gen_rules`). Built only with
+//! the `synthetic` feature (tests, benches and examples enable it).
 //!
 //! Rule `i` of a file takes one of these shapes, in turn, so that every size has the same mix:
 //! nested exact values (tenant -> method), a trailing wildcard (`/svc{i}/*`), an infix

@@ -7,19 +7,23 @@
 //! many rules and patterns there are.
 
 pub mod dump;
+pub mod duration;
 pub mod pattern;
+pub mod policy;
+pub mod position;
+pub mod vocab;
 pub mod wildcard;
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::algorithm::Limit;
-use crate::config::Position;
 use crate::model::{Entry, Unit};
-use crate::store::key::HashTag;
-use crate::store::{Charge, FailurePolicy};
+pub use policy::{Charge, ClockSource, FailurePolicy, HashTag};
 
 pub use pattern::Pattern;
+pub use position::Position;
 pub use wildcard::{ByteMap, Wildcard, Wildcards};
 
 /// Every domain of a loaded configuration.
@@ -87,9 +91,9 @@ pub struct Rule {
     /// The stats key depends on request values (`detailed_metric` here, or `value_to_metric`
     /// on the path); otherwise it is `full_key`.
     pub stats_dynamic: bool,
-    /// The counters of `full_key`, resolved on first use so the request path does not look
-    /// them up by name (see [`crate::stats`]).
-    pub stats: OnceLock<Arc<crate::stats::RuleCounters>>,
+    /// The rule's number in its rule set: the stats registry keeps the rule's counters under
+    /// it, so the request path does not look them up by name (see [`crate::stats`]).
+    pub id: RuleId,
     pub metadata: Option<serde_json::Value>,
     pub position: Position,
 }
@@ -132,6 +136,47 @@ pub struct RuleLimit {
     pub on_error: Option<FailurePolicy>,
 }
 
+/// A rule's identity: its rule set (numbered per process, from 1) and its index in it (dense,
+/// from 0). The default, set 0, is a rule of no rule set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleId {
+    pub set: u64,
+    pub index: u32,
+}
+
+/// Hands out the [`RuleId`]s of one rule set being compiled.
+#[derive(Debug)]
+pub struct RuleIds {
+    set: u64,
+    next: u32,
+}
+
+impl RuleIds {
+    /// The ids of a new rule set, numbered after every earlier one of this process.
+    pub fn new() -> Self {
+        static SETS: AtomicU64 = AtomicU64::new(1);
+        RuleIds {
+            set: SETS.fetch_add(1, Ordering::Relaxed),
+            next: 0,
+        }
+    }
+
+    pub fn next_id(&mut self) -> RuleId {
+        let index = self.next;
+        self.next = self.next.saturating_add(1);
+        RuleId {
+            set: self.set,
+            index,
+        }
+    }
+}
+
+impl Default for RuleIds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// How one request entry was matched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step<'r> {
@@ -145,8 +190,9 @@ pub enum Step<'r> {
 pub struct Match<'r> {
     pub rule: &'r Arc<Rule>,
     pub steps: Vec<Step<'r>>,
-    /// Bit `i` set: the node matched by entry `i` (below 64) has `value_to_metric`.
-    pub value_to_metric: u64,
+    /// `value_to_metric[i]`: the node matched by entry `i` has `value_to_metric`. Shorter than
+    /// `steps` (empty, with no allocation, when none has it): missing entries are `false`.
+    pub value_to_metric: Vec<bool>,
 }
 
 impl RuleSet {
@@ -162,7 +208,7 @@ impl Domain {
     pub fn find<'r>(&'r self, entries: &[Entry]) -> Option<Match<'r>> {
         let mut children = &self.root.children;
         let mut steps = Vec::with_capacity(entries.len());
-        let mut value_to_metric = 0u64;
+        let mut value_to_metric = Vec::new();
         for (i, e) in entries.iter().enumerate() {
             let branch = children.get(&e.key[..])?;
             let (node, step) = if let Some(n) = branch.exact.get(&e.value[..]) {
@@ -181,8 +227,9 @@ impl Domain {
                 return None;
             };
             steps.push(step);
-            if node.value_to_metric && i < 64 {
-                value_to_metric |= 1 << i;
+            if node.value_to_metric {
+                value_to_metric.resize(i, false);
+                value_to_metric.push(true);
             }
             if i + 1 == entries.len() {
                 return node.rule.as_ref().map(|rule| Match {

@@ -1,61 +1,55 @@
-//! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`, and (when
-//! enabled) `POST /json`, the RLS API in JSON with an explain mode.
+//! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`; `POST /json`
+//! is merged in from [`super::json_api`].
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 
-use super::{json, ServiceState};
-use crate::clock::monotonic;
-use crate::limiter::{Code, Explanation, LimitError, Response};
+use super::ServiceState;
+use crate::limiter::Limiter;
 use crate::metrics::Metrics;
-use crate::model::{Micros, Request};
-use crate::rules::RuleSet;
-
-/// Decides a request, with an explanation when asked (`true`).
-pub type DecideFn = Arc<
-    dyn Fn(
-            Request,
-            bool,
-        )
-            -> Pin<Box<dyn Future<Output = Result<(Response, Vec<Explanation>), LimitError>> + Send>>
-        + Send
-        + Sync,
->;
+use crate::model::Micros;
+use crate::store::Store;
 
 /// What the HTTP handlers read.
-#[derive(Clone)]
-pub struct HttpContext {
+pub struct HttpContext<S> {
     pub state: Arc<ServiceState>,
-    pub rules: Arc<dyn Fn() -> Option<Arc<RuleSet>> + Send + Sync>,
+    /// Whose rules `/rlconfig` shows.
+    pub limiter: Arc<Limiter<S>>,
     pub metrics: Option<Arc<Metrics>>,
-    /// `POST /json`; `None` when not enabled (`--json-api`).
-    pub decide: Option<DecideFn>,
 }
 
-pub fn router(cx: HttpContext) -> Router {
+impl<S> Clone for HttpContext<S> {
+    fn clone(&self) -> Self {
+        HttpContext {
+            state: self.state.clone(),
+            limiter: self.limiter.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+pub fn router<S: Store>(cx: HttpContext<S>) -> Router {
     Router::new()
-        .route("/healthcheck", get(healthcheck))
-        .route("/rlconfig", get(rlconfig))
-        .route("/metrics", get(metrics))
+        .route("/healthcheck", get(healthcheck::<S>))
+        .route("/rlconfig", get(rlconfig::<S>))
+        .route("/metrics", get(metrics::<S>))
         .route("/version", get(version))
-        .route("/json", post(json_api))
         .with_state(cx)
 }
 
 /// Only `/metrics`, for a separate Prometheus listener (`--prometheus-addr`).
-pub fn metrics_router(cx: HttpContext) -> Router {
-    Router::new().route("/metrics", get(metrics)).with_state(cx)
+pub fn metrics_router<S: Store>(cx: HttpContext<S>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics::<S>))
+        .with_state(cx)
 }
 
-async fn healthcheck(State(cx): State<HttpContext>) -> (StatusCode, &'static str) {
+async fn healthcheck<S>(State(cx): State<HttpContext<S>>) -> (StatusCode, &'static str) {
     if cx.state.is_serving() {
         (StatusCode::OK, "OK")
     } else {
@@ -70,7 +64,7 @@ pub fn timestamp(us: Micros) -> String {
         .unwrap_or_else(|| us.to_string())
 }
 
-async fn rlconfig(State(cx): State<HttpContext>) -> (StatusCode, String) {
+async fn rlconfig<S: Store>(State(cx): State<HttpContext<S>>) -> (StatusCode, String) {
     let status = cx.state.config_status();
     let mut head = String::new();
     if let (Some(hash), Some(at)) = (&status.hash, status.loaded_at) {
@@ -89,7 +83,7 @@ async fn rlconfig(State(cx): State<HttpContext>) -> (StatusCode, String) {
             head.push_str(&format!("#   {line}\n"));
         }
     }
-    match (cx.rules)() {
+    match cx.limiter.rules() {
         Some(rules) => (StatusCode::OK, head + &rules.dump()),
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -98,7 +92,7 @@ async fn rlconfig(State(cx): State<HttpContext>) -> (StatusCode, String) {
     }
 }
 
-async fn metrics(State(cx): State<HttpContext>) -> HttpResponse {
+async fn metrics<S>(State(cx): State<HttpContext<S>>) -> HttpResponse {
     match &cx.metrics {
         Some(m) => (
             [(
@@ -114,61 +108,4 @@ async fn metrics(State(cx): State<HttpContext>) -> HttpResponse {
 
 async fn version() -> String {
     format!("sluice {}\n", env!("CARGO_PKG_VERSION"))
-}
-
-fn json_reply(status: StatusCode, body: serde_json::Value) -> HttpResponse {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        format!("{body}\n"),
-    )
-        .into_response()
-}
-
-/// `POST /json[?explain=true]`: 200 when OK, 429 when over the limit, 400 for a bad body.
-async fn json_api(State(cx): State<HttpContext>, uri: Uri, body: Bytes) -> HttpResponse {
-    let Some(decide) = &cx.decide else {
-        return json_reply(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({
-                "error": "POST /json is disabled: start sluice with --json-api (anyone who reaches it can spend quota)"
-            }),
-        );
-    };
-    let started = monotonic();
-    let explain = uri
-        .query()
-        .is_some_and(|q| q.split('&').any(|p| p == "explain" || p == "explain=true"));
-    let (status, code, reply) = match json::request(&body) {
-        Err(e) => (
-            StatusCode::BAD_REQUEST,
-            "INVALID_ARGUMENT",
-            serde_json::json!({ "error": e }),
-        ),
-        Ok(req) => match decide(req, explain).await {
-            Ok((r, expl)) => {
-                let over = r.overall == Code::OverLimit;
-                let body = json::response(&r, explain.then_some(&expl[..]));
-                if over {
-                    (StatusCode::TOO_MANY_REQUESTS, "OVER_LIMIT", body)
-                } else {
-                    (StatusCode::OK, "OK", body)
-                }
-            }
-            Err(e) => {
-                let (status, code) = match &e {
-                    LimitError::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT"),
-                    LimitError::PermissionDenied(_) => (StatusCode::FORBIDDEN, "PERMISSION_DENIED"),
-                    LimitError::Unavailable(_) | LimitError::Store(_) => {
-                        (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
-                    }
-                };
-                (status, code, serde_json::json!({ "error": e.to_string() }))
-            }
-        },
-    };
-    if let Some(m) = &cx.metrics {
-        m.rpc("json", code, started.elapsed().as_secs_f64());
-    }
-    json_reply(status, reply)
 }

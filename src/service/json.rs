@@ -1,12 +1,13 @@
 //! The JSON form of the RLS API (`POST /json`, `sluice check --requests`): a
 //! `RateLimitRequest` in, a `RateLimitResponse` out, in protobuf's JSON mapping (camelCase
 //! names out; camelCase or the proto's snake_case names in; enums by name; 64-bit numbers as
-//! numbers or strings), as envoyproxy/ratelimit's `/json` endpoint.
+//! numbers or strings), as envoyproxy/ratelimit's `/json` endpoint. The HTTP handler is in
+//! [`super::json_api`].
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::limiter::{Code, Explanation, Response};
+use crate::limiter::{Explanation, Response};
 use crate::model::{Request, MICROS_PER_SEC};
 use crate::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
@@ -80,8 +81,14 @@ fn unit(v: &Value) -> Result<i32, String> {
     }
 }
 
-/// Parses and validates a JSON `RateLimitRequest` (the same checks as over gRPC).
+/// Parses and validates a JSON `RateLimitRequest` (the same checks as over gRPC, without
+/// the size limits: for `sluice check --requests`).
 pub fn request(body: &[u8]) -> Result<Request, String> {
+    convert::request(parse(body)?)
+}
+
+/// Parses a JSON `RateLimitRequest` into its protobuf form.
+pub fn parse(body: &[u8]) -> Result<RateLimitRequest, String> {
     let r: JsonRequest = serde_json::from_slice(body).map_err(|e| format!("invalid JSON: {e}"))?;
     let hits_addend = match &r.hits_addend {
         None => 0,
@@ -119,18 +126,11 @@ pub fn request(body: &[u8]) -> Result<Request, String> {
             is_negative_hits: d.is_negative_hits,
         });
     }
-    convert::request(RateLimitRequest {
+    Ok(RateLimitRequest {
         domain: r.domain.unwrap_or_default(),
         descriptors,
         hits_addend,
     })
-}
-
-fn code(c: Code) -> &'static str {
-    match c {
-        Code::Ok => "OK",
-        Code::OverLimit => "OVER_LIMIT",
-    }
 }
 
 /// A duration in protobuf's JSON form (seconds and an `s`), to the millisecond as reported.
@@ -148,13 +148,13 @@ fn duration(us: i64) -> String {
 /// protojson does), with `explain` when given.
 pub fn response(r: &Response, explain: Option<&[Explanation]>) -> Value {
     let mut out = Map::new();
-    out.insert("overallCode".into(), json!(code(r.overall)));
+    out.insert("overallCode".into(), json!(r.overall.as_str()));
     let statuses: Vec<Value> = r
         .statuses
         .iter()
         .map(|s| {
             let mut m = Map::new();
-            m.insert("code".into(), json!(code(s.code)));
+            m.insert("code".into(), json!(s.code.as_str()));
             if let Some(l) = &s.current_limit {
                 let mut lm = Map::new();
                 if !l.name.is_empty() {

@@ -3,10 +3,13 @@
 //! no policy.
 
 pub mod convert;
+pub mod grpc;
 pub mod http;
 pub mod json;
+pub mod json_api;
 pub mod limits;
 pub mod overload;
+pub mod pipeline;
 pub mod propagation;
 pub mod rls;
 pub mod state;

@@ -1,10 +1,10 @@
-//! The gate in front of the RLS service: a bounded number of requests in flight, and the
-//! answer for requests that are too big.
+//! The bound on requests in flight, and the gate in front of the RLS service that answers
+//! requests too big to decode.
 //!
-//! A request beyond `max_in_flight` gets RESOURCE_EXHAUSTED at once, before its body is
-//! decoded, instead of waiting in a queue: Envoy's filter has a short timeout anyway, and a
-//! queue would only turn a slow store into unbounded memory and tasks. The permit is held until
-//! the answer is ready (decode, decision and encode of a unary call all happen before).
+//! A request beyond `max_in_flight` gets RESOURCE_EXHAUSTED at once instead of waiting in a
+//! queue: Envoy's filter has a short timeout anyway, and a queue would only turn a slow store
+//! into unbounded memory and tasks. The request pipeline ([`super::pipeline`]) takes the slot
+//! once the request is decoded and checked, for gRPC and `POST /json` alike.
 //!
 //! tonic refuses a message above its decode limit with OUT_OF_RANGE, and bytes that are not a
 //! valid message (say a domain that is not UTF-8) with INTERNAL; the gate rewrites both into
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
@@ -55,18 +55,27 @@ impl InFlight {
     pub fn rejected(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
     }
+
+    /// A slot for one request, held until dropped; `None` (counted as refused) when every
+    /// slot is taken.
+    pub fn try_take(&self) -> Option<OwnedSemaphorePermit> {
+        let slot = self.permits.clone().try_acquire_owned().ok();
+        if slot.is_none() {
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+        slot
+    }
 }
 
 /// Wraps a tonic service (the RLS server) with the gate.
 #[derive(Clone)]
 pub struct Gate<S> {
     inner: S,
-    in_flight: Arc<InFlight>,
 }
 
 impl<S> Gate<S> {
-    pub fn new(inner: S, in_flight: Arc<InFlight>) -> Self {
-        Gate { inner, in_flight }
+    pub fn new(inner: S) -> Self {
+        Gate { inner }
     }
 }
 
@@ -93,20 +102,11 @@ where
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let Ok(permit) = self.in_flight.permits.clone().try_acquire_owned() else {
-            self.in_flight.rejected.fetch_add(1, Ordering::Relaxed);
-            let status = Status::resource_exhausted(format!(
-                "more than {} requests in flight (--max-in-flight); retry later",
-                self.in_flight.max
-            ));
-            return Box::pin(std::future::ready(Ok(status.into_http())));
-        };
         // The ready service goes into the future; a clone stays for the next call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
             let answer = inner.call(req).await?;
-            drop(permit);
             Ok(rewrite_too_large(answer))
         })
     }

@@ -6,10 +6,9 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::limits::RequestLimits;
+use super::pipeline::Pipeline;
 use super::{convert, propagation};
 use crate::clock::monotonic;
-use crate::limiter::{LimitError, Limiter};
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_response::Code as ProtoCode;
 use crate::proto::rate_limit_service_server::RateLimitService;
@@ -17,29 +16,21 @@ use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::Store;
 
 pub struct RlsService<S> {
-    limiter: Arc<Limiter<S>>,
+    pipeline: Pipeline<S>,
     metrics: Option<Arc<Metrics>>,
-    limits: RequestLimits,
 }
 
 impl<S> RlsService<S> {
-    pub fn new(limiter: Arc<Limiter<S>>) -> Self {
+    pub fn new(pipeline: Pipeline<S>) -> Self {
         RlsService {
-            limiter,
+            pipeline,
             metrics: None,
-            limits: RequestLimits::default(),
         }
     }
 
     /// Counts requests and their latency by result code.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
-        self
-    }
-
-    /// Replaces the default request size limits.
-    pub fn with_limits(mut self, limits: RequestLimits) -> Self {
-        self.limits = limits;
         self
     }
 }
@@ -50,34 +41,13 @@ impl<S: Store> RlsService<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         // Envoy sends its filter timeout as `grpc-timeout`: an answer after it is useless.
-        let deadline = request
+        let timeout = request
             .metadata()
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
             .and_then(convert::grpc_timeout);
-        let req = request.into_inner();
-        self.limits.check(&req).map_err(Status::invalid_argument)?;
-        let req = convert::request(req).map_err(Status::invalid_argument)?;
-        tracing::Span::current().record("domain", req.domain.as_str());
-        // The store sees the deadline too, so a slow Redis fails early enough for the
-        // failure policy to answer in time.
-        let work = crate::store::deadline::scope(
-            deadline.map(|d| monotonic() + d),
-            self.limiter.should_rate_limit(&req),
-        );
-        let result = match deadline {
-            Some(d) => tokio::time::timeout(d, work).await.map_err(|_| {
-                Status::deadline_exceeded("rate limit decision exceeded the request deadline")
-            })?,
-            None => work.await,
-        };
-        match result {
-            Ok(r) => Ok(Response::new(convert::response(r))),
-            Err(LimitError::InvalidArgument(m)) => Err(Status::invalid_argument(m)),
-            Err(LimitError::PermissionDenied(m)) => Err(Status::permission_denied(m)),
-            Err(LimitError::Unavailable(m)) => Err(Status::unavailable(m)),
-            Err(LimitError::Store(e)) => Err(Status::unavailable(e.to_string())),
-        }
+        let r = self.pipeline.decide(request.into_inner(), timeout).await?;
+        Ok(Response::new(convert::response(r)))
     }
 }
 

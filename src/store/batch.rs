@@ -5,7 +5,8 @@
 //!    (so the same key twice in one request counts twice).
 //! 2. A descriptor (a `group` of checks) is allowed when all its checks are. The request is
 //!    admitted unless a descriptor not in quota mode is rejected, or every quota-mode
-//!    descriptor is (envoyproxy/ratelimit's quota mode).
+//!    descriptor is (envoyproxy/ratelimit's quota mode): [`admitted`], the one copy of this
+//!    rule in Rust, also used by the limiter's overall code and the Redis Cluster path.
 //! 3. If every check was allowed, every state is charged. Otherwise, starting again from the
 //!    stored states, a check is charged only if the request is admitted and its descriptor is
 //!    allowed, or its policy is [`Charge::Always`], or it is a refund. Checks not charged report
@@ -16,14 +17,8 @@ use crate::model::Micros;
 
 use super::Check;
 
-/// When a check consumes quota.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Charge {
-    /// Only when the whole request is admitted and the check's descriptor is allowed.
-    IfAdmitted,
-    /// Even when rejected: the count may go past the limit as a debt later requests see.
-    Always,
-}
+/// When a check consumes quota: a word of the rule vocabulary.
+pub use crate::rules::policy::Charge;
 
 /// The store's answer for one check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,8 +41,35 @@ pub trait StateTable {
     fn put(&mut self, key: &[u8], state: State, expires_at: Micros);
 }
 
-/// Whether a request whose checks came out as `outcomes` is admitted, and which descriptors
-/// (groups) are allowed.
+/// How one descriptor came out, for [`admitted`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// The descriptor is in quota mode.
+    pub quota: bool,
+    /// Every check of the descriptor allowed it.
+    pub allowed: bool,
+}
+
+/// The admission rule (envoyproxy/ratelimit's, quota mode included), the only copy in Rust
+/// (`decide.lua` has the script's): a request is admitted unless a descriptor not in quota
+/// mode is rejected, or there are quota-mode descriptors and every one of them is.
+pub fn admitted(groups: impl IntoIterator<Item = Group>) -> bool {
+    let (mut quota, mut quota_rejected) = (0usize, 0usize);
+    for g in groups {
+        match (g.quota, g.allowed) {
+            (false, false) => return false,
+            (true, allowed) => {
+                quota += 1;
+                quota_rejected += usize::from(!allowed);
+            }
+            (false, true) => {}
+        }
+    }
+    quota == 0 || quota_rejected < quota
+}
+
+/// Whether a request whose checks came out as `allowed` is admitted, and which descriptors
+/// (groups) are allowed (a refund never rejects its descriptor).
 pub fn admission(checks: &[Check<'_>], allowed: impl Fn(usize) -> bool) -> (bool, Vec<bool>) {
     let groups = checks
         .iter()
@@ -65,25 +87,10 @@ pub fn admission(checks: &[Check<'_>], allowed: impl Fn(usize) -> bool) -> (bool
             group_ok[g] = false;
         }
     }
-    let mut quota_groups = 0;
-    let mut quota_rejected = 0;
-    let mut admitted = true;
-    for g in 0..groups {
-        if !present[g] {
-            continue;
-        }
-        if is_quota[g] {
-            quota_groups += 1;
-            if !group_ok[g] {
-                quota_rejected += 1;
-            }
-        } else if !group_ok[g] {
-            admitted = false;
-        }
-    }
-    if quota_groups > 0 && quota_rejected == quota_groups {
-        admitted = false;
-    }
+    let admitted = admitted((0..groups).filter(|&g| present[g]).map(|g| Group {
+        quota: is_quota[g],
+        allowed: group_ok[g],
+    }));
     (admitted, group_ok)
 }
 
@@ -186,22 +193,14 @@ fn evaluate_in_order<T: StateTable>(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
+    use proptest::prelude::*;
 
     use super::*;
-    use crate::algorithm::Limit;
+    use crate::algorithm::timeline::{events, Event, START};
+    use crate::algorithm::{Algorithm, Limit};
+    use crate::store::MapTable;
 
-    #[derive(Default)]
-    struct Table(HashMap<Vec<u8>, State>);
-
-    impl StateTable for Table {
-        fn get(&self, key: &[u8]) -> Option<&State> {
-            self.0.get(key)
-        }
-        fn put(&mut self, key: &[u8], state: State, _: Micros) {
-            self.0.insert(key.to_vec(), state);
-        }
-    }
+    const S: Micros = 1_000_000;
 
     fn check<'a>(
         key: &'a [u8],
@@ -211,13 +210,9 @@ mod tests {
         group: u32,
     ) -> Check<'a> {
         Check {
-            key,
-            limit,
-            ask: Ask::take(hits),
             charge,
             group,
-            quota: false,
-            on_error: None,
+            ..Check::new(key, limit, Ask::take(hits))
         }
     }
 
@@ -225,7 +220,7 @@ mod tests {
     fn rejected_request_charges_nothing_but_always_rules() {
         let small = Limit::fixed_window(1, 60_000_000);
         let big = Limit::fixed_window(100, 60_000_000);
-        let mut t = Table::default();
+        let mut t = MapTable::default();
         let checks = [
             check(b"a", &small, 1, Charge::IfAdmitted, 0),
             check(b"b", &big, 1, Charge::IfAdmitted, 1),
@@ -245,7 +240,7 @@ mod tests {
     #[test]
     fn same_key_twice_counts_twice() {
         let l = Limit::fixed_window(3, 60_000_000);
-        let mut t = Table::default();
+        let mut t = MapTable::default();
         let checks = [
             check(b"k", &l, 2, Charge::IfAdmitted, 0),
             check(b"k", &l, 2, Charge::IfAdmitted, 1),
@@ -256,10 +251,20 @@ mod tests {
     }
 
     #[test]
+    fn the_admission_rule() {
+        let g = |quota, allowed| Group { quota, allowed };
+        assert!(admitted([]));
+        assert!(admitted([g(false, true), g(true, false), g(true, true)]));
+        assert!(!admitted([g(false, false), g(true, true)]));
+        assert!(!admitted([g(true, false), g(true, false)]));
+        assert!(!admitted([g(false, true), g(true, false)]));
+    }
+
+    #[test]
     fn quota_mode_admits_while_one_quota_descriptor_passes() {
         let zero = Limit::fixed_window(0, 60_000_000);
         let some = Limit::fixed_window(5, 60_000_000);
-        let mut t = Table::default();
+        let mut t = MapTable::default();
         let mut checks = [
             check(b"q1", &zero, 1, Charge::IfAdmitted, 0),
             check(b"q2", &some, 1, Charge::IfAdmitted, 1),
@@ -271,5 +276,74 @@ mod tests {
             [(false, false), (true, true)]
         );
         assert_eq!(v[1].remaining, 4);
+    }
+
+    fn bucket(algorithm: Algorithm, requests: u64, window: Micros, burst: u64) -> Limit {
+        let mut l = Limit::new(algorithm, requests, window);
+        l.burst = burst;
+        l
+    }
+
+    /// Through the charging policy (default: charge only when admitted), a rejected request
+    /// leaves the stored state exactly as it was.
+    fn check_rejections_are_free(limit: &Limit, events: &[Event]) {
+        let mut table = MapTable::default();
+        let mut now = START;
+        for (i, e) in events.iter().enumerate() {
+            now += e.advance;
+            let before = table.0.get(&b"k"[..]).cloned();
+            let check = Check {
+                // distinct: a handful of values that come back (others ignore it).
+                ask: Ask {
+                    value: i as u64 % 7,
+                    ..Ask::take(e.hits)
+                },
+                ..check(b"k", limit, e.hits, Charge::IfAdmitted, 0)
+            };
+            let v = decide(&mut table, &[check], now);
+            if !v[0].allowed {
+                assert_eq!(table.0.get(&b"k"[..]), before.as_ref(), "at {now}");
+                assert!(!v[0].charged);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn fixed_window_rejections_are_free(events in events(40, S)) {
+            check_rejections_are_free(&Limit::fixed_window(2, 3 * S), &events);
+        }
+
+        #[test]
+        fn leaky_bucket_rejections_are_free(events in events(40, S)) {
+            check_rejections_are_free(&bucket(Algorithm::LeakyBucket, 3, S, 2), &events);
+        }
+
+        #[test]
+        fn token_bucket_rejections_are_free(events in events(40, S)) {
+            check_rejections_are_free(&bucket(Algorithm::TokenBucket, 2, S, 3), &events);
+        }
+
+        #[test]
+        fn gcra_rejections_are_free(events in events(40, S)) {
+            check_rejections_are_free(&bucket(Algorithm::Gcra, 5, S, 1), &events);
+        }
+
+        #[test]
+        fn sliding_log_rejections_are_free(events in events(40, S)) {
+            check_rejections_are_free(&Limit::new(Algorithm::SlidingLog, 3, 4 * S), &events);
+        }
+
+        #[test]
+        fn sliding_window_rejections_are_free(events in events(40, S)) {
+            let mut l = Limit::new(Algorithm::SlidingWindow, 3, 4 * S);
+            l.precision = 4;
+            check_rejections_are_free(&l, &events);
+        }
+
+        #[test]
+        fn distinct_rejections_are_free(events in events(40, 20 * S)) {
+            check_rejections_are_free(&Limit::new(Algorithm::Distinct, 3, 60 * S), &events);
+        }
     }
 }

@@ -10,21 +10,10 @@ use std::sync::Arc;
 
 use crate::model::Micros;
 
-use super::{Check, MemoryStore, Store, StoreError, Verdict};
+use super::{Check, Deadline, MemoryStore, Store, StoreError, Verdict};
 
-/// The failure policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailurePolicy {
-    /// The error goes to the caller (gRPC UNAVAILABLE; Envoy's `failure_mode_deny` decides).
-    Unavailable,
-    /// Every check is allowed, nothing is counted.
-    Allow,
-    /// Every check is over its limit.
-    Deny,
-    /// An in-memory store decides with the same rules (each instance counting on its own)
-    /// until the primary store answers again.
-    Local,
-}
+/// The failure policy: a word of the rule vocabulary, with its order of strictness here.
+pub use crate::rules::policy::FailurePolicy;
 
 impl FailurePolicy {
     /// The order in which policies win when a request's checks name several.
@@ -86,8 +75,9 @@ impl<S: Store> Fallback<S> {
         &self,
         checks: &[Check<'_>],
         now: Micros,
+        deadline: Deadline,
     ) -> Result<Vec<Verdict>, StoreError> {
-        let err = match self.primary.decide(checks, now).await {
+        let err = match self.primary.decide(checks, now, deadline).await {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
@@ -128,12 +118,9 @@ impl<S: Store> Store for Fallback<S> {
         &self,
         checks: &[Check<'_>],
         now: Micros,
+        deadline: Deadline,
     ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
-        self.decide_or_fall_back(checks, now)
-    }
-
-    fn supports(&self, algorithm: crate::algorithm::Algorithm) -> bool {
-        self.primary.supports(algorithm)
+        self.decide_or_fall_back(checks, now, deadline)
     }
 }
 
@@ -147,7 +134,12 @@ mod tests {
     struct Down;
 
     impl Store for Down {
-        async fn decide(&self, _: &[Check<'_>], _: Micros) -> Result<Vec<Verdict>, StoreError> {
+        async fn decide(
+            &self,
+            _: &[Check<'_>],
+            _: Micros,
+            _: Deadline,
+        ) -> Result<Vec<Verdict>, StoreError> {
             Err(StoreError::new(
                 "down",
                 crate::store::ErrorKind::Connection,
@@ -170,23 +162,23 @@ mod tests {
         }];
         let now = 30_000_000;
         let unavailable = Fallback::new(Down, FailurePolicy::Unavailable, None);
-        assert!(unavailable.decide(&c, now).await.is_err());
+        assert!(unavailable.decide(&c, now, Deadline::NONE).await.is_err());
         let v = Fallback::new(Down, FailurePolicy::Allow, None)
-            .decide(&c, now)
+            .decide(&c, now, Deadline::NONE)
             .await
             .unwrap();
         assert!(v[0].allowed && !v[0].charged);
         assert_eq!(v[0].reset, 30_000_000);
         let v = Fallback::new(Down, FailurePolicy::Deny, None)
-            .decide(&c, now)
+            .decide(&c, now, Deadline::NONE)
             .await
             .unwrap();
         assert!(!v[0].allowed);
         let local = Arc::new(MemoryStore::new(100));
         let f = Fallback::new(Down, FailurePolicy::Local, Some(local));
-        assert!(f.decide(&c, now).await.unwrap()[0].allowed);
+        assert!(f.decide(&c, now, Deadline::NONE).await.unwrap()[0].allowed);
         assert!(
-            !f.decide(&c, now).await.unwrap()[0].allowed,
+            !f.decide(&c, now, Deadline::NONE).await.unwrap()[0].allowed,
             "the local limit holds"
         );
     }

@@ -18,6 +18,7 @@
 //!   name never does (it is escaped), so the fields cannot be confused.
 
 use crate::algorithm::{Algorithm, Limit};
+use crate::model::Entry;
 
 /// The version of the key layout; bump it when the layout or a state encoding changes.
 pub const VERSION: &str = "v1";
@@ -33,17 +34,8 @@ pub enum Part<'a> {
     Counted { key: &'a [u8] },
 }
 
-/// What the `{...}` Redis Cluster hash tag of a key covers (YAML `redis_hash_tag`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum HashTag {
-    /// The domain and the descriptor: each descriptor has its own slot, so a domain's keys
-    /// spread over the cluster (`{domain|k=v|...}`).
-    #[default]
-    Descriptor,
-    /// The domain only: every key of the domain is in one slot, on one node, so a request is
-    /// decided in one exact call even on Cluster (`{domain}|k=v|...`).
-    Domain,
-}
+/// What the `{...}` Redis Cluster hash tag of a key covers: a word of the rule vocabulary.
+pub use crate::rules::policy::HashTag;
 
 /// Builds the key of one limit of one descriptor into `out` (cleared first), hash tag per
 /// descriptor.
@@ -77,6 +69,42 @@ pub fn build_tagged<'a>(
     limit_name: Option<&str>,
 ) {
     out.clear();
+    append_tagged(out, prefix, domain, tag, parts, limit, limit_name);
+}
+
+/// Appends the key of one limit of one descriptor to `out`: every entry by its value, except
+/// an entry counted per wildcard pattern (`shared_pattern(i)` gives the pattern of entry `i`),
+/// and, for a `distinct` limit, the last entry, whose values the state counts.
+#[allow(clippy::too_many_arguments)]
+pub fn append_descriptor<'a>(
+    out: &mut Vec<u8>,
+    prefix: &[u8],
+    domain: &str,
+    tag: HashTag,
+    entries: &'a [Entry],
+    shared_pattern: impl Fn(usize) -> Option<&'a [u8]>,
+    limit: &Limit,
+    limit_name: Option<&str>,
+) {
+    let counted = match limit.algorithm {
+        Algorithm::Distinct => entries.len().checked_sub(1),
+        _ => None,
+    };
+    let parts = entries.iter().enumerate().map(|(i, e)| {
+        if Some(i) == counted {
+            return Part::Counted { key: &e.key };
+        }
+        match shared_pattern(i) {
+            Some(pattern) => Part::Shared {
+                key: &e.key,
+                pattern,
+            },
+            None => Part::Value {
+                key: &e.key,
+                value: &e.value,
+            },
+        }
+    });
     append_tagged(out, prefix, domain, tag, parts, limit, limit_name);
 }
 
@@ -193,6 +221,45 @@ mod tests {
             key("d", &[(b"k", b"v w"), (b"ip", b"{1}")]),
             b"sluice:v1:{d|k=v%20w|ip=%7B1%7D}:fixed_window:1000000".to_vec()
         );
+    }
+
+    #[test]
+    fn descriptor_keys_leave_out_shared_and_counted_values() {
+        let entries = [
+            Entry {
+                key: b"path".to_vec(),
+                value: b"/a/1".to_vec(),
+            },
+            Entry {
+                key: b"user".to_vec(),
+                value: b"bob".to_vec(),
+            },
+        ];
+        let of = |limit: &Limit, shared: bool| {
+            let mut out = b"x".to_vec();
+            append_descriptor(
+                &mut out,
+                b"",
+                "d",
+                HashTag::Descriptor,
+                &entries,
+                |i| (shared && i == 0).then_some(&b"/a/*"[..]),
+                limit,
+                None,
+            );
+            String::from_utf8(out).unwrap()
+        };
+        let fixed = Limit::fixed_window(1, 1_000_000);
+        let distinct = Limit::new(Algorithm::Distinct, 1, 1_000_000);
+        assert_eq!(
+            of(&fixed, false),
+            "xsluice:v1:{d|path=/a/1|user=bob}:fixed_window:1000000"
+        );
+        assert_eq!(
+            of(&fixed, true),
+            "xsluice:v1:{d|path~/a/%2A|user=bob}:fixed_window:1000000"
+        );
+        assert!(of(&distinct, false).starts_with("xsluice:v1:{d|path=/a/1|user#}:distinct:"));
     }
 
     #[test]

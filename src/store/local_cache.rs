@@ -29,7 +29,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::algorithm::{Algorithm, Limit};
 use crate::model::Micros;
 
-use super::{Charge, Check, Store, StoreError, Verdict};
+use super::{Charge, Check, Deadline, Store, StoreError, Verdict};
 
 const SHARDS: usize = 16;
 const SWEEP_EVERY: Micros = 1_000_000;
@@ -141,11 +141,12 @@ impl<S: Store> LocalCache<S> {
         &self,
         checks: &[Check<'_>],
         now: Micros,
+        deadline: Deadline,
     ) -> Result<Vec<Verdict>, StoreError> {
         if let Some(v) = self.lookup(checks, now) {
             return Ok(v);
         }
-        let verdicts = self.inner.decide(checks, now).await?;
+        let verdicts = self.inner.decide(checks, now, deadline).await?;
         self.learn(checks, &verdicts, now);
         Ok(verdicts)
     }
@@ -190,12 +191,9 @@ impl<S: Store> Store for LocalCache<S> {
         &self,
         checks: &[Check<'_>],
         now: Micros,
+        deadline: Deadline,
     ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
-        self.decide_cached(checks, now)
-    }
-
-    fn supports(&self, algorithm: Algorithm) -> bool {
-        self.inner.supports(algorithm)
+        self.decide_cached(checks, now, deadline)
     }
 }
 
@@ -224,31 +222,40 @@ mod tests {
         let l = Limit::fixed_window(1, 60_000_000);
         let now = 30_000_000;
         let c = [check(b"k", &l, 1)];
-        let v = cache.decide(&c, now).await.unwrap();
+        let v = cache.decide(&c, now, Deadline::NONE).await.unwrap();
         assert!(v[0].allowed && !v[0].cached);
-        let v = cache.decide(&c, now).await.unwrap();
+        let v = cache.decide(&c, now, Deadline::NONE).await.unwrap();
         assert!(!v[0].allowed && !v[0].cached, "the backend rejects first");
-        let v = cache.decide(&c, now + 1).await.unwrap();
+        let v = cache.decide(&c, now + 1, Deadline::NONE).await.unwrap();
         assert!(!v[0].allowed && v[0].cached);
         assert_eq!(v[0].reset, 30_000_000 - 1);
         // More hits are rejected too; fewer may pass, so they ask the backend.
-        assert!(cache.decide(&[check(b"k", &l, 5)], now).await.unwrap()[0].cached);
+        assert!(
+            cache
+                .decide(&[check(b"k", &l, 5)], now, Deadline::NONE)
+                .await
+                .unwrap()[0]
+                .cached
+        );
         let three = Limit::fixed_window(3, 60_000_000);
         let five = [check(b"k5", &three, 5)];
-        assert!(!cache.decide(&five, now).await.unwrap()[0].cached);
-        assert!(cache.decide(&five, now).await.unwrap()[0].cached);
+        assert!(!cache.decide(&five, now, Deadline::NONE).await.unwrap()[0].cached);
+        assert!(cache.decide(&five, now, Deadline::NONE).await.unwrap()[0].cached);
         let one = [check(b"k5", &three, 1)];
-        assert!(cache.decide(&one, now).await.unwrap()[0].allowed);
+        assert!(cache.decide(&one, now, Deadline::NONE).await.unwrap()[0].allowed);
         // ...and an allowed verdict forgets the key.
-        assert!(!cache.decide(&five, now).await.unwrap()[0].cached);
+        assert!(!cache.decide(&five, now, Deadline::NONE).await.unwrap()[0].cached);
         // A raised limit is not blocked by the entry of the old one.
         let raised = Limit::fixed_window(2, 60_000_000);
-        let v = cache.decide(&[check(b"k", &raised, 1)], now).await.unwrap();
+        let v = cache
+            .decide(&[check(b"k", &raised, 1)], now, Deadline::NONE)
+            .await
+            .unwrap();
         assert!(v[0].allowed && !v[0].cached);
         // A refund goes to the backend and drops the entry: the hit given back passes.
         // (The raised limit's hit counts against the old limit of 1 too: give back 2.)
-        assert!(!cache.decide(&c, now).await.unwrap()[0].cached);
-        assert!(cache.decide(&c, now).await.unwrap()[0].cached);
+        assert!(!cache.decide(&c, now, Deadline::NONE).await.unwrap()[0].cached);
+        assert!(cache.decide(&c, now, Deadline::NONE).await.unwrap()[0].cached);
         let refund = Check {
             ask: Ask {
                 refund: true,
@@ -256,11 +263,14 @@ mod tests {
             },
             ..check(b"k", &l, 2)
         };
-        assert!(!cache.decide(&[refund], now).await.unwrap()[0].cached);
-        let v = cache.decide(&c, now).await.unwrap();
+        assert!(!cache.decide(&[refund], now, Deadline::NONE).await.unwrap()[0].cached);
+        let v = cache.decide(&c, now, Deadline::NONE).await.unwrap();
         assert!(v[0].allowed && !v[0].cached);
         // The window ends: the backend decides again.
-        let v = cache.decide(&c, now + 30_000_000).await.unwrap();
+        let v = cache
+            .decide(&c, now + 30_000_000, Deadline::NONE)
+            .await
+            .unwrap();
         assert!(v[0].allowed && !v[0].cached);
     }
 
@@ -270,7 +280,10 @@ mod tests {
         let l = Limit::fixed_window(0, 60_000_000);
         for i in 0..1_000u32 {
             let k = i.to_be_bytes();
-            cache.decide(&[check(&k, &l, 1)], 0).await.unwrap();
+            cache
+                .decide(&[check(&k, &l, 1)], 0, Deadline::NONE)
+                .await
+                .unwrap();
         }
         assert!(cache.len() <= 32, "{}", cache.len());
     }

@@ -2,21 +2,23 @@
 //! check of a request and applies the charging policy atomically (see [`batch`]).
 
 pub mod batch;
-pub mod deadline;
 pub mod fallback;
 pub mod key;
 pub mod local_cache;
+pub mod map_table;
 pub mod memory;
 pub mod redis;
 
 use std::future::Future;
+use std::time::{Duration, Instant};
 
-use crate::algorithm::{Algorithm, Ask, Limit};
+use crate::algorithm::{Ask, Limit};
 use crate::model::Micros;
 
 pub use batch::{Charge, Verdict};
 pub use fallback::{FailurePolicy, Fallback};
 pub use local_cache::LocalCache;
+pub use map_table::MapTable;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 
@@ -37,6 +39,23 @@ pub struct Check<'a> {
     /// What this check gets if the store fails (`on_store_error` of its rule or domain);
     /// `None`: the server's `--on-store-error`. See [`fallback`].
     pub on_error: Option<FailurePolicy>,
+}
+
+impl<'a> Check<'a> {
+    /// `ask` against `limit` at `key` with a plain rule's settings: charged only if admitted,
+    /// descriptor 0, no quota mode, the server's failure policy. Other settings by struct
+    /// update: `Check { group: 1, ..Check::new(key, &limit, Ask::take(1)) }`.
+    pub fn new(key: &'a [u8], limit: &'a Limit, ask: Ask) -> Self {
+        Check {
+            key,
+            limit,
+            ask,
+            charge: Charge::IfAdmitted,
+            group: 0,
+            quota: false,
+            on_error: None,
+        }
+    }
 }
 
 /// Errors of a store backend.
@@ -106,22 +125,51 @@ impl ErrorKind {
     }
 }
 
+/// When the caller stops waiting for an answer (a gRPC call's `grpc-timeout`), passed with
+/// the checks so that a slow backend fails in time for the failure policy to answer before
+/// the caller gives up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Deadline(Option<Instant>);
+
+impl Deadline {
+    /// No deadline: the backend's own timeouts apply.
+    pub const NONE: Deadline = Deadline(None);
+
+    pub fn at(instant: Instant) -> Self {
+        Deadline(Some(instant))
+    }
+
+    /// `timeout` from now (none: no deadline).
+    pub fn after(timeout: Option<Duration>) -> Self {
+        Deadline(timeout.map(|t| crate::clock::monotonic() + t))
+    }
+
+    pub fn instant(self) -> Option<Instant> {
+        self.0
+    }
+
+    /// What a store call may take of the time left: nine tenths of it, keeping the rest for
+    /// the failure policy and the answer. `None` without a deadline.
+    pub fn budget(self) -> Option<Duration> {
+        self.0.map(|d| {
+            let left = d.saturating_duration_since(crate::clock::monotonic());
+            left - left / 10
+        })
+    }
+}
+
 /// A backend that keeps rate-limit state.
 pub trait Store: Send + Sync + 'static {
     /// Decides every check of one request at `now`, atomically: either all checks that the
     /// request admits are charged, or (when any check rejects) only those whose policy is
-    /// [`Charge::Always`] and refunds. Verdicts come back in the order of `checks`.
+    /// [`Charge::Always`] and refunds. Verdicts come back in the order of `checks`. A backend
+    /// that waits on I/O gives up by `deadline`.
     fn decide(
         &self,
         checks: &[Check<'_>],
         now: Micros,
+        deadline: Deadline,
     ) -> impl Future<Output = Result<Vec<Verdict>, StoreError>> + Send;
-
-    /// Whether this store can decide `algorithm`; a config using one it cannot is rejected
-    /// at load time instead of failing requests.
-    fn supports(&self, _algorithm: Algorithm) -> bool {
-        true
-    }
 }
 
 impl<S: Store> Store for std::sync::Arc<S> {
@@ -129,11 +177,27 @@ impl<S: Store> Store for std::sync::Arc<S> {
         &self,
         checks: &[Check<'_>],
         now: Micros,
+        deadline: Deadline,
     ) -> impl Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
-        (**self).decide(checks, now)
+        (**self).decide(checks, now, deadline)
     }
+}
 
-    fn supports(&self, algorithm: Algorithm) -> bool {
-        (**self).supports(algorithm)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_is_nine_tenths_of_what_is_left() {
+        assert_eq!(Deadline::NONE.budget(), None);
+        let b = Deadline::after(Some(Duration::from_secs(100)))
+            .budget()
+            .expect("a budget");
+        assert!(b <= Duration::from_secs(90) && b > Duration::from_secs(80));
+        // A passed deadline leaves nothing.
+        assert_eq!(
+            Deadline::at(crate::clock::monotonic()).budget(),
+            Some(Duration::ZERO)
+        );
     }
 }

@@ -1,31 +1,8 @@
-//! Argument values that clap does not parse by itself: durations (`500ms`, `10s`, `1m`) and
+//! Argument values that clap does not parse by itself: durations (the library's grammar) and
 //! descriptor templates (`k=v,k2=v{i}`), with the `{i}` substitution done per request.
 
-use std::time::Duration;
-
-/// Parses a duration: a decimal number followed by `us`, `ms`, `s`, `m` or `h` (`1.5s`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("`{s}`: a unit is needed (us, ms, s, m, h)"))?;
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}`: `{num}` is not a number"))?;
-    let secs = match unit {
-        "us" | "µs" => n / 1e6,
-        "ms" => n / 1e3,
-        "s" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (us, ms, s, m, h)")),
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(format!("`{s}`: out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
+/// Durations (`500ms`, `1.5s`, `1m`): the grammar of the flags and the config.
+pub use sluice::rules::duration::parse as parse_duration;
 
 /// `HOST:PORT`, kept as text (a host name is fine): only checked for the port.
 pub fn parse_host_port(s: &str) -> Result<String, String> {
@@ -108,25 +85,6 @@ impl DescriptorTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        let ok = [
-            ("500ms", Duration::from_millis(500)),
-            ("10s", Duration::from_secs(10)),
-            ("1m", Duration::from_secs(60)),
-            ("1.5s", Duration::from_millis(1500)),
-            ("250us", Duration::from_micros(250)),
-            ("2h", Duration::from_secs(7200)),
-            ("0s", Duration::ZERO),
-        ];
-        for (s, d) in ok {
-            assert_eq!(parse_duration(s), Ok(d), "{s}");
-        }
-        for bad in ["", "10", "s", "10x", "1..2s", "-1s", "ms10"] {
-            assert!(parse_duration(bad).is_err(), "{bad} should be refused");
-        }
-    }
 
     #[test]
     fn host_port() {

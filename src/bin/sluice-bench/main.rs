@@ -99,11 +99,8 @@ struct MemoryArgs {
     json: Option<String>,
 }
 
-fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
-    Algorithm::parse(s).ok_or_else(|| {
-        let all: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
-        format!("unknown algorithm `{s}` (one of {})", all.join(", "))
-    })
+fn parse_algorithm(s: &str) -> Result<Algorithm, sluice::rules::vocab::UnknownWord> {
+    sluice::rules::vocab::parse(s)
 }
 
 #[derive(Debug, clap::Args)]

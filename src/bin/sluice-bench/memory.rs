@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use sluice::algorithm::{Algorithm, Ask, Limit};
 use sluice::store::key::{self, Part};
-use sluice::store::{Charge, Check, MemoryStore, Store};
+use sluice::store::{Charge, Check, Deadline, MemoryStore, Store};
 
 use crate::cpu;
 
@@ -73,7 +73,7 @@ pub fn measure(algorithm: Algorithm, keys: u64) -> anyhow::Result<MemoryReport> 
                 on_error: None,
             };
             store
-                .decide(std::slice::from_ref(&check), now)
+                .decide(std::slice::from_ref(&check), now, Deadline::NONE)
                 .await
                 .context("the memory store failed")?;
         }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use fred::prelude::{Builder, Client, Config, Pool, ReconnectPolicy, ServerConfig, TlsConnector};
 
-use crate::hardening::Secret;
+use crate::settings::hardening::Secret;
 
 /// How the store reaches Redis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -93,19 +93,13 @@ use self::nodes::Nodes;
 use self::redirect::eval_asking;
 use self::script::{Answer, Scope};
 use super::batch::admission;
-use super::{Charge, Check, ErrorKind, Store, StoreError, Verdict};
+use super::{Charge, Check, Deadline, ErrorKind, Store, StoreError, Verdict};
 use crate::model::Micros;
 
 const BACKEND: &str = "redis";
 
-/// Whose clock decides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClockSource {
-    /// The script reads Redis' `TIME`.
-    Redis,
-    /// The `now` given to [`Store::decide`] (sluice's clock, or a test's).
-    Local,
-}
+/// Whose clock decides: a word of the rule vocabulary.
+pub use crate::rules::policy::ClockSource;
 
 /// Everything the Redis store is configured with.
 #[derive(Clone, Debug)]
@@ -335,6 +329,7 @@ impl RedisStore {
         &self,
         checks: &[Check<'_>],
         now: Micros,
+        deadline: Deadline,
     ) -> Result<Vec<Verdict>, StoreError> {
         let inner = &*self.inner;
         let now = When {
@@ -343,8 +338,9 @@ impl RedisStore {
                 ClockSource::Local => Some(now),
             },
             local: now,
+            deadline,
         };
-        let timeout = inner.timeout();
+        let timeout = inner.timeout(deadline);
         match &inner.links {
             Links::Cluster(nodes) => inner.decide_cluster(nodes, checks, now, timeout).await,
             Links::Pool(pool) => {
@@ -384,27 +380,30 @@ fn record<T>(breaker: &Breaker, result: &Result<T, StoreError>) {
 }
 
 /// The time of a decision: what the script is given (`None`: it reads Redis' clock) and
-/// sluice's own, from which calendar windows are computed when the script reads its own.
+/// sluice's own, from which calendar windows are computed when the script reads its own;
+/// and the request's deadline.
 #[derive(Clone, Copy, Debug)]
 struct When {
     script: Option<Micros>,
     local: Micros,
+    deadline: Deadline,
 }
 
 impl When {
-    fn at(t: Micros) -> When {
+    fn at(t: Micros, deadline: Deadline) -> When {
         When {
             script: Some(t),
             local: t,
+            deadline,
         }
     }
 }
 
 impl Inner {
     /// The timeout of this request's round trips: `--redis-command-timeout`, or less when the
-    /// request's deadline leaves less (see [`deadline`](super::deadline)).
-    fn timeout(&self) -> Duration {
-        match super::deadline::budget() {
+    /// request's deadline leaves less (see [`Deadline::budget`]).
+    fn timeout(&self, deadline: Deadline) -> Duration {
+        match deadline.budget() {
             // Never zero: fred would read it as "no timeout".
             Some(b) => self.command_timeout.min(b).max(MIN_TIMEOUT),
             None => self.command_timeout,
@@ -518,7 +517,7 @@ impl Inner {
                     *slot,
                     &part,
                     Scope::Undo,
-                    When::at(*part_now),
+                    When::at(*part_now, now.deadline),
                     timeout,
                 )
                 .await
@@ -607,7 +606,7 @@ impl Inner {
     ) -> Result<script::Reply, StoreError> {
         let args = || script::evalsha(&self.sha, checks, scope, now.script, now.local);
         let reply = self
-            .call(client, &args, false, timeout)
+            .call(client, &args, false, timeout, now.deadline)
             .await
             .map_err(|e| from_fred(&e))?;
         script::decode(reply, checks.len())
@@ -621,6 +620,7 @@ impl Inner {
         args: &(dyn Fn() -> Vec<Value> + Sync),
         asking: bool,
         timeout: Duration,
+        deadline: Deadline,
     ) -> Result<Vec<i64>, fred::error::Error> {
         let once = || async {
             if asking {
@@ -632,7 +632,7 @@ impl Inner {
         match once().await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 // Longer than a decision, unless the request's deadline is nearer.
-                let load = match super::deadline::budget() {
+                let load = match deadline.budget() {
                     Some(b) => LOAD_TIMEOUT_MIN.min(b).max(MIN_TIMEOUT),
                     None => LOAD_TIMEOUT_MIN,
                 };
@@ -697,12 +697,9 @@ impl Store for RedisStore {
         &self,
         checks: &[Check<'_>],
         now: Micros,
+        deadline: Deadline,
     ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
-        self.decide_checks(checks, now)
-    }
-
-    fn supports(&self, algorithm: crate::algorithm::Algorithm) -> bool {
-        script::algorithm_code(algorithm).is_some()
+        self.decide_checks(checks, now, deadline)
     }
 }
 

@@ -50,7 +50,7 @@ impl Inner {
             }
             let left = timeout.saturating_sub(started.elapsed()).max(MIN_TIMEOUT);
             let client = node.pool.next_connected().clone();
-            let result = self.call(&client, &args, asking, left).await;
+            let result = self.call(&client, &args, asking, left, now.deadline).await;
             let redirect = match &result {
                 Err(e) if attempt < MAX_REDIRECTS => Redirect::of(e),
                 _ => None,

@@ -1,0 +1,119 @@
+//! The settings mapped onto each part: store, limiter, request limits, TLS, and the readers the
+//! store gauges use.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+use crate::limiter::{HeaderNames, LimiterOptions};
+use crate::metrics::{MemoryCounts, ReadMemory, ReadRedis};
+use crate::service::limits::RequestLimits;
+use crate::service::tls::{ReloadingTls, TlsError, TlsFiles};
+use crate::settings::hardening::HardeningArgs;
+use crate::settings::{RedisArgs, ServeArgs};
+use crate::store::redis::breaker::BreakerOptions;
+use crate::store::redis::{ConnectOptions, RedisOptions};
+use crate::store::{MemoryStore, RedisStore};
+use crate::tasks;
+
+/// An in-memory store bounded by `--memory-max-*`, swept while it lives.
+pub(super) fn memory_store(args: &ServeArgs, clock: &Arc<dyn Clock>) -> Arc<MemoryStore> {
+    let store =
+        Arc::new(MemoryStore::new(args.memory_max_entries).with_max_bytes(args.memory_max_bytes));
+    tasks::spawn_sweeper(&store, clock.clone());
+    store
+}
+
+/// The size of an in-memory store, for its gauges (held weakly: they end with the store).
+pub(super) fn read_memory(store: &Arc<MemoryStore>) -> ReadMemory {
+    let weak = Arc::downgrade(store);
+    Box::new(move || {
+        weak.upgrade().map(|s| {
+            let st = s.stats();
+            MemoryCounts {
+                entries: s.len() as u64,
+                bytes: st.bytes.load(Ordering::Relaxed) as u64,
+                evictions: st.evictions.load(Ordering::Relaxed),
+                evictions_over_limit: st.evictions_over_limit.load(Ordering::Relaxed),
+            }
+        })
+    })
+}
+
+/// The Redis connection state, for its gauges (held weakly, like [`read_memory`]).
+pub(super) fn read_redis(redis: &Arc<RedisStore>) -> ReadRedis {
+    let weak = Arc::downgrade(redis);
+    Box::new(move || {
+        weak.upgrade().map(|r| {
+            let s = r.status();
+            (s.connected, s.breaker_open)
+        })
+    })
+}
+
+/// The Redis store's options from the `--redis-*` flags.
+pub(super) fn redis_options(args: &RedisArgs) -> RedisOptions {
+    RedisOptions {
+        connect: ConnectOptions {
+            url: args.redis_url.clone(),
+            tls_ca: args.redis_tls_ca.clone(),
+            tls_client: args.redis_tls_cert.clone().zip(args.redis_tls_key.clone()),
+            username: args.redis_username.clone(),
+            password: args.redis_password.clone(),
+            password_file: args.redis_password_file.clone(),
+            pool_size: args.redis_pool_size,
+            connect_timeout: args.redis_connect_timeout,
+        },
+        command_timeout: args.redis_command_timeout,
+        clock: args.clock,
+        breaker: BreakerOptions {
+            threshold: args.redis_breaker_failures.max(1),
+            probe_every: args.redis_breaker_backoff,
+        },
+    }
+}
+
+pub(super) fn limiter_options(args: &ServeArgs) -> LimiterOptions {
+    LimiterOptions {
+        shadow_mode: args.shadow_mode,
+        quota_mode: args.quota_mode,
+        charge_rejected: args.charge_rejected,
+        response_headers: args.response_headers.then(|| HeaderNames {
+            limit: args.header_limit.clone(),
+            remaining: args.header_remaining.clone(),
+            reset: args.header_reset.clone(),
+        }),
+        key_prefix: args.key_prefix.clone().into_bytes(),
+    }
+}
+
+pub(super) fn request_limits(hard: &HardeningArgs) -> RequestLimits {
+    RequestLimits {
+        max_request_bytes: hard.max_request_bytes,
+        max_descriptors: hard.max_descriptors,
+        max_entries: hard.max_entries,
+        max_key_bytes: hard.max_key_bytes,
+        max_value_bytes: hard.max_value_bytes,
+        max_domain_bytes: hard.max_domain_bytes,
+    }
+}
+
+/// The gRPC TLS files, polled until the server stops; `None` without `--grpc-tls-*`.
+pub(super) fn grpc_tls(
+    hard: &HardeningArgs,
+    stop: &watch::Receiver<bool>,
+) -> Result<Option<Arc<ReloadingTls>>, TlsError> {
+    let (Some(cert), Some(key)) = (&hard.tls.grpc_tls_cert, &hard.tls.grpc_tls_key) else {
+        return Ok(None);
+    };
+    let tls = ReloadingTls::load(TlsFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+        client_ca: hard.tls.grpc_tls_client_ca.clone(),
+        allowed_sans: hard.tls.grpc_tls_allowed_san.clone(),
+    })?;
+    tasks::spawn_tls_poller(tls.clone(), hard.tls.grpc_tls_reload_interval, stop.clone());
+    Ok(Some(tls))
+}

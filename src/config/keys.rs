@@ -1,0 +1,283 @@
+//! Unknown keys, found by a walk of their own so that one does not hide the file's other
+//! errors. serde's `deny_unknown_fields` stops the parse at the first unknown key; the
+//! [`raw`](super::raw) types therefore ignore unknown keys, and this walk reports each of them
+//! with its position, from the same parse budget.
+//!
+//! The accepted keys of each map are the serde types' own field lists (read off their derived
+//! `Deserialize`), so adding a field to a raw type is all it takes to accept its key.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_saphyr::{Location, Spanned};
+
+use super::error::{ConfigError, Position};
+use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces};
+
+/// Every unknown key of the file `content`, in file order. A file that is no valid YAML gives
+/// none here: the typed parse reports it.
+pub fn unknown_keys(
+    file: &Arc<str>,
+    content: &str,
+    opts: serde_saphyr::Options,
+) -> Vec<ConfigError> {
+    let Ok(Unknown(found)) = serde_saphyr::from_str_with_options::<Unknown>(content, opts) else {
+        return Vec::new();
+    };
+    found
+        .into_iter()
+        .map(|(at, message)| ConfigError::new(Position::at(file, at), message))
+        .collect()
+}
+
+/// The unknown keys of one file: where, and the message.
+struct Unknown(Vec<(Location, String)>);
+
+impl<'de> Deserialize<'de> for Unknown {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut found = Vec::new();
+        Walk {
+            shape: Shape::File,
+            found: &mut found,
+        }
+        .deserialize(d)?;
+        Ok(Unknown(found))
+    }
+}
+
+/// What a YAML node is expected to be.
+#[derive(Clone, Copy)]
+enum Shape {
+    File,
+    Descriptor,
+    RateLimit,
+    Replaces,
+    ListOf(Item),
+    /// Anything: its keys are not checked (values, `metadata`).
+    Free,
+}
+
+/// What a list holds.
+#[derive(Clone, Copy)]
+enum Item {
+    Descriptor,
+    RateLimit,
+    Replaces,
+}
+
+impl Shape {
+    /// The keys of a map of this shape, or `None` for no map to check.
+    fn keys(self) -> Option<&'static [&'static str]> {
+        match self {
+            Shape::File => Some(fields_of::<RawFile>()),
+            Shape::Descriptor => Some(fields_of::<RawDescriptor>()),
+            Shape::RateLimit => Some(fields_of::<RawRateLimit>()),
+            Shape::Replaces => Some(fields_of::<RawReplaces>()),
+            Shape::ListOf(_) | Shape::Free => None,
+        }
+    }
+
+    /// The shape of the value under `key` in a map of this shape.
+    fn child(self, key: &str) -> Shape {
+        match (self, key) {
+            (Shape::File | Shape::Descriptor, "descriptors") => Shape::ListOf(Item::Descriptor),
+            (Shape::Descriptor, "rate_limit") => Shape::RateLimit,
+            (Shape::Descriptor, "rate_limits") => Shape::ListOf(Item::RateLimit),
+            (Shape::RateLimit, "replaces") => Shape::ListOf(Item::Replaces),
+            _ => Shape::Free,
+        }
+    }
+}
+
+struct Walk<'a> {
+    shape: Shape,
+    found: &'a mut Vec<(Location, String)>,
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if matches!(self.shape, Shape::Free) {
+            return d.deserialize_ignored_any(IgnoredAny).map(|_| ());
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Some(keys) = self.shape.keys() else {
+            // A map where a list belongs: the typed parse says so.
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            return Ok(());
+        };
+        while let Some(key) = map.next_key::<Spanned<String>>()? {
+            if !keys.contains(&key.value.as_str()) {
+                self.found.push((
+                    key.referenced,
+                    format!(
+                        "unknown key '{}' (expected one of: {})",
+                        key.value,
+                        keys.join(", ")
+                    ),
+                ));
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            map.next_value_seed(Walk {
+                shape: self.shape.child(&key.value),
+                found: &mut *self.found,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let shape = match self.shape {
+            Shape::ListOf(Item::Descriptor) => Shape::Descriptor,
+            Shape::ListOf(Item::RateLimit) => Shape::RateLimit,
+            Shape::ListOf(Item::Replaces) => Shape::Replaces,
+            _ => Shape::Free,
+        };
+        while seq
+            .next_element_seed(Walk {
+                shape,
+                found: &mut *self.found,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    // Scalars where a map or a list belongs: the typed parse reports them.
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// The field names a derived `Deserialize` accepts: it hands them to `deserialize_struct`,
+/// where this deserializer records them and stops.
+fn fields_of<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(FieldNames(&mut fields));
+    fields
+}
+
+struct FieldNames<'a>(&'a mut &'static [&'static str]);
+
+#[derive(Debug)]
+struct Stop;
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("field names recorded")
+    }
+}
+
+impl std::error::Error for Stop {}
+
+impl de::Error for Stop {
+    fn custom<M: fmt::Display>(_: M) -> Self {
+        Stop
+    }
+}
+
+impl<'de> Deserializer<'de> for FieldNames<'_> {
+    type Error = Stop;
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Stop> {
+        *self.0 = fields;
+        Err(Stop)
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+        Err(Stop)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_lists_come_from_the_raw_types() {
+        assert_eq!(fields_of::<RawReplaces>(), ["name"]);
+        assert!(fields_of::<RawFile>().contains(&"on_store_error"));
+        assert!(fields_of::<RawRateLimit>().contains(&"algorithm"));
+    }
+
+    #[test]
+    fn an_alias_bomb_stops_at_the_budget() {
+        // Nine levels of ten aliases each: 10^9 nodes if expanded.
+        let mut yaml = String::from("l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let refs = vec![format!("*l{}", i - 1); 10].join(", ");
+            yaml.push_str(&format!("l{i}: &l{i} [{refs}]\n"));
+        }
+        let file: Arc<str> = "bomb.yaml".into();
+        assert!(unknown_keys(&file, &yaml, serde_saphyr::Options::default()).is_empty());
+    }
+
+    #[test]
+    fn every_unknown_key_at_every_level() {
+        let file: Arc<str> = "f.yaml".into();
+        let yaml = "domain: d\nextra: 1\ndescriptors:\n  - key: k\n    ratelimit: {unit: second}\n    rate_limits:\n      - {name: a, unit: second, replaces: [{nme: b}], speed: 3}\n    metadata: {anything: 1}\n";
+        let found: Vec<String> = unknown_keys(&file, yaml, serde_saphyr::Options::default())
+            .iter()
+            .map(|e| {
+                let (k, _) = e.message.split_once(" (").unwrap();
+                format!("{}:{} {k}", e.position.line, e.position.column)
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "2:1 unknown key 'extra'",
+                "5:5 unknown key 'ratelimit'",
+                "7:45 unknown key 'nme'",
+                "7:55 unknown key 'speed'",
+            ]
+        );
+    }
+}

@@ -1,0 +1,213 @@
+//! The per-request policy: descriptors -> matched rules -> store checks -> response.
+//!
+//! Owns the parts of envoyproxy/ratelimit's semantics that do not depend on the store:
+//! matching, `replaces`, unlimited rules, limit overrides, shadow mode (per rule and global),
+//! quota mode, several limits per descriptor (`rate_limits`), refund permission, response
+//! headers and metadata. The store decides and charges atomically.
+//!
+//! A decision runs in stages, each usable on its own (RLS, the JSON API, and later RLQS or a
+//! native API share them): [`resolve`] (descriptors -> limits) and [`plan`] (limits -> checks
+//! with their keys) build a [`Plan`]; the [`Store`] decides its checks; [`assemble`] turns
+//! (plan, verdicts) into a [`Response`]; [`explain`] and [`statistics`] are derived from the
+//! same (plan, verdicts) afterwards.
+
+pub mod assemble;
+pub mod explain;
+pub mod plan;
+pub mod resolve;
+pub mod response;
+pub mod statistics;
+#[cfg(test)]
+mod testing;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use opentelemetry::metrics::Histogram;
+use opentelemetry::KeyValue;
+use tracing::Instrument;
+
+use crate::clock::{monotonic, Clock};
+use crate::model::Request;
+use crate::rules::RuleSet;
+use crate::stats::StatsRegistry;
+use crate::store::{Deadline, Store, StoreError, Verdict};
+
+pub use explain::{Explanation, LimitExplanation};
+pub use plan::Plan;
+pub use response::{Code, CurrentLimit, HeaderNames, Response, Status};
+
+/// Server-wide policy switches.
+#[derive(Clone, Debug, Default)]
+pub struct LimiterOptions {
+    /// Turn an OVER_LIMIT overall code into OK (per-descriptor codes are left alone).
+    pub shadow_mode: bool,
+    /// Put every limited descriptor in quota mode (envoyproxy/ratelimit's `QUOTA_MODE`).
+    pub quota_mode: bool,
+    /// Charge rejected requests unless a rule says otherwise (envoyproxy/ratelimit's way).
+    pub charge_rejected: bool,
+    /// Add `RateLimit-*` headers from the tightest descriptor.
+    pub response_headers: Option<HeaderNames>,
+    /// Prefix of every storage key (`--key-prefix`).
+    pub key_prefix: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The request asks for something its domain does not allow (refunds).
+    #[error("{0}")]
+    PermissionDenied(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Metrics the limiter records (see [`crate::metrics`]).
+pub struct LimiterMetrics {
+    pub stats: Arc<StatsRegistry>,
+    pub store_duration: Histogram<f64>,
+    pub store_attrs: [KeyValue; 1],
+}
+
+pub struct Limiter<S> {
+    rules: ArcSwapOption<RuleSet>,
+    store: S,
+    clock: Arc<dyn Clock>,
+    opts: LimiterOptions,
+    metrics: Option<LimiterMetrics>,
+}
+
+impl<S: Store> Limiter<S> {
+    pub fn new(store: S, clock: Arc<dyn Clock>, opts: LimiterOptions) -> Self {
+        Limiter {
+            rules: ArcSwapOption::empty(),
+            store,
+            clock,
+            opts,
+            metrics: None,
+        }
+    }
+
+    /// Records per-rule statistics and store latency.
+    pub fn with_metrics(mut self, metrics: LimiterMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Publishes a new rule set in one atomic swap; requests in flight finish on the old one,
+    /// which is then freed off the request path (see [`retire`]).
+    pub fn set_rules(&self, rules: Arc<RuleSet>) {
+        if let Some(old) = self.rules.swap(Some(rules)) {
+            retire(old);
+        }
+    }
+
+    pub fn rules(&self) -> Option<Arc<RuleSet>> {
+        self.rules.load_full()
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn options(&self) -> &LimiterOptions {
+        &self.opts
+    }
+
+    /// The rules in use, or UNAVAILABLE before the first config loads.
+    pub fn loaded_rules(&self) -> Result<Arc<RuleSet>, LimitError> {
+        self.rules()
+            .ok_or_else(|| LimitError::Unavailable("no rate limit configuration loaded".into()))
+    }
+
+    /// Stages 1 and 2: resolves `req` against `rules` into its checks.
+    pub fn plan<'a>(&self, rules: &'a RuleSet, req: &'a Request) -> Result<Plan<'a>, LimitError> {
+        Plan::new(rules, req, &self.opts)
+    }
+
+    /// Stage 3: the store decides the plan's checks (timed, traced), giving up by `deadline`.
+    pub async fn run(
+        &self,
+        plan: &Plan<'_>,
+        deadline: Deadline,
+    ) -> Result<Vec<Verdict>, LimitError> {
+        let checks = plan.checks();
+        if checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let started = monotonic();
+        let span =
+            tracing::trace_span!(target: "sluice::otel", "store.decide", checks = checks.len());
+        let result = self
+            .store
+            .decide(&checks, self.clock.now(), deadline)
+            .instrument(span)
+            .await;
+        if let Some(m) = &self.metrics {
+            m.store_duration
+                .record(started.elapsed().as_secs_f64(), &m.store_attrs);
+        }
+        Ok(result?)
+    }
+
+    /// Stage 4: the response to the plan, recording per-rule statistics.
+    pub fn assemble(&self, plan: &Plan<'_>, verdicts: &[Verdict]) -> Response {
+        if let Some(m) = &self.metrics {
+            statistics::record(&m.stats, plan, verdicts);
+        }
+        assemble::assemble(plan, verdicts, &self.opts)
+    }
+
+    /// Decides `req` (charging it) with every stage.
+    pub async fn should_rate_limit(
+        &self,
+        req: &Request,
+        deadline: Deadline,
+    ) -> Result<Response, LimitError> {
+        let rules = self.loaded_rules()?;
+        let plan = self.plan(&rules, req)?;
+        let verdicts = self.run(&plan, deadline).await?;
+        Ok(self.assemble(&plan, &verdicts))
+    }
+
+    /// Decides `req` (charging it, as [`Self::should_rate_limit`]) and tells how each
+    /// descriptor was decided.
+    pub async fn explain(
+        &self,
+        req: &Request,
+        deadline: Deadline,
+    ) -> Result<(Response, Vec<Explanation>), LimitError> {
+        let rules = self.loaded_rules()?;
+        let plan = self.plan(&rules, req)?;
+        let verdicts = self.run(&plan, deadline).await?;
+        let response = self.assemble(&plan, &verdicts);
+        let explanation = explain::explain(&plan, &verdicts, &response);
+        Ok((response, explanation))
+    }
+}
+
+/// Frees a replaced rule set on a thread of its own once no request holds it any more:
+/// freeing 100,000 rules takes milliseconds, which the last request to finish on the old set
+/// would otherwise spend before answering. Without a thread, it is freed here (on the reload).
+fn retire(old: Arc<RuleSet>) {
+    let _ = std::thread::Builder::new()
+        .name("sluice-rules-drop".into())
+        .spawn(move || {
+            let mut old = old;
+            let mut wait = std::time::Duration::from_millis(1);
+            // Requests hold the set for their lifetime (bounded by their deadline); other
+            // holders (`/rlconfig`, explain) as briefly.
+            while let Err(still) = Arc::try_unwrap(old) {
+                old = still;
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(std::time::Duration::from_millis(100));
+            }
+        });
+}

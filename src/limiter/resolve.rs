@@ -1,0 +1,302 @@
+//! Stage 1, resolve: each descriptor of a request -> the limits that apply to it (its matched
+//! rule, or the request's own limit override, or none), after the domain's permissions and
+//! `replaces`. Pure: no keys, no store, no clock.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::LimitError;
+use crate::algorithm::{Calendar, Limit};
+use crate::model::{Descriptor, Request, Unit};
+use crate::rules::{Domain, Match, Rule, RuleKind, RuleLimit, Step};
+
+/// What one descriptor resolved to.
+#[derive(Debug)]
+pub enum Resolved<'r> {
+    /// No rule matched.
+    NoLimit,
+    /// A rule matched, but another matched rule `replaces` every limit of it.
+    Replaced(&'r Arc<Rule>),
+    /// The matched rule is `unlimited`.
+    Unlimited(&'r Arc<Rule>),
+    Limited {
+        /// `None`: the request's own limit override.
+        rule: Option<&'r Arc<Rule>>,
+        steps: Vec<Step<'r>>,
+        /// [`Match::value_to_metric`].
+        value_to_metric: Vec<bool>,
+        /// Every one must allow the request (one unless `rate_limits`). Borrowed from the
+        /// rule (no copy per request) unless an override or `replaces` changed them.
+        limits: Cow<'r, [RuleLimit]>,
+        /// The limits come from `rate_limits`: their names are part of their storage keys.
+        named: bool,
+    },
+}
+
+impl<'r> Resolved<'r> {
+    /// The rule whose policy (shadow mode, quota mode, metadata) applies.
+    pub fn rule(&self) -> Option<&'r Arc<Rule>> {
+        match self {
+            Resolved::NoLimit | Resolved::Replaced(_) => None,
+            Resolved::Unlimited(r) => Some(r),
+            Resolved::Limited { rule, .. } => *rule,
+        }
+    }
+
+    /// The rule the descriptor matched, replaced or not.
+    pub fn matched(&self) -> Option<&'r Arc<Rule>> {
+        match self {
+            Resolved::Replaced(r) => Some(r),
+            _ => self.rule(),
+        }
+    }
+
+    /// The limits to check (none unless `Limited`).
+    pub fn limits(&self) -> &[RuleLimit] {
+        match self {
+            Resolved::Limited { limits, .. } => limits,
+            _ => &[],
+        }
+    }
+}
+
+/// Resolves every descriptor of `req` in `domain` (`None`: a domain with no rules).
+pub fn resolve<'r>(
+    domain: Option<&'r Domain>,
+    req: &Request,
+) -> Result<Vec<Resolved<'r>>, LimitError> {
+    let Some(domain) = domain else {
+        return Ok(req.descriptors.iter().map(|_| Resolved::NoLimit).collect());
+    };
+    permitted(domain, req)?;
+    let mut resolved: Vec<Resolved<'r>> = req
+        .descriptors
+        .iter()
+        .enumerate()
+        .map(|(i, d)| descriptor(domain.find(&d.entries), d, i))
+        .collect::<Result<_, _>>()?;
+    apply_replaces(&mut resolved);
+    Ok(resolved)
+}
+
+/// Refunds and limit overrides only where the domain allows them.
+fn permitted(domain: &Domain, req: &Request) -> Result<(), LimitError> {
+    if !domain.allow_refunds {
+        if let Some(i) = req.descriptors.iter().position(|d| d.refund) {
+            return Err(LimitError::PermissionDenied(format!(
+                "descriptor {i}: is_negative_hits refunds are not allowed for domain '{}' (set `allow_refunds: true` in its config to accept them)",
+                req.domain
+            )));
+        }
+    }
+    if !domain.allow_overrides {
+        if let Some(i) = req
+            .descriptors
+            .iter()
+            .position(|d| d.limit_override.is_some())
+        {
+            return Err(LimitError::PermissionDenied(format!(
+                "descriptor {i}: limit overrides are not allowed for domain '{}' (its config sets `allow_overrides: false`)",
+                req.domain
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn descriptor<'r>(
+    m: Option<Match<'r>>,
+    d: &Descriptor,
+    index: usize,
+) -> Result<Resolved<'r>, LimitError> {
+    if let Some(o) = d.limit_override {
+        // envoyproxy/ratelimit: an override applies whether or not a rule matched, with no
+        // name, no shadow mode and nothing to replace. It keeps the matched rule's algorithm
+        // (with `rate_limits`, the first limit's), precision, calendar alignment and charging;
+        // the burst becomes the new requests_per_unit.
+        let base = m.as_ref().and_then(|m| m.rule.kind.limits().first());
+        let rpu = u64::from(o.requests_per_unit);
+        let window = o.unit.micros();
+        let limit = match base {
+            Some(b) => Limit {
+                requests: rpu,
+                window,
+                burst: rpu,
+                calendar: b
+                    .limit
+                    .calendar
+                    .filter(|_| o.unit >= Unit::Hour)
+                    .map(|c| Calendar { unit: o.unit, ..c }),
+                ..b.limit.clone()
+            },
+            None => Limit::fixed_window(rpu, window),
+        };
+        if let Err(e) = limit.validate() {
+            return Err(LimitError::InvalidArgument(format!(
+                "descriptor {index}: the limit override of {} per {} cannot be used with algorithm {}: {e}",
+                o.requests_per_unit,
+                o.unit,
+                limit.algorithm.as_str()
+            )));
+        }
+        return Ok(Resolved::Limited {
+            rule: None,
+            limits: Cow::Owned(vec![RuleLimit {
+                name: None,
+                requests_per_unit: o.requests_per_unit,
+                unit: o.unit,
+                limit,
+                charge: base.and_then(|b| b.charge),
+                on_error: base.and_then(|b| b.on_error),
+            }]),
+            steps: m.map(|m| m.steps).unwrap_or_default(),
+            value_to_metric: Vec::new(),
+            named: false,
+        });
+    }
+    Ok(match m {
+        None => Resolved::NoLimit,
+        Some(m) => match &m.rule.kind {
+            RuleKind::Unlimited => Resolved::Unlimited(m.rule),
+            RuleKind::Limited(limit) => Resolved::Limited {
+                rule: Some(m.rule),
+                steps: m.steps,
+                value_to_metric: m.value_to_metric,
+                limits: Cow::Borrowed(std::slice::from_ref(limit)),
+                named: false,
+            },
+            RuleKind::Several(limits) => Resolved::Limited {
+                rule: Some(m.rule),
+                steps: m.steps,
+                value_to_metric: m.value_to_metric,
+                limits: Cow::Borrowed(limits),
+                named: true,
+            },
+        },
+    })
+}
+
+/// A matched limit whose name another matched rule `replaces` is neither reported nor
+/// consumed; inside `rate_limits` each limit is replaced on its own, and a descriptor whose
+/// limits are all replaced has no limit.
+fn apply_replaces(resolved: &mut [Resolved<'_>]) {
+    let replaced: Vec<String> = resolved
+        .iter()
+        .filter_map(|r| r.rule())
+        .flat_map(|r| r.replaces.iter().cloned())
+        .collect();
+    if replaced.is_empty() {
+        return;
+    }
+    let is_replaced = |name: Option<&String>| name.is_some_and(|n| replaced.contains(n));
+    for r in resolved.iter_mut() {
+        let gone = match r {
+            Resolved::NoLimit | Resolved::Replaced(_) => None,
+            Resolved::Unlimited(rule) => Some(*rule).filter(|r| is_replaced(r.name.as_ref())),
+            Resolved::Limited { rule: None, .. } => None,
+            Resolved::Limited {
+                rule: Some(rule),
+                limits,
+                ..
+            } => {
+                if limits.iter().any(|l| is_replaced(l.name.as_ref())) {
+                    limits.to_mut().retain(|l| !is_replaced(l.name.as_ref()));
+                }
+                Some(*rule).filter(|_| limits.is_empty())
+            }
+        };
+        if let Some(rule) = gone {
+            *r = Resolved::Replaced(rule);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{descriptor as d, request, rules};
+    use super::*;
+
+    const CONFIG: &str = r#"
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5, name: A}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 9, replaces: [{name: A}]}
+  - key: u
+    rate_limit: {unlimited: true}
+  - key: many
+    rate_limits:
+      - {unit: second, requests_per_unit: 2, name: A}
+      - {unit: hour, requests_per_unit: 100, name: hourly}
+"#;
+
+    fn kinds(r: &[Resolved<'_>]) -> Vec<String> {
+        r.iter()
+            .map(|r| match r {
+                Resolved::NoLimit => "none".to_string(),
+                Resolved::Replaced(_) => "replaced".to_string(),
+                Resolved::Unlimited(_) => "unlimited".to_string(),
+                Resolved::Limited { rule: None, .. } => "override".to_string(),
+                Resolved::Limited { limits, .. } => format!("{} limits", limits.len()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_kind_of_descriptor() {
+        let rules = rules(CONFIG);
+        let domain = rules.domain("d");
+        let req = request(vec![d(&[("a", "1")]), d(&[("u", "")]), d(&[("zzz", "")])]);
+        let r = resolve(domain, &req).unwrap();
+        assert_eq!(kinds(&r), ["1 limits", "unlimited", "none"]);
+        // An unknown domain: nothing applies.
+        assert_eq!(kinds(&resolve(None, &req).unwrap()), ["none"; 3]);
+    }
+
+    #[test]
+    fn replaces_removes_named_limits_one_by_one() {
+        let rules = rules(CONFIG);
+        let domain = rules.domain("d");
+        let req = request(vec![d(&[("a", "1")]), d(&[("b", "")]), d(&[("many", "")])]);
+        let r = resolve(domain, &req).unwrap();
+        assert_eq!(kinds(&r), ["replaced", "1 limits", "1 limits"]);
+        assert_eq!(r[0].matched().map(|r| r.full_key.as_str()), Some("d.a"));
+        assert!(r[0].rule().is_none());
+        assert_eq!(r[2].limits()[0].name.as_deref(), Some("hourly"));
+    }
+
+    #[test]
+    fn an_override_applies_with_or_without_a_rule() {
+        let rules = rules(CONFIG);
+        let domain = rules.domain("d");
+        let mut with_rule = d(&[("a", "1")]);
+        with_rule.limit_override = Some(crate::model::LimitOverride {
+            requests_per_unit: 7,
+            unit: Unit::Hour,
+        });
+        let mut without = with_rule.clone();
+        without.entries[0].key = b"nothing".to_vec();
+        let r = resolve(domain, &request(vec![with_rule, without])).unwrap();
+        assert_eq!(kinds(&r), ["override", "override"]);
+        assert_eq!(r[0].limits()[0].limit.requests, 7);
+        assert!(r[0].rule().is_none(), "no shadow mode, no metadata");
+    }
+
+    #[test]
+    fn refunds_and_overrides_need_the_domains_permission() {
+        let rules = rules("domain: d\nallow_refunds: false\nallow_overrides: false\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 5}\n");
+        let domain = rules.domain("d");
+        let mut refund = d(&[("a", "1")]);
+        refund.refund = true;
+        let e = resolve(domain, &request(vec![refund])).unwrap_err();
+        assert!(matches!(e, LimitError::PermissionDenied(_)), "{e}");
+        let mut o = d(&[("a", "1")]);
+        o.limit_override = Some(crate::model::LimitOverride {
+            requests_per_unit: 1,
+            unit: Unit::Second,
+        });
+        let e = resolve(domain, &request(vec![o])).unwrap_err();
+        assert!(matches!(e, LimitError::PermissionDenied(_)), "{e}");
+    }
+}

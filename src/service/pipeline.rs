@@ -1,0 +1,210 @@
+//! The one request pipeline of the RLS API, whatever the wire (gRPC, `POST /json`): size
+//! limits -> conversion to the model -> an in-flight slot -> the limiter, under the caller's
+//! deadline -> errors as gRPC statuses. Each face only decodes its wire format into a
+//! `RateLimitRequest` and encodes the answer.
+//!
+//! The in-flight slot is taken after the request is decoded and checked, so it is held only
+//! while a decision is under way: a client that sends a request slowly holds no slot.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::Status;
+
+use super::convert;
+use super::limits::RequestLimits;
+use super::overload::InFlight;
+use crate::limiter::{Explanation, LimitError, Limiter, Response};
+use crate::proto::RateLimitRequest;
+use crate::store::{Deadline, Store};
+
+/// What a caller wants back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Response,
+    Explained,
+}
+
+/// The pipeline, shared by the gRPC and HTTP servers (cheap to clone).
+pub struct Pipeline<S> {
+    limiter: Arc<Limiter<S>>,
+    limits: RequestLimits,
+    in_flight: Arc<InFlight>,
+}
+
+impl<S> Clone for Pipeline<S> {
+    fn clone(&self) -> Self {
+        Pipeline {
+            limiter: self.limiter.clone(),
+            limits: self.limits,
+            in_flight: self.in_flight.clone(),
+        }
+    }
+}
+
+impl<S: Store> Pipeline<S> {
+    pub fn new(limiter: Arc<Limiter<S>>, limits: RequestLimits, in_flight: Arc<InFlight>) -> Self {
+        Pipeline {
+            limiter,
+            limits,
+            in_flight,
+        }
+    }
+
+    pub fn limits(&self) -> &RequestLimits {
+        &self.limits
+    }
+
+    /// Decides `req`, answering within `timeout` (the caller's deadline) when given.
+    pub async fn decide(
+        &self,
+        req: RateLimitRequest,
+        timeout: Option<Duration>,
+    ) -> Result<Response, Status> {
+        let (response, _) = self.run(req, timeout, Want::Response).await?;
+        Ok(response)
+    }
+
+    /// [`Self::decide`], telling how each descriptor was decided.
+    pub async fn explain(
+        &self,
+        req: RateLimitRequest,
+        timeout: Option<Duration>,
+    ) -> Result<(Response, Vec<Explanation>), Status> {
+        self.run(req, timeout, Want::Explained).await
+    }
+
+    /// The size of an encoded request against `--max-request-bytes` (for bodies whose size
+    /// no decoder bounded, as the JSON API's).
+    pub fn check_size(&self, bytes: usize) -> Result<(), Status> {
+        if bytes > self.limits.max_request_bytes {
+            return Err(Status::invalid_argument(format!(
+                "request is {bytes} bytes, more than the limit of {} (--max-request-bytes)",
+                self.limits.max_request_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    async fn run(
+        &self,
+        req: RateLimitRequest,
+        timeout: Option<Duration>,
+        want: Want,
+    ) -> Result<(Response, Vec<Explanation>), Status> {
+        self.limits.check(&req).map_err(Status::invalid_argument)?;
+        let req = convert::request(req).map_err(Status::invalid_argument)?;
+        tracing::Span::current().record("domain", req.domain.as_str());
+        let _slot = self.in_flight.try_take().ok_or_else(|| {
+            Status::resource_exhausted(format!(
+                "more than {} requests in flight (--max-in-flight); retry later",
+                self.in_flight.max()
+            ))
+        })?;
+        // The store sees the deadline too, so a slow Redis fails early enough for the
+        // failure policy to answer in time.
+        let deadline = Deadline::after(timeout);
+        let work = async {
+            match want {
+                Want::Response => self
+                    .limiter
+                    .should_rate_limit(&req, deadline)
+                    .await
+                    .map(|r| (r, Vec::new())),
+                Want::Explained => self.limiter.explain(&req, deadline).await,
+            }
+        };
+        let result = match timeout {
+            Some(t) => tokio::time::timeout(t, work).await.map_err(|_| {
+                Status::deadline_exceeded("rate limit decision exceeded the request deadline")
+            })?,
+            None => work.await,
+        };
+        result.map_err(status)
+    }
+}
+
+/// A limiter error as the gRPC status both faces answer with.
+fn status(e: LimitError) -> Status {
+    match e {
+        LimitError::InvalidArgument(m) => Status::invalid_argument(m),
+        LimitError::PermissionDenied(m) => Status::permission_denied(m),
+        LimitError::Unavailable(m) => Status::unavailable(m),
+        LimitError::Store(e) => Status::unavailable(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::limiter::{Code, LimiterOptions};
+    use crate::proto::rate_limit_descriptor::Entry;
+    use crate::proto::RateLimitDescriptor;
+    use crate::store::MemoryStore;
+
+    fn pipeline(in_flight: Arc<InFlight>) -> Pipeline<MemoryStore> {
+        let limiter = Limiter::new(
+            MemoryStore::new(1_000),
+            Arc::new(ManualClock::new(1_000_000_000)),
+            LimiterOptions::default(),
+        );
+        let file = crate::config::ConfigFile {
+            path: "t.yaml".into(),
+            content: "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n".into(),
+        };
+        let rules = crate::config::compile(&[file], Default::default()).expect("valid");
+        limiter.set_rules(Arc::new(rules));
+        let limits = RequestLimits {
+            max_entries: 2,
+            ..RequestLimits::default()
+        };
+        Pipeline::new(Arc::new(limiter), limits, in_flight)
+    }
+
+    fn request(entries: usize) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: (0..entries)
+                    .map(|_| Entry {
+                        key: b"k".to_vec(),
+                        value: b"v".to_vec(),
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            hits_addend: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn every_stage_answers_with_its_status() {
+        let in_flight = InFlight::new(1);
+        let p = pipeline(in_flight.clone());
+        let r = p.decide(request(1), None).await.expect("decided");
+        assert_eq!(r.overall, Code::Ok);
+        let (r, e) = p.explain(request(1), None).await.expect("decided");
+        assert_eq!((r.overall, e.len()), (Code::OverLimit, 1));
+        let e = p.decide(request(3), None).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().contains("--max-entries"), "{}", e.message());
+        let e = p.decide(request(0), None).await.unwrap_err();
+        assert_eq!(
+            e.code(),
+            tonic::Code::InvalidArgument,
+            "converted: no entries"
+        );
+        assert_eq!(
+            p.check_size(262_145).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        // Every slot taken: refused at once.
+        let held = in_flight.try_take().expect("the only slot");
+        let e = p.decide(request(1), None).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(in_flight.rejected(), 1);
+        drop(held);
+        assert_eq!(in_flight.current(), 0);
+    }
+}

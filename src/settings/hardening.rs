@@ -1,0 +1,157 @@
+//! Command-line settings of the hardening features: request limits, overload protection,
+//! HTTP/2 connection settings and TLS of the gRPC listener (flattened into `sluice serve`).
+//! SECURITY.md explains every default.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::rules::duration::parse as parse_duration;
+
+#[derive(Debug, Clone, Args)]
+pub struct HardeningArgs {
+    /// Largest encoded RateLimitRequest accepted, in bytes; a larger one is refused before it is
+    /// decoded (INVALID_ARGUMENT).
+    #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES", default_value_t = 262_144)]
+    pub max_request_bytes: usize,
+
+    /// Most descriptors in one request.
+    #[arg(long, env = "SLUICE_MAX_DESCRIPTORS", default_value_t = 64)]
+    pub max_descriptors: usize,
+
+    /// Most entries in one descriptor.
+    #[arg(long, env = "SLUICE_MAX_ENTRIES", default_value_t = 32)]
+    pub max_entries: usize,
+
+    /// Longest descriptor entry key, in bytes.
+    #[arg(long, env = "SLUICE_MAX_KEY_BYTES", default_value_t = 256)]
+    pub max_key_bytes: usize,
+
+    /// Longest descriptor entry value, in bytes (above Envoy's default 60 KiB header limit,
+    /// so no header value Envoy forwards is refused).
+    #[arg(long, env = "SLUICE_MAX_VALUE_BYTES", default_value_t = 65_536)]
+    pub max_value_bytes: usize,
+
+    /// Longest domain, in bytes.
+    #[arg(long, env = "SLUICE_MAX_DOMAIN_BYTES", default_value_t = 256)]
+    pub max_domain_bytes: usize,
+
+    /// Most RLS requests being decided at once; beyond it a request gets RESOURCE_EXHAUSTED at
+    /// once instead of waiting in a queue.
+    #[arg(long, env = "SLUICE_MAX_IN_FLIGHT", default_value_t = 1024)]
+    pub max_in_flight: usize,
+
+    /// Most concurrent HTTP/2 streams per gRPC connection.
+    #[arg(
+        long,
+        env = "SLUICE_GRPC_MAX_CONCURRENT_STREAMS",
+        default_value_t = 1024
+    )]
+    pub grpc_max_concurrent_streams: u32,
+
+    /// Interval of HTTP/2 keep-alive pings on idle gRPC connections (`0` turns them off).
+    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub grpc_keepalive_interval: Duration,
+
+    /// How long a keep-alive ping may go unanswered before the connection is closed.
+    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub grpc_keepalive_timeout: Duration,
+
+    /// Age after which a gRPC connection is asked to close (GOAWAY), so long-lived Envoy
+    /// connections rebalance over instances (`0`: never).
+    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTION_AGE", default_value = "24h", value_parser = parse_duration)]
+    pub grpc_max_connection_age: Duration,
+
+    /// How long a connection past its age may finish its requests before it is closed.
+    #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = parse_duration)]
+    pub grpc_max_connection_age_grace: Duration,
+
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// TLS of the gRPC listener.
+#[derive(Debug, Clone, Args)]
+pub struct TlsArgs {
+    /// PEM certificate chain of the gRPC listener: with --grpc-tls-key, gRPC speaks TLS only.
+    #[arg(
+        long,
+        env = "SLUICE_GRPC_TLS_CERT",
+        value_name = "PATH",
+        requires = "grpc_tls_key"
+    )]
+    pub grpc_tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --grpc-tls-cert.
+    #[arg(
+        long,
+        env = "SLUICE_GRPC_TLS_KEY",
+        value_name = "PATH",
+        requires = "grpc_tls_cert"
+    )]
+    pub grpc_tls_key: Option<PathBuf>,
+
+    /// PEM CA certificates that sign client certificates: with it, every client must present
+    /// a certificate (mutual TLS).
+    #[arg(
+        long,
+        env = "SLUICE_GRPC_TLS_CLIENT_CA",
+        value_name = "PATH",
+        requires = "grpc_tls_cert"
+    )]
+    pub grpc_tls_client_ca: Option<PathBuf>,
+
+    /// A DNS name or IP address a client certificate must be valid for (repeat, or
+    /// comma-separated in the environment); without it any certificate of the client CA passes.
+    #[arg(
+        long,
+        env = "SLUICE_GRPC_TLS_ALLOWED_SAN",
+        value_name = "NAME",
+        value_delimiter = ',',
+        requires = "grpc_tls_client_ca"
+    )]
+    pub grpc_tls_allowed_san: Vec<String>,
+
+    /// How often the certificate, key and client CA files are checked for changes (a change
+    /// applies to new connections; open ones are kept).
+    #[arg(long, env = "SLUICE_GRPC_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub grpc_tls_reload_interval: Duration,
+}
+
+/// A value that must never reach a log line: its `Debug` is redacted.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// clap parser of a [`Secret`].
+pub fn parse_secret(s: &str) -> Result<Secret, String> {
+    Ok(Secret(s.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted() {
+        let s = Secret::new("hunter2");
+        assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
+        assert_eq!(s.expose(), "hunter2");
+    }
+}

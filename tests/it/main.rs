@@ -1,0 +1,34 @@
+//! The integration tests: one crate, one module per topic, sharing `support` (one binary to
+//! link instead of one per topic). Run one topic with `cargo test --test it redis_store::`.
+
+mod support;
+
+mod admin_api;
+mod algorithms;
+mod bench_tool;
+mod concurrency;
+mod config_errors;
+mod conformance;
+mod drop_in_env;
+mod envoy_algorithms;
+mod envoy_failure_modes;
+mod envoy_http;
+mod envoy_redis;
+mod fuzz_replay;
+mod grpc_threads;
+mod grpc_tls;
+mod health_drain;
+mod hostile;
+mod metrics;
+mod ops_redis;
+mod overload;
+mod raw_bytes;
+mod redis_cluster;
+mod redis_faults;
+mod redis_sentinel;
+mod redis_store;
+mod redis_tls_acl;
+mod reflection;
+mod reload;
+mod telemetry;
+mod trust;
