@@ -91,7 +91,7 @@ pub fn spawn_store_health(redis: RedisStore, state: Arc<ServiceState>, mut stop:
                 _ = tick.tick() => {}
             }
             let s = redis.status();
-            if state.set_store_ok(s.connected && !s.breaker_open) {
+            if state.set_store_ok(redis.is_ready() && s.connected && !s.breaker_open) {
                 state.publish().await;
             }
         }

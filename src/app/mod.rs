@@ -123,6 +123,17 @@ async fn run<S: Store>(
     );
     let (reporter, health) = tonic_health::server::health_reporter();
     let state = Arc::new(ServiceState::new(reporter));
+    if let (false, Some(r)) = (args.ready_before_store, &redis) {
+        // SERVING only once the store can answer (see `--ready-before-store`).
+        state.set_store_ok(false);
+        let (r, state) = ((**r).clone(), state.clone());
+        tokio::spawn(async move {
+            r.ready().await;
+            if state.set_store_ok(true) {
+                state.publish().await;
+            }
+        });
+    }
     state.set_draining_if(false).await;
 
     let reloader = Arc::new(Reloader::new(

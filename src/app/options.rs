@@ -70,8 +70,7 @@ pub(super) fn redis_options(args: &RedisArgs) -> RedisOptions {
         clock: args.clock,
         breaker: BreakerOptions {
             threshold: args.redis_breaker_failures.max(1),
-            backoff: args.redis_breaker_backoff,
-            max_backoff: args.redis_breaker_backoff * 10,
+            probe_every: args.redis_breaker_backoff,
         },
     }
 }

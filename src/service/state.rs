@@ -28,7 +28,8 @@ pub struct ConfigStatus {
 pub struct ServiceState {
     config_loaded: AtomicBool,
     draining: AtomicBool,
-    /// Readiness also requires the store (`--health-requires-store`); true otherwise.
+    /// The store can answer: false until the Redis store is ready (unless
+    /// `--ready-before-store`), and while it fails with `--health-requires-store`.
     store_ok: AtomicBool,
     config: Mutex<ConfigStatus>,
     health: HealthReporter,
@@ -80,8 +81,7 @@ impl ServiceState {
             .clone()
     }
 
-    /// Sets whether the store is usable (only consulted with `--health-requires-store`);
-    /// true when it changed.
+    /// Sets whether the store is usable; true when it changed.
     pub fn set_store_ok(&self, ok: bool) -> bool {
         self.store_ok.swap(ok, Ordering::SeqCst) != ok
     }

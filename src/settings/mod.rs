@@ -187,6 +187,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_HEALTH_REQUIRES_STORE")]
     pub health_requires_store: bool,
 
+    /// Report SERVING as soon as a config is loaded, before the Redis store can answer (its
+    /// connection up and script loaded). Off by default: requests sent at SERVING would meet a
+    /// store still connecting and get the failure policy's answer.
+    #[arg(long, env = "SLUICE_READY_BEFORE_STORE")]
+    pub ready_before_store: bool,
+
     /// How long SIGTERM waits for in-flight requests before exiting anyway.
     #[arg(long, env = "SLUICE_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
@@ -269,9 +275,9 @@ pub struct RedisArgs {
     #[arg(long, env = "SLUICE_REDIS_BREAKER_FAILURES", default_value_t = 5)]
     pub redis_breaker_failures: u32,
 
-    /// How long the open breaker waits before probing Redis again (doubling while Redis keeps
-    /// failing, up to ten times this).
-    #[arg(long, env = "SLUICE_REDIS_BREAKER_BACKOFF", default_value = "200ms", value_parser = parse_duration)]
+    /// How often the open breaker PINGs Redis (each primary's, in Cluster); the first answer
+    /// closes it, so traffic resumes within this long of Redis answering again.
+    #[arg(long, env = "SLUICE_REDIS_BREAKER_BACKOFF", default_value = "20ms", value_parser = parse_duration)]
     pub redis_breaker_backoff: Duration,
 
     /// Whose clock decides windows.

@@ -26,6 +26,7 @@ mod ops_redis;
 mod overload;
 mod raw_bytes;
 mod redis_cluster;
+mod redis_faults;
 mod redis_sentinel;
 mod redis_store;
 mod redis_tls_acl;

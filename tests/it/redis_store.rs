@@ -683,8 +683,7 @@ async fn outage_allow_policy_breaker_and_recovery_with_noscript() {
     let mut opts = options(&redis.url(), ClockSource::Local);
     opts.breaker = BreakerOptions {
         threshold: 3,
-        backoff: Duration::from_millis(300),
-        max_backoff: Duration::from_secs(1),
+        probe_every: Duration::from_millis(20),
     };
     let store = connected(opts).await;
     let f = Fallback::new(store.clone(), FailurePolicy::Allow, None);

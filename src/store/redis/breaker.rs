@@ -1,130 +1,83 @@
-//! A circuit breaker in front of Redis, so an outage costs each request a failed check of a
-//! flag rather than a command timeout.
+//! A circuit breaker in front of one Redis server (the store's, or one Cluster primary's), so
+//! an outage costs each request a check of a flag rather than a command timeout.
 //!
-//! Closed: every call goes through. After `threshold` consecutive failures it opens: calls fail
-//! at once for `backoff`. Then one call at a time is let through as a probe (a request's call,
-//! or the store's background PING): success closes the breaker, failure reopens it with the
-//! back-off doubled up to `max_backoff`.
+//! Closed: every call goes through. After `threshold` consecutive outage failures it opens:
+//! calls fail at once. While open, the store's monitor PINGs the server every `probe_every`
+//! (no request is spent on probing, and no back-off grows while Redis is down): the first
+//! answer closes it, so traffic resumes within one probe interval plus a round trip of
+//! Redis answering again. A stall shorter than the command timeout fails no call, so it
+//! opens nothing.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
 
 /// Breaker settings.
 #[derive(Clone, Copy, Debug)]
 pub struct BreakerOptions {
-    /// Consecutive failures that open the breaker.
+    /// Consecutive outage failures that open the breaker.
     pub threshold: u32,
-    /// How long it stays open the first time.
-    pub backoff: Duration,
-    /// The longest it stays open between probes.
-    pub max_backoff: Duration,
+    /// How often the open breaker PINGs Redis to find it answering again.
+    pub probe_every: Duration,
 }
 
 impl Default for BreakerOptions {
     fn default() -> Self {
         BreakerOptions {
             threshold: 5,
-            backoff: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(2),
+            probe_every: Duration::from_millis(20),
         }
     }
 }
 
-/// What a caller may do now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Permit {
-    /// Call Redis.
-    Call,
-    /// Call Redis as the one probe of an open breaker.
-    Probe,
-    /// Do not call: the breaker is open.
-    Reject,
-}
-
-#[derive(Debug)]
-struct Inner {
-    failures: u32,
-    open_until: Option<Instant>,
-    probing: bool,
-    backoff: Duration,
-}
-
+/// The breaker of one server. Lock-free: it is read on every call.
 #[derive(Debug)]
 pub struct Breaker {
-    opts: BreakerOptions,
-    inner: Mutex<Inner>,
+    threshold: u32,
+    failures: AtomicU32,
+    open: AtomicBool,
 }
 
 impl Breaker {
     pub fn new(opts: BreakerOptions) -> Self {
         Breaker {
-            opts,
-            inner: Mutex::new(Inner {
-                failures: 0,
-                open_until: None,
-                probing: false,
-                backoff: opts.backoff,
-            }),
+            threshold: opts.threshold.max(1),
+            failures: AtomicU32::new(0),
+            open: AtomicBool::new(false),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // The state is a few integers, valid after any panic: ignore poisoning.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn permit(&self) -> Permit {
-        let mut s = self.lock();
-        match s.open_until {
-            None => Permit::Call,
-            Some(until) if crate::clock::monotonic() >= until && !s.probing => {
-                s.probing = true;
-                Permit::Probe
-            }
-            Some(_) => Permit::Reject,
-        }
+    /// Whether a call may go to the server now.
+    pub fn allows(&self) -> bool {
+        !self.open.load(Ordering::Relaxed)
     }
 
     pub fn is_open(&self) -> bool {
-        self.lock().open_until.is_some()
+        self.open.load(Ordering::Relaxed)
     }
 
+    /// Records an answer from the server (a call's or a probe's): it is up.
     pub fn success(&self) {
-        let mut s = self.lock();
-        if s.open_until.is_some() {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+        if self.open.swap(false, Ordering::Relaxed) {
             tracing::info!(target: "sluice::store::redis", "redis is back: circuit breaker closed");
         }
-        s.failures = 0;
-        s.open_until = None;
-        s.probing = false;
-        s.backoff = self.opts.backoff;
     }
 
-    /// Records a failed call; `probe` when the call was this breaker's probe.
-    pub fn failure(&self, probe: bool) {
-        let mut s = self.lock();
-        s.failures = s.failures.saturating_add(1);
-        if probe {
-            s.probing = false;
+    /// Records a call that failed for want of the server (an outage, not a script error).
+    pub fn failure(&self) {
+        let failures = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if failures >= self.threshold && !self.open.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "sluice::store::redis",
+                failures,
+                "redis failing: circuit breaker open"
+            );
         }
-        let was_open = s.open_until.is_some();
-        if (was_open && probe) || (!was_open && s.failures >= self.opts.threshold) {
-            s.open_until = Some(crate::clock::monotonic() + s.backoff);
-            if !was_open {
-                tracing::warn!(
-                    target: "sluice::store::redis",
-                    failures = s.failures,
-                    backoff = ?s.backoff,
-                    "redis failing: circuit breaker open"
-                );
-            }
-            s.backoff = (s.backoff * 2).min(self.opts.max_backoff);
-        }
-    }
-
-    /// Gives up a probe permit without a verdict (the call was cancelled).
-    pub fn release_probe(&self) {
-        self.lock().probing = false;
     }
 }
 
@@ -133,36 +86,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn opens_after_threshold_and_probes_one_at_a_time() {
+    fn opens_after_threshold_consecutive_failures_and_closes_on_an_answer() {
         let b = Breaker::new(BreakerOptions {
             threshold: 2,
-            backoff: Duration::ZERO,
-            max_backoff: Duration::ZERO,
+            probe_every: Duration::from_millis(20),
         });
-        assert_eq!(b.permit(), Permit::Call);
-        b.failure(false);
-        assert!(!b.is_open());
-        b.failure(false);
-        assert!(b.is_open());
-        // Back-off of zero: the next call is the probe, others wait for its verdict.
-        assert_eq!(b.permit(), Permit::Probe);
-        assert_eq!(b.permit(), Permit::Reject);
-        b.failure(true);
-        assert!(b.is_open());
-        assert_eq!(b.permit(), Permit::Probe);
+        assert!(b.allows());
+        b.failure();
         b.success();
-        assert!(!b.is_open());
-        assert_eq!(b.permit(), Permit::Call);
-    }
-
-    #[test]
-    fn open_breaker_rejects_until_backoff_ends() {
-        let b = Breaker::new(BreakerOptions {
-            threshold: 1,
-            backoff: Duration::from_secs(3600),
-            max_backoff: Duration::from_secs(3600),
-        });
-        b.failure(false);
-        assert_eq!(b.permit(), Permit::Reject);
+        b.failure();
+        assert!(b.allows(), "failures must be consecutive");
+        b.failure();
+        assert!(b.is_open() && !b.allows());
+        b.failure();
+        assert!(b.is_open());
+        b.success();
+        assert!(b.allows() && !b.is_open());
+        b.failure();
+        assert!(b.allows(), "closing resets the count");
     }
 }

@@ -49,6 +49,12 @@ pub struct ConnectOptions {
 #[error("redis: {0}")]
 pub struct ConfigError(String);
 
+impl ConfigError {
+    pub fn new(message: impl Into<String>) -> Self {
+        ConfigError(message.into())
+    }
+}
+
 /// Rewrites `scheme://[cred@]h1:p1,h2:p2[/db][?q]` into fred's `scheme://[cred@]h1:p1[/db]?node=h2:p2[&q]`.
 pub fn normalize_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
@@ -106,7 +112,34 @@ pub fn build_client(opts: &ConnectOptions) -> Result<Client, ConfigError> {
         .map_err(|e| ConfigError(e.details().to_string()))
 }
 
+/// The nodes named by a Cluster URL (where the slot map is first read).
+pub fn cluster_seeds(opts: &ConnectOptions) -> Result<Vec<(String, u16)>, ConfigError> {
+    match config(opts)?.0.server {
+        ServerConfig::Clustered { hosts, .. } => Ok(hosts
+            .into_iter()
+            .map(|s| (s.host.to_string(), s.port))
+            .collect()),
+        _ => Err(ConfigError("not a Cluster URL".into())),
+    }
+}
+
+/// A pool (not connected yet) to one node of a Cluster, as a plain server: sluice routes by
+/// slot itself ([`super::nodes`]), so one node's trouble never blocks the others' commands.
+pub fn build_node_pool(opts: &ConnectOptions, host: &str, port: u16) -> Result<Pool, ConfigError> {
+    let (mut config, _) = config(opts)?;
+    config.server = ServerConfig::new_centralized(host, port);
+    configure(Builder::from_config(config), opts)
+        .build_pool(opts.pool_size.max(1))
+        .map_err(|e| ConfigError(e.details().to_string()))
+}
+
 fn builder(opts: &ConnectOptions) -> Result<(Builder, Topology), ConfigError> {
+    let (config, topology) = config(opts)?;
+    Ok((configure(Builder::from_config(config), opts), topology))
+}
+
+/// The fred configuration the URL and flags describe.
+fn config(opts: &ConnectOptions) -> Result<(Config, Topology), ConfigError> {
     let url = normalize_url(&opts.url);
     let mut config = Config::from_url(&url)
         .map_err(|e| ConfigError(format!("invalid --redis-url: {}", e.details())))?;
@@ -134,7 +167,11 @@ fn builder(opts: &ConnectOptions) -> Result<(Builder, Topology), ConfigError> {
     }
     // A start with Redis down must not fail: connect in the background and keep retrying.
     config.fail_fast = false;
-    let mut builder = Builder::from_config(config);
+    Ok((config, topology))
+}
+
+/// The connection settings every client gets.
+fn configure(mut builder: Builder, opts: &ConnectOptions) -> Builder {
     builder
         .with_connection_config(|c| {
             c.connection_timeout = opts.connect_timeout;
@@ -145,8 +182,10 @@ fn builder(opts: &ConnectOptions) -> Result<(Builder, Topology), ConfigError> {
             c.unresponsive.max_timeout = Some(opts.connect_timeout.max(Duration::from_secs(1)));
             c.unresponsive.interval = Duration::from_millis(250);
         })
-        .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
-    Ok((builder, topology))
+        // Capped low: a restarted Redis is found within a quarter second, not after a
+        // back-off grown during the outage.
+        .set_policy(ReconnectPolicy::new_exponential(0, 20, 250, 2));
+    builder
 }
 
 /// The password from `--redis-password` / `SLUICE_REDIS_PASSWORD` or `--redis-password-file`.

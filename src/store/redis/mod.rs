@@ -52,7 +52,10 @@
 //!   and one client per gRPC serving thread ([`RedisStore::attach_thread`]) driven by that
 //!   thread's runtime: a fred command is handed to its connection's task, so a request on a
 //!   serving thread that used the shared pool would wake another thread twice. The breaker,
-//!   readiness and status are the store's, over all of them.
+//!   readiness and status are the store's, over all of them. Cluster: sluice routes by slot
+//!   itself ([`nodes`]): a pool and a breaker per primary, shared by every thread, so a dead
+//!   primary or a reshard costs only the slots concerned (`redirect.rs` follows `MOVED`, `ASK`
+//!   and `TRYAGAIN`: a redirected call did not run, so it is sent again).
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
@@ -60,16 +63,21 @@
 //!   what is left of the request's gRPC deadline, when less: [`deadline`](super::deadline))
 //!   is an error with its [`ErrorKind`] (the caller's failure policy decides); an `EVALSHA` is never retried on another connection,
 //!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
-//!   the script on every primary and retries once. A [`breaker`] stops calling Redis after
-//!   consecutive outage failures ([`ErrorKind::is_outage`]: not script errors) and probes
-//!   until it answers again.
+//!   the script on every primary and retries once. A [`breaker`] (one per Cluster primary)
+//!   stops calling Redis after consecutive outage failures ([`ErrorKind::is_outage`]: not
+//!   script errors; fred's client-side failures are outages, see `kind_of`) and the
+//!   monitor PINGs it until it answers again. Readiness ([`RedisStore::ready`]) waits for
+//!   the script loaded on the shared pool (Cluster: on every slot's primary).
 
 pub mod breaker;
 pub mod connect;
+mod monitor;
+pub mod nodes;
+mod redirect;
 pub mod script;
 
 use std::cell::RefCell;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use fred::prelude::{Client, ClientLike, LuaInterface, Options, Pool};
@@ -79,8 +87,10 @@ use futures::future::join_all;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use self::breaker::{Breaker, BreakerOptions, Permit};
+use self::breaker::{Breaker, BreakerOptions};
 pub use self::connect::{ConfigError, ConnectOptions, Topology};
+use self::nodes::Nodes;
+use self::redirect::eval_asking;
 use self::script::{Answer, Scope};
 use super::batch::admission;
 use super::{Charge, Check, Deadline, ErrorKind, Store, StoreError, Verdict};
@@ -116,8 +126,16 @@ pub struct RedisStore {
     inner: Arc<Inner>,
 }
 
+/// How the store reaches Redis.
+enum Links {
+    /// Standalone and Sentinel: fred's pool (and the serving threads' own clients).
+    Pool(Pool),
+    /// Cluster: a pool and a breaker per primary, routed by slot here ([`nodes`]).
+    Cluster(Box<Nodes>),
+}
+
 struct Inner {
-    pool: Pool,
+    links: Links,
     /// To build the serving threads' own clients ([`RedisStore::attach_thread`]).
     connect: ConnectOptions,
     /// The serving threads' clients (for the status) and their connection tasks (aborted
@@ -127,7 +145,9 @@ struct Inner {
     sha: Value,
     command_timeout: Duration,
     clock: ClockSource,
+    /// Standalone and Sentinel's breaker (a Cluster has one per primary).
     breaker: Breaker,
+    breaker_opts: BreakerOptions,
     /// Turns true once connected with the script loaded (or its loading attempted).
     ready: watch::Receiver<bool>,
     monitor: OnceLock<JoinHandle<()>>,
@@ -173,7 +193,10 @@ fn from_fred(e: &fred::error::Error) -> StoreError {
 }
 
 /// Classifies a fred error: its kind for client-side failures; for an error reply, the
-/// reply's first word.
+/// reply's first word. fred reports some client-side failures as `Unknown` too ("Too many
+/// failed write attempts.", a dropped reply channel's "channel closed", "Failed to route
+/// command."): those are outages, not script errors, or the breaker would count a lost
+/// connection as an answer.
 fn kind_of(e: &fred::error::Error) -> ErrorKind {
     use fred::error::ErrorKind as F;
     match e.kind() {
@@ -188,7 +211,9 @@ fn kind_of(e: &fred::error::Error) -> ErrorKind {
                 ErrorKind::Server
             }
             "CLUSTERDOWN" | "MOVED" | "ASK" | "CROSSSLOT" => ErrorKind::Cluster,
-            _ => ErrorKind::Script,
+            // An error reply's code is one upper-case word (ERR, NOSCRIPT, WRONGTYPE...).
+            w if !w.is_empty() && w.bytes().all(|b| b.is_ascii_uppercase()) => ErrorKind::Script,
+            _ => ErrorKind::Connection,
         },
         // IO, TLS, auth, configuration, sentinel, cancelled by a closing connection.
         _ => ErrorKind::Connection,
@@ -201,11 +226,20 @@ impl RedisStore {
     /// Must be called within a Tokio runtime.
     pub fn connect(opts: RedisOptions) -> Result<RedisStore, ConfigError> {
         let (pool, topology) = connect::build_pool(&opts.connect)?;
-        let connections = pool.connect_pool();
+        let (links, connections) = match topology {
+            Topology::Cluster => (
+                Links::Cluster(Box::new(Nodes::new(&opts.connect, opts.breaker)?)),
+                Vec::new(),
+            ),
+            Topology::Standalone | Topology::Sentinel => {
+                let connections = pool.connect_pool();
+                (Links::Pool(pool), connections)
+            }
+        };
         let sha = Value::from(fred::util::sha1_hash(script::LUA));
         let (ready_tx, ready) = watch::channel(false);
         let inner = Arc::new(Inner {
-            pool: pool.clone(),
+            links,
             connect: opts.connect.clone(),
             threads: Mutex::new(Vec::new()),
             topology,
@@ -213,12 +247,13 @@ impl RedisStore {
             command_timeout: opts.command_timeout,
             clock: opts.clock,
             breaker: Breaker::new(opts.breaker),
+            breaker_opts: opts.breaker,
             ready,
             monitor: OnceLock::new(),
             connections,
         });
         // Spawned once the store exists: the task holds it weakly and ends with it.
-        let monitor = tokio::spawn(monitor(Arc::downgrade(&inner), pool, ready_tx));
+        let monitor = tokio::spawn(monitor::run(Arc::downgrade(&inner), ready_tx));
         let _ = inner.monitor.set(monitor);
         Ok(RedisStore { inner })
     }
@@ -229,6 +264,11 @@ impl RedisStore {
     /// breaker, readiness and status stay the store's as a whole. Must be called within the
     /// thread's (current-thread) Tokio runtime; a second call on one thread does nothing.
     pub fn attach_thread(&self) -> Result<(), ConfigError> {
+        if self.inner.topology == Topology::Cluster {
+            // One pool per primary, shared: a client per thread and primary would multiply
+            // the connections for a wake-up saved.
+            return Ok(());
+        }
         let id = Arc::as_ptr(&self.inner) as usize;
         if THREAD_CLIENTS.with(|t| t.borrow().iter().any(|(i, _)| *i == id)) {
             return Ok(());
@@ -244,11 +284,16 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Waits until the first connection is up and the script loaded on it. Never needed for
-    /// correctness (calls fail, or load the script, until then); useful to start cleanly.
+    /// Waits until the store can answer: the shared pool connected with the script loaded
+    /// (Cluster: every slot's primary). Health waits for it before saying SERVING.
     pub async fn ready(&self) {
         let mut rx = self.inner.ready.clone();
         let _ = rx.wait_for(|r| *r).await;
+    }
+
+    /// Whether [`Self::ready`] has returned (it stays so).
+    pub fn is_ready(&self) -> bool {
+        *self.inner.ready.borrow()
     }
 
     pub fn topology(&self) -> Topology {
@@ -257,12 +302,25 @@ impl RedisStore {
 
     /// Connection and breaker state, for metrics and tests.
     pub fn status(&self) -> RedisStatus {
-        RedisStatus {
-            // The shared pool only: it is every thread's fallback, so "connected" must mean a
-            // request on any thread finds a connection (a serving thread's own client may be
-            // up while another thread's is not yet).
-            connected: self.inner.pool.clients().iter().any(|c| c.is_connected()),
-            breaker_open: self.inner.breaker.is_open(),
+        match &self.inner.links {
+            Links::Pool(pool) => RedisStatus {
+                // The shared pool only: it is every thread's fallback, so "connected" must
+                // mean a request on any thread finds a connection (a serving thread's own
+                // client may be up while another thread's is not yet).
+                connected: pool.clients().iter().any(|c| c.is_connected()),
+                breaker_open: self.inner.breaker.is_open(),
+            },
+            // Cluster: connected when some primary is; "open" when some primary's is (its
+            // slots fail at once, the others' do not).
+            Links::Cluster(nodes) => {
+                let all = nodes.all();
+                RedisStatus {
+                    connected: all
+                        .iter()
+                        .any(|n| n.pool.clients().iter().any(|c| c.is_connected())),
+                    breaker_open: all.iter().any(|n| n.breaker.is_open()),
+                }
+            }
         }
     }
 
@@ -274,17 +332,6 @@ impl RedisStore {
         deadline: Deadline,
     ) -> Result<Vec<Verdict>, StoreError> {
         let inner = &*self.inner;
-        let permit = inner.breaker.permit();
-        if permit == Permit::Reject {
-            return Err(error(
-                ErrorKind::BreakerOpen,
-                "circuit breaker open (redis failing)",
-            ));
-        }
-        let mut probe = ProbeGuard {
-            breaker: &inner.breaker,
-            armed: permit == Permit::Probe,
-        };
         let now = When {
             script: match inner.clock {
                 ClockSource::Redis => None,
@@ -294,26 +341,41 @@ impl RedisStore {
             deadline,
         };
         let timeout = inner.timeout(deadline);
-        let result = match inner.topology {
-            Topology::Cluster => inner.decide_cluster(checks, now, timeout).await,
-            Topology::Standalone | Topology::Sentinel => {
-                inner.decide_one(checks, now, timeout).await
-            }
-        };
-        probe.armed = false;
-        match &result {
-            Ok(_) => inner.breaker.success(),
-            // Redis answered (with an error of ours): it is up.
-            Err(e) if !e.kind().is_outage() => {
-                tracing::warn!(target: "sluice::store::redis", error = %e, "redis call failed");
-                inner.breaker.success();
-            }
-            Err(e) => {
-                tracing::debug!(target: "sluice::store::redis", error = %e, "redis call failed");
-                inner.breaker.failure(permit == Permit::Probe);
+        match &inner.links {
+            Links::Cluster(nodes) => inner.decide_cluster(nodes, checks, now, timeout).await,
+            Links::Pool(pool) => {
+                if !inner.breaker.allows() {
+                    return Err(breaker_open());
+                }
+                let client = inner.client(pool);
+                let result = inner.decide_one(&client, checks, now, timeout).await;
+                record(&inner.breaker, &result);
+                result
             }
         }
-        result
+    }
+}
+
+fn breaker_open() -> StoreError {
+    error(
+        ErrorKind::BreakerOpen,
+        "circuit breaker open (redis failing)",
+    )
+}
+
+/// Tells `breaker` how a call went.
+fn record<T>(breaker: &Breaker, result: &Result<T, StoreError>) {
+    match result {
+        Ok(_) => breaker.success(),
+        // Redis answered (with an error of ours): it is up.
+        Err(e) if !e.kind().is_outage() => {
+            tracing::warn!(target: "sluice::store::redis", error = %e, "redis call failed");
+            breaker.success();
+        }
+        Err(e) => {
+            tracing::debug!(target: "sluice::store::redis", error = %e, "redis call failed");
+            breaker.failure();
+        }
     }
 }
 
@@ -337,20 +399,6 @@ impl When {
     }
 }
 
-/// Hands a probe permit back if the request is cancelled mid-call (a gRPC deadline).
-struct ProbeGuard<'a> {
-    breaker: &'a Breaker,
-    armed: bool,
-}
-
-impl Drop for ProbeGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.breaker.release_probe();
-        }
-    }
-}
-
 impl Inner {
     /// The timeout of this request's round trips: `--redis-command-timeout`, or less when the
     /// request's deadline leaves less (see [`Deadline::budget`]).
@@ -365,11 +413,12 @@ impl Inner {
     /// Standalone and Sentinel: the whole request in one `EVALSHA`.
     async fn decide_one(
         &self,
+        client: &Client,
         checks: &[Check<'_>],
         now: When,
         timeout: Duration,
     ) -> Result<Vec<Verdict>, StoreError> {
-        let reply = self.run(checks, Scope::All, now, None, timeout).await?;
+        let reply = self.run(client, checks, Scope::All, now, timeout).await?;
         Ok(reply.answers.into_iter().map(|a| a.verdict).collect())
     }
 
@@ -377,6 +426,7 @@ impl Inner {
     /// request is rejected elsewhere.
     async fn decide_cluster(
         &self,
+        nodes: &Nodes,
         checks: &[Check<'_>],
         now: When,
         timeout: Duration,
@@ -391,16 +441,20 @@ impl Inner {
             }
         }
         if parts.len() <= 1 {
+            let Some(&(slot, _)) = parts.first() else {
+                return Ok(Vec::new());
+            };
             // One slot: the exact policy in one call.
-            let slot = parts.first().map(|(s, _)| *s);
-            let reply = self.run(checks, Scope::All, now, slot, timeout).await?;
+            let reply = self
+                .run_slot(nodes, slot, checks, Scope::All, now, timeout)
+                .await?;
             return Ok(reply.answers.into_iter().map(|a| a.verdict).collect());
         }
 
         let calls = parts.iter().map(|(slot, idx)| {
             let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
             async move {
-                self.run(&part, Scope::Part, now, Some(*slot), timeout)
+                self.run_slot(nodes, *slot, &part, Scope::Part, now, timeout)
                     .await
             }
         });
@@ -451,18 +505,19 @@ impl Inner {
         }
         if let Some(e) = failure {
             if !undo.is_empty() {
-                self.spawn_undo(checks, undo);
+                self.spawn_undo(nodes, checks, undo);
             }
             return Err(e);
         }
         let calls = undo.iter().map(|(slot, part_now, idx)| {
             let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
             async move {
-                self.run(
+                self.run_slot(
+                    nodes,
+                    *slot,
                     &part,
                     Scope::Undo,
                     When::at(*part_now, now.deadline),
-                    Some(*slot),
                     timeout,
                 )
                 .await
@@ -498,34 +553,37 @@ impl Inner {
     }
 
     /// Gives back optimistic charges in the background (the request already failed).
-    fn spawn_undo(&self, checks: &[Check<'_>], undo: Vec<(u16, Micros, Vec<usize>)>) {
+    fn spawn_undo(
+        &self,
+        nodes: &Nodes,
+        checks: &[Check<'_>],
+        undo: Vec<(u16, Micros, Vec<usize>)>,
+    ) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let pool = self.pool.clone();
-        let sha = self.sha.clone();
         let timeout = self.command_timeout;
-        let calls: Vec<(u16, Vec<Value>)> = undo
+        let calls: Vec<(Client, Vec<Value>)> = undo
             .into_iter()
-            .map(|(slot, now, idx)| {
+            .filter_map(|(slot, now, idx)| {
                 let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
-                (
-                    slot,
-                    script::evalsha(&sha, &part, Scope::Undo, Some(now), now),
-                )
+                let client = nodes.route(slot)?.pool.next_connected().clone();
+                Some((
+                    client,
+                    script::evalsha(&self.sha, &part, Scope::Undo, Some(now), now),
+                ))
             })
             .collect();
         rt.spawn(async move {
-            for (slot, args) in calls {
-                let client = pool.next_connected();
-                let _ = eval(client, Some(slot), args, timeout).await;
+            for (client, args) in calls {
+                let _ = eval(&client, None, args, timeout).await;
             }
         });
     }
 
     /// The client for a call: this thread's own when it has one and it is up, else one of the
     /// shared pool.
-    fn client(&self) -> Client {
+    fn client(&self, pool: &Pool) -> Client {
         let id = self as *const Inner as usize;
         let own = THREAD_CLIENTS.with(|t| {
             t.borrow()
@@ -533,36 +591,57 @@ impl Inner {
                 .find(|(i, c)| *i == id && c.is_connected())
                 .map(|(_, c)| c.clone())
         });
-        own.unwrap_or_else(|| self.pool.next_connected().clone())
+        own.unwrap_or_else(|| pool.next_connected().clone())
     }
 
-    /// One `EVALSHA` of the script over `checks`, loading the script on `NOSCRIPT`.
-    async fn run<'k, C: std::borrow::Borrow<Check<'k>>>(
+    /// One `EVALSHA` of the script over `checks` on `client`, loading the script on
+    /// `NOSCRIPT`.
+    async fn run<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
         &self,
+        client: &Client,
         checks: &[C],
         scope: Scope,
         now: When,
-        slot: Option<u16>,
         timeout: Duration,
     ) -> Result<script::Reply, StoreError> {
         let args = || script::evalsha(&self.sha, checks, scope, now.script, now.local);
-        let client = self.client();
-        let client = &client;
-        let reply = match eval(client, slot, args(), timeout).await {
+        let reply = self
+            .call(client, &args, false, timeout, now.deadline)
+            .await
+            .map_err(|e| from_fred(&e))?;
+        script::decode(reply, checks.len())
+    }
+
+    /// `EVALSHA` (after `ASKING` when `asking`), loading the script and retrying once on
+    /// `NOSCRIPT`; the error as fred gives it, for the Cluster's redirections.
+    async fn call(
+        &self,
+        client: &Client,
+        args: &(dyn Fn() -> Vec<Value> + Sync),
+        asking: bool,
+        timeout: Duration,
+        deadline: Deadline,
+    ) -> Result<Vec<i64>, fred::error::Error> {
+        let once = || async {
+            if asking {
+                eval_asking(client, args(), timeout).await
+            } else {
+                eval(client, None, args(), timeout).await
+            }
+        };
+        match once().await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 // Longer than a decision, unless the request's deadline is nearer.
-                let load = match now.deadline.budget() {
+                let load = match deadline.budget() {
                     Some(b) => LOAD_TIMEOUT_MIN.min(b).max(MIN_TIMEOUT),
                     None => LOAD_TIMEOUT_MIN,
                 };
                 load_script(client, timeout.max(load)).await?;
                 // Encoded again rather than kept: NOSCRIPT is rare, requests are not.
-                eval(client, slot, args(), timeout).await
+                once().await
             }
             r => r,
         }
-        .map_err(|e| from_fred(&e))?;
-        script::decode(reply, checks.len())
     }
 }
 
@@ -602,70 +681,21 @@ async fn eval(
     client.with_options(&opts).custom(cmd, args).await
 }
 
-/// `SCRIPT LOAD` of every script on every primary (all nodes of a cluster).
-async fn load_script(client: &fred::prelude::Client, timeout: Duration) -> Result<(), StoreError> {
+/// `SCRIPT LOAD` of every script on the client's server (every primary, for fred's cluster
+/// client).
+async fn load_script(client: &Client, timeout: Duration) -> Result<(), fred::error::Error> {
     let load = async {
         for lua in script::SCRIPTS {
             client.script_load_cluster::<(), _>(lua).await?;
         }
-        Ok::<(), fred::error::Error>(())
+        Ok(())
     };
     match tokio::time::timeout(timeout, load).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(from_fred(&e)),
-        Err(_) => Err(error(ErrorKind::Timeout, "SCRIPT LOAD timed out")),
-    }
-}
-
-/// Background care: load the script once connected, and while the breaker is open probe with
-/// `PING` so the store recovers even when no request comes.
-async fn monitor(store: Weak<Inner>, pool: Pool, ready: watch::Sender<bool>) {
-    // First connection: fred keeps retrying with back-off; poll for it (waiting on fred's
-    // connect event could miss one that happens just before the wait starts).
-    let mut waited = 0u32;
-    while !pool.clients().iter().any(|c| c.is_connected()) {
-        if store.strong_count() == 0 {
-            return;
-        }
-        waited += 1;
-        if waited.is_multiple_of(100) {
-            tracing::warn!(
-                target: "sluice::store::redis",
-                "redis not reachable yet; retrying in the background"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tracing::info!(target: "sluice::store::redis", "connected to redis");
-    if let Err(e) = load_script(pool.next_connected(), Duration::from_secs(5)).await {
-        tracing::warn!(target: "sluice::store::redis", error = %e, "cannot load the script yet");
-    }
-    let _ = ready.send(true);
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let Some(inner) = store.upgrade() else {
-            return;
-        };
-        if inner.breaker.permit() != Permit::Probe {
-            continue;
-        }
-        let client = inner.pool.next_connected().clone();
-        let timeout = inner.command_timeout.max(LOAD_TIMEOUT_MIN);
-        drop(inner);
-        let ok = matches!(
-            tokio::time::timeout(timeout, client.ping::<String>(None)).await,
-            Ok(Ok(_))
-        );
-        let Some(inner) = store.upgrade() else {
-            return;
-        };
-        if ok {
-            inner.breaker.success();
-        } else {
-            inner.breaker.failure(true);
-        }
+        Ok(r) => r,
+        Err(_) => Err(fred::error::Error::new(
+            fred::error::ErrorKind::Timeout,
+            "SCRIPT LOAD timed out",
+        )),
     }
 }
 
@@ -677,5 +707,49 @@ impl Store for RedisStore {
         deadline: Deadline,
     ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
         self.decide_checks(checks, now, deadline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fred::error::{Error, ErrorKind as F};
+
+    #[test]
+    fn client_side_failures_are_outages_and_error_replies_are_not() {
+        let kind = |k: F, details: &str| kind_of(&Error::new(k, details.to_string()));
+        for lost in [
+            "Too many failed write attempts.",
+            "channel closed",
+            "Failed to route command.",
+        ] {
+            assert_eq!(kind(F::Unknown, lost), ErrorKind::Connection, "{lost}");
+        }
+        assert_eq!(
+            kind(F::Canceled, "Connection closed unexpectedly."),
+            ErrorKind::Connection
+        );
+        assert_eq!(kind(F::Timeout, "Request timed out."), ErrorKind::Timeout);
+        assert_eq!(
+            kind(F::Cluster, "MOVED 12 127.0.0.1:7001"),
+            ErrorKind::Cluster
+        );
+        assert_eq!(
+            kind(F::Unknown, "CLUSTERDOWN The cluster is down"),
+            ErrorKind::Cluster
+        );
+        assert_eq!(
+            kind(F::Unknown, "TRYAGAIN Multiple keys"),
+            ErrorKind::Server
+        );
+        assert_eq!(kind(F::Unknown, "BUSY Redis is busy"), ErrorKind::Server);
+        assert_eq!(
+            kind(F::Unknown, "ERR Error running script (call to f_x): bad"),
+            ErrorKind::Script
+        );
+        assert_eq!(
+            kind(F::Unknown, "NOSCRIPT No matching script"),
+            ErrorKind::Script
+        );
     }
 }

@@ -1,0 +1,146 @@
+//! The store's background care, one task per store: readiness (connected, script loaded),
+//! `PING` probes of open breakers every `probe_every` (so traffic resumes as soon as Redis
+//! answers, even when no request comes), and in Cluster mode the slot map kept current.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use fred::prelude::{Client, ClientLike, Options, Pool};
+use futures::future::join_all;
+use tokio::sync::watch;
+
+use super::nodes::{self, Nodes};
+use super::{load_script, Inner, Links};
+
+/// How long a probe `PING` may wait: long enough that a `PING` sent during a stall answers
+/// the moment the stall ends (it is queued behind it), short enough to notice a dead server.
+const PING_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// How long the slot map's `CLUSTER SLOTS` may take per node asked.
+const REFRESH_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long loading the script may take (it is larger than a decision).
+const LOAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often "not reachable yet" is logged while the store waits for Redis.
+const WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// How often the monitor looks (readiness, the slot map's schedule); probes follow their own
+/// interval, `probe_every`, when it is longer.
+const TICK: Duration = Duration::from_millis(20);
+
+pub(super) async fn run(store: Weak<Inner>, ready: watch::Sender<bool>) {
+    let probe_every = match store.upgrade() {
+        Some(inner) => inner.breaker_opts.probe_every,
+        None => return,
+    };
+    let mut tick = tokio::time::interval(TICK.min(probe_every).max(Duration::from_millis(5)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let started = crate::clock::monotonic();
+    let mut warned = started;
+    let mut refreshed: Option<std::time::Instant> = None;
+    let mut probed: Option<std::time::Instant> = None;
+    loop {
+        tick.tick().await;
+        let Some(inner) = store.upgrade() else {
+            return;
+        };
+        let is_ready = *ready.borrow();
+        let probe = probed.is_none_or(|at| at.elapsed() >= probe_every);
+        if probe {
+            probed = Some(crate::clock::monotonic());
+        }
+        match &inner.links {
+            Links::Pool(pool) => {
+                if !is_ready && first_connection(pool).await {
+                    tracing::info!(target: "sluice::store::redis", "connected to redis");
+                    let _ = ready.send(true);
+                }
+                if probe && inner.breaker.is_open() && ping(pool.next_connected()).await {
+                    inner.breaker.success();
+                }
+            }
+            Links::Cluster(nodes) => {
+                let due = match refreshed {
+                    None => true,
+                    Some(at) if nodes.unhealthy() => at.elapsed() >= nodes::REFRESH_UNHEALTHY,
+                    Some(at) => at.elapsed() >= nodes::REFRESH_HEALTHY,
+                };
+                if nodes.take_stale() || due {
+                    refreshed = Some(crate::clock::monotonic());
+                    if let Err(e) = nodes.refresh(REFRESH_TIMEOUT).await {
+                        tracing::debug!(target: "sluice::store::redis", error = %e, "cannot read the cluster slot map");
+                    }
+                }
+                care_for_nodes(nodes, probe).await;
+                if !is_ready && nodes.ready() {
+                    tracing::info!(target: "sluice::store::redis", "connected to every redis cluster primary");
+                    let _ = ready.send(true);
+                }
+            }
+        }
+        if !*ready.borrow() && warned.elapsed() >= WARN_EVERY {
+            warned = crate::clock::monotonic();
+            tracing::warn!(
+                target: "sluice::store::redis",
+                waited = ?started.elapsed(),
+                "redis not ready yet; retrying in the background"
+            );
+        }
+    }
+}
+
+/// Once some pooled connection is up: loads the script there (fred keeps reconnecting in the
+/// background; polled rather than waiting on fred's connect event, which could fire before
+/// the wait starts). True once ready.
+async fn first_connection(pool: &Pool) -> bool {
+    if !pool.clients().iter().any(|c| c.is_connected()) {
+        return false;
+    }
+    if let Err(e) = load_script(pool.next_connected(), LOAD_TIMEOUT).await {
+        // Requests load it on NOSCRIPT; not a reason to stay unready.
+        tracing::warn!(target: "sluice::store::redis", error = %e, "cannot load the script yet");
+    }
+    true
+}
+
+/// Loads the script on connected primaries that lack it, and (when `probe`) PINGs those whose
+/// breaker is open, all at once.
+async fn care_for_nodes(nodes: &Nodes, probe: bool) {
+    let all = nodes.all();
+    let work = all.iter().map(|n| async move {
+        let client = n.pool.next_connected();
+        if !client.is_connected() {
+            return;
+        }
+        if !n.loaded.load(std::sync::atomic::Ordering::Relaxed) {
+            match load_script(client, LOAD_TIMEOUT).await {
+                Ok(()) => n.loaded.store(true, std::sync::atomic::Ordering::Relaxed),
+                Err(e) => {
+                    tracing::debug!(target: "sluice::store::redis", node = %n.addr, error = %e, "cannot load the script yet")
+                }
+            }
+        }
+        if probe && n.breaker.is_open() && ping(client).await {
+            n.breaker.success();
+        }
+    });
+    join_all(work).await;
+}
+
+/// True when the server answers a `PING` in time; at once false when not connected.
+async fn ping(client: &Client) -> bool {
+    let opts = Options {
+        timeout: Some(PING_TIMEOUT),
+        fail_fast: true,
+        ..Options::default()
+    };
+    matches!(
+        tokio::time::timeout(
+            PING_TIMEOUT,
+            client.with_options(&opts).ping::<String>(None)
+        )
+        .await,
+        Ok(Ok(_))
+    )
+}

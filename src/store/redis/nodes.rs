@@ -1,0 +1,355 @@
+//! Redis Cluster routing of sluice's own: the slot map (read with `CLUSTER SLOTS`), one fred
+//! pool per primary (each a plain single-server client) and one [`Breaker`] per primary.
+//!
+//! Why not fred's cluster client: when one node's connection drops it reconnects to every
+//! node of the slot map at once (all must succeed) and, meanwhile, fails or holds the
+//! commands of every slot; a dead primary (until its replica is promoted) and a reshard's
+//! MOVED storm therefore failed every request. Here a node's trouble stays with its slots:
+//! its pool reconnects alone, its breaker opens alone, and the slot map is read again (every
+//! [`REFRESH_UNHEALTHY`] while a node fails, at once on a redirection) so a promoted replica
+//! takes the slots over within a fraction of a second.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use fred::prelude::{ClientLike, ClusterInterface, Pool};
+use fred::types::Value;
+use tokio::runtime::Handle;
+
+use super::breaker::{Breaker, BreakerOptions};
+use super::connect::{self, ConfigError, ConnectOptions};
+use super::ConnectionTask;
+
+/// Slots of a Redis Cluster.
+pub const SLOTS: usize = 16_384;
+
+/// How often the slot map is read while some node fails (or a slot has no node).
+pub const REFRESH_UNHEALTHY: Duration = Duration::from_millis(100);
+
+/// How often the slot map is read while all is well (to see failovers and reshards that
+/// caused no error here).
+pub const REFRESH_HEALTHY: Duration = Duration::from_secs(5);
+
+/// One primary: its pool and breaker.
+pub struct Node {
+    pub addr: String,
+    pub pool: Pool,
+    pub breaker: Breaker,
+    /// Set once the script is loaded on this node (or its loading attempted).
+    pub loaded: AtomicBool,
+    tasks: Vec<ConnectionTask>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // The connection tasks would otherwise reconnect forever to a node no longer used.
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+struct SlotMap {
+    /// For each slot, an index into `nodes` (`NONE`: no node known).
+    slots: Box<[u16]>,
+    nodes: Vec<Arc<Node>>,
+}
+
+const NONE: u16 = u16::MAX;
+
+/// The Cluster's primaries and who owns which slot.
+pub struct Nodes {
+    opts: ConnectOptions,
+    breaker: BreakerOptions,
+    /// The store's runtime: node connections run there, whichever thread found the node.
+    runtime: Handle,
+    seeds: Vec<(String, u16)>,
+    map: RwLock<SlotMap>,
+    /// Set by a redirection or an uncovered slot: the monitor reads the map at once.
+    stale: AtomicBool,
+    /// Serialises the creation of node pools (two requests learning one node create one).
+    creating: Mutex<()>,
+}
+
+impl Nodes {
+    /// Must be called within the runtime that is to drive the node connections.
+    pub fn new(opts: &ConnectOptions, breaker: BreakerOptions) -> Result<Nodes, ConfigError> {
+        let seeds = connect::cluster_seeds(opts)?;
+        // Fail on a bad configuration now, not when the first node is found.
+        let (host, port) = seeds.first().cloned().unwrap_or_default();
+        connect::build_node_pool(opts, &host, port)?;
+        Ok(Nodes {
+            opts: opts.clone(),
+            breaker,
+            runtime: Handle::current(),
+            seeds,
+            map: RwLock::new(SlotMap {
+                slots: vec![NONE; SLOTS].into_boxed_slice(),
+                nodes: Vec::new(),
+            }),
+            stale: AtomicBool::new(true),
+            creating: Mutex::new(()),
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, SlotMap> {
+        // Plain data, valid after any panic: ignore poisoning.
+        self.map.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, SlotMap> {
+        self.map.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The primary owning `slot`, if known (if not, the map is read again soon).
+    pub fn route(&self, slot: u16) -> Option<Arc<Node>> {
+        let map = self.read();
+        let node = match map.slots.get(usize::from(slot)) {
+            Some(&i) if i != NONE => map.nodes.get(usize::from(i)).cloned(),
+            _ => None,
+        };
+        if node.is_none() {
+            self.stale.store(true, Ordering::Relaxed);
+        }
+        node
+    }
+
+    /// The node at `addr` (`host:port`), created when new (not yet in the map).
+    pub fn node(&self, addr: &str) -> Result<Arc<Node>, ConfigError> {
+        if let Some(n) = self.read().nodes.iter().find(|n| n.addr == addr) {
+            return Ok(n.clone());
+        }
+        let _one = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = self.read().nodes.iter().find(|n| n.addr == addr) {
+            return Ok(n.clone());
+        }
+        let node = self.create(addr)?;
+        self.write().nodes.push(node.clone());
+        Ok(node)
+    }
+
+    fn create(&self, addr: &str) -> Result<Arc<Node>, ConfigError> {
+        let (host, port) = split_addr(addr)
+            .ok_or_else(|| ConfigError::new(format!("invalid cluster node address {addr}")))?;
+        let pool = connect::build_node_pool(&self.opts, host, port)?;
+        let tasks = {
+            let _rt = self.runtime.enter();
+            pool.connect_pool()
+        };
+        tracing::debug!(target: "sluice::store::redis", node = addr, "connecting to cluster node");
+        Ok(Arc::new(Node {
+            addr: addr.to_string(),
+            pool,
+            breaker: Breaker::new(self.breaker),
+            loaded: AtomicBool::new(false),
+            tasks,
+        }))
+    }
+
+    /// A `MOVED slot addr` reply: the slot is `addr`'s from now on (and the whole map is
+    /// read again soon, since a reshard or failover moves more than one slot).
+    pub fn moved(&self, slot: u16, addr: &str) -> Result<Arc<Node>, ConfigError> {
+        let node = self.node(addr)?;
+        let mut map = self.write();
+        if let Some(i) = map.nodes.iter().position(|n| Arc::ptr_eq(n, &node)) {
+            if let Some(s) = map.slots.get_mut(usize::from(slot)) {
+                *s = i as u16;
+            }
+        }
+        self.stale.store(true, Ordering::Relaxed);
+        Ok(node)
+    }
+
+    /// Every node of the map (primaries, and nodes learnt from redirections).
+    pub fn all(&self) -> Vec<Arc<Node>> {
+        self.read().nodes.clone()
+    }
+
+    /// Every slot has a node, and that node is connected with the script loaded.
+    pub fn ready(&self) -> bool {
+        let map = self.read();
+        let used = used_nodes(&map);
+        map.slots.iter().all(|&i| i != NONE)
+            && used.iter().all(|&i| {
+                let n = &map.nodes[i];
+                n.loaded.load(Ordering::Relaxed)
+                    && n.pool.clients().iter().any(|c| c.is_connected())
+            })
+    }
+
+    /// Some slot has no node, or its node is down or its breaker open.
+    pub fn unhealthy(&self) -> bool {
+        let map = self.read();
+        map.slots.contains(&NONE)
+            || used_nodes(&map).iter().any(|&i| {
+                let n = &map.nodes[i];
+                n.breaker.is_open() || !n.pool.clients().iter().any(|c| c.is_connected())
+            })
+    }
+
+    /// Takes the "read the map again now" flag.
+    pub fn take_stale(&self) -> bool {
+        self.stale.swap(false, Ordering::Relaxed)
+    }
+
+    /// Reads `CLUSTER SLOTS` from a node that answers (a known primary, else a seed) and
+    /// replaces the map; nodes no longer owning a slot are dropped.
+    pub async fn refresh(&self, timeout: Duration) -> Result<(), String> {
+        let mut candidates: Vec<String> = self
+            .all()
+            .iter()
+            .filter(|n| !n.breaker.is_open() && n.pool.clients().iter().any(|c| c.is_connected()))
+            .map(|n| n.addr.clone())
+            .collect();
+        candidates.extend(self.seeds.iter().map(|(h, p)| format!("{h}:{p}")));
+        let mut last = String::from("no node to ask");
+        for addr in candidates {
+            let node = self.node(&addr).map_err(|e| e.to_string())?;
+            let client = node.pool.next_connected().clone();
+            if !client.is_connected() {
+                let _ = tokio::time::timeout(timeout, client.wait_for_connect()).await;
+            }
+            let reply = tokio::time::timeout(timeout, client.cluster_slots::<Value>()).await;
+            let ranges = match reply {
+                Ok(Ok(v)) => match parse_slots(v, split_addr(&addr).map_or("", |a| a.0)) {
+                    Some(r) if !r.is_empty() => r,
+                    _ => {
+                        last = format!("{addr}: unreadable CLUSTER SLOTS");
+                        continue;
+                    }
+                },
+                Ok(Err(e)) => {
+                    last = format!("{addr}: {e}");
+                    continue;
+                }
+                Err(_) => {
+                    last = format!("{addr}: CLUSTER SLOTS timed out");
+                    continue;
+                }
+            };
+            self.install(&ranges).map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+        Err(last)
+    }
+
+    fn install(&self, ranges: &[(u16, u16, String)]) -> Result<(), ConfigError> {
+        let mut nodes: Vec<Arc<Node>> = Vec::new();
+        let mut slots = vec![NONE; SLOTS].into_boxed_slice();
+        for (start, end, addr) in ranges {
+            let i = match nodes.iter().position(|n| &n.addr == addr) {
+                Some(i) => i,
+                None => {
+                    nodes.push(self.node(addr)?);
+                    nodes.len() - 1
+                }
+            };
+            for s in *start..=(*end).min(SLOTS as u16 - 1) {
+                slots[usize::from(s)] = i as u16;
+            }
+        }
+        let mut map = self.write();
+        let changed = map.slots != slots;
+        map.slots = slots;
+        map.nodes = nodes;
+        if changed {
+            tracing::info!(
+                target: "sluice::store::redis",
+                primaries = map.nodes.len(),
+                "cluster slot map changed"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The indexes of the nodes that own at least one slot.
+fn used_nodes(map: &SlotMap) -> Vec<usize> {
+    let mut used = vec![false; map.nodes.len()];
+    for &i in map.slots.iter() {
+        if let Some(u) = used.get_mut(usize::from(i)) {
+            *u = true;
+        }
+    }
+    (0..used.len()).filter(|&i| used[i]).collect()
+}
+
+/// `host:port` (the host may be an IPv6 address: the port follows the last colon).
+pub fn split_addr(addr: &str) -> Option<(&str, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host, port.parse().ok()?))
+}
+
+/// `CLUSTER SLOTS` as `(start, end, "host:port" of the primary)`; an empty host (a node that
+/// does not know its own address) is `asked`'s.
+fn parse_slots(reply: Value, asked: &str) -> Option<Vec<(u16, u16, String)>> {
+    let Value::Array(ranges) = reply else {
+        return None;
+    };
+    let mut out = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            return None;
+        };
+        let start = u16::try_from(fields.first()?.as_i64()?).ok()?;
+        let end = u16::try_from(fields.get(1)?.as_i64()?).ok()?;
+        let Value::Array(primary) = fields.get(2)? else {
+            return None;
+        };
+        let host = primary.first()?.as_string()?;
+        let port = u16::try_from(primary.get(1)?.as_i64()?).ok()?;
+        let host = if host.is_empty() || host == "?" {
+            asked.to_string()
+        } else {
+            host
+        };
+        let addr = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        out.push((start, end, addr));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_slots_reply_is_read() {
+        let node = |h: &str, p: i64| {
+            Value::Array(vec![
+                Value::String(h.into()),
+                Value::Integer(p),
+                Value::String("id".into()),
+            ])
+        };
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Integer(0),
+                Value::Integer(5460),
+                node("127.0.0.1", 7000),
+                node("127.0.0.1", 7003),
+            ]),
+            Value::Array(vec![
+                Value::Integer(5461),
+                Value::Integer(16383),
+                node("", 7001),
+            ]),
+        ]);
+        assert_eq!(
+            parse_slots(reply, "10.0.0.9").unwrap(),
+            vec![
+                (0, 5460, "127.0.0.1:7000".to_string()),
+                (5461, 16383, "10.0.0.9:7001".to_string())
+            ]
+        );
+        assert!(parse_slots(Value::Integer(1), "h").is_none());
+        assert_eq!(split_addr("[::1]:7000"), Some(("::1", 7000)));
+        assert_eq!(split_addr("h:x"), None);
+    }
+}

@@ -1,0 +1,164 @@
+//! Following Redis Cluster redirections for one slot's call: `MOVED` (the slot map is
+//! updated and the call sent to the new owner), `ASK` (`ASKING` then the call on the importing
+//! node, back to back), `TRYAGAIN` (a short wait). A redirected call did not run where it was
+//! sent, so sending it again never charges twice. Each primary's breaker sees the outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::{Client, ClientLike};
+use fred::types::{ClusterHash, CustomCommand, Value};
+
+use super::connect::ConfigError;
+use super::nodes::{self, Nodes};
+use super::script::{self, Scope};
+use super::{breaker_open, error, from_fred, record, Inner, When, MIN_TIMEOUT};
+use crate::store::{Check, ErrorKind, StoreError};
+
+impl Inner {
+    /// Cluster: one `EVALSHA` on the primary owning `slot`, behind that primary's breaker.
+    /// Redirections are followed (`MOVED` updates the slot map, `ASK` goes to the importing
+    /// node after `ASKING`, `TRYAGAIN` waits a moment): a redirected call did not run, so
+    /// sending it again charges nothing twice. Bounded by [`MAX_REDIRECTS`] and `timeout`.
+    pub(super) async fn run_slot<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
+        &self,
+        nodes: &Nodes,
+        slot: u16,
+        checks: &[C],
+        scope: Scope,
+        now: When,
+        timeout: Duration,
+    ) -> Result<script::Reply, StoreError> {
+        let args = || script::evalsha(&self.sha, checks, scope, now.script, now.local);
+        let started = crate::clock::monotonic();
+        let mut ask: Option<Arc<nodes::Node>> = None;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let asking = ask.is_some();
+            let node = match ask.take() {
+                Some(n) => n,
+                None => nodes.route(slot).ok_or_else(|| {
+                    error(
+                        ErrorKind::Cluster,
+                        format!("no known primary for slot {slot}"),
+                    )
+                })?,
+            };
+            if !node.breaker.allows() {
+                return Err(breaker_open());
+            }
+            let left = timeout.saturating_sub(started.elapsed()).max(MIN_TIMEOUT);
+            let client = node.pool.next_connected().clone();
+            let result = self.call(&client, &args, asking, left, now.deadline).await;
+            let redirect = match &result {
+                Err(e) if attempt < MAX_REDIRECTS => Redirect::of(e),
+                _ => None,
+            };
+            let Some(redirect) = redirect else {
+                // CLUSTERDOWN is the node answering at once that the cluster refuses every
+                // slot (a primary failed, not yet replaced): an error for the request, but
+                // opening this node's breaker would save no timeout and outlast the refusal.
+                let down = matches!(&result, Err(e) if e.details().starts_with("CLUSTERDOWN"));
+                let result = result
+                    .map_err(|e| from_fred(&e))
+                    .and_then(|r| script::decode(r, checks.len()));
+                if down {
+                    node.breaker.success();
+                } else {
+                    record(&node.breaker, &result);
+                }
+                return result;
+            };
+            // The node answered: it is up, whoever owns the slot now.
+            node.breaker.success();
+            let cluster = |e: ConfigError| error(ErrorKind::Cluster, e.to_string());
+            match redirect {
+                Redirect::Moved(addr) => {
+                    nodes.moved(slot, &addr).map_err(cluster)?;
+                }
+                Redirect::Ask(addr) => ask = Some(nodes.node(&addr).map_err(cluster)?),
+                Redirect::TryAgain => {
+                    if started.elapsed() + TRYAGAIN_PAUSE >= timeout {
+                        return Err(error(ErrorKind::Cluster, "TRYAGAIN: slot migrating"));
+                    }
+                    tokio::time::sleep(TRYAGAIN_PAUSE).await;
+                }
+            }
+        }
+    }
+}
+
+/// A Cluster redirection: the call did not run where it was sent.
+enum Redirect {
+    Moved(String),
+    Ask(String),
+    TryAgain,
+}
+
+impl Redirect {
+    fn of(e: &fred::error::Error) -> Option<Redirect> {
+        let mut words = e.details().split_whitespace();
+        match words.next()? {
+            "MOVED" => Some(Redirect::Moved(words.nth(1)?.to_string())),
+            "ASK" => Some(Redirect::Ask(words.nth(1)?.to_string())),
+            "TRYAGAIN" => Some(Redirect::TryAgain),
+            _ => None,
+        }
+    }
+}
+
+/// Redirections followed per call (a reshard moves a slot once; a failover once more).
+const MAX_REDIRECTS: u32 = 5;
+
+/// The wait before sending a call again on `TRYAGAIN` (a slot's keys half migrated).
+const TRYAGAIN_PAUSE: Duration = Duration::from_millis(2);
+
+/// `ASKING` then `EVALSHA` on one connection, back to back (a pipeline is never
+/// interleaved with other callers' commands): how a slot being imported is reached.
+pub(super) async fn eval_asking(
+    client: &Client,
+    args: Vec<Value>,
+    timeout: Duration,
+) -> Result<Vec<i64>, fred::error::Error> {
+    use fred::types::FromValue;
+    let pipe = client.pipeline();
+    let asking = CustomCommand::new_static("ASKING", ClusterHash::Random, false);
+    let _: () = pipe.custom(asking, Vec::<Value>::new()).await?;
+    let cmd = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
+    let _: () = pipe.custom(cmd, args).await?;
+    let replies = tokio::time::timeout(timeout, pipe.try_all::<Value>())
+        .await
+        .map_err(|_| {
+            fred::error::Error::new(fred::error::ErrorKind::Timeout, "ASKING timed out")
+        })?;
+    match replies.into_iter().nth(1) {
+        Some(reply) => Vec::<i64>::from_value(reply?),
+        None => Err(fred::error::Error::new(
+            fred::error::ErrorKind::Protocol,
+            "no reply to EVALSHA after ASKING",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fred::error::ErrorKind as F;
+
+    #[test]
+    fn redirections_are_read() {
+        let of = |d: &str| Redirect::of(&fred::error::Error::new(F::Cluster, d.to_string()));
+        assert!(
+            matches!(of("MOVED 3999 127.0.0.1:6381"), Some(Redirect::Moved(a)) if a == "127.0.0.1:6381")
+        );
+        assert!(
+            matches!(of("ASK 3999 127.0.0.1:6381"), Some(Redirect::Ask(a)) if a == "127.0.0.1:6381")
+        );
+        assert!(matches!(
+            of("TRYAGAIN Multiple keys request during rehashing of slot"),
+            Some(Redirect::TryAgain)
+        ));
+        assert!(of("CLUSTERDOWN The cluster is down").is_none());
+    }
+}
