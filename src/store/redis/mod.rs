@@ -70,7 +70,9 @@
 //!   the script loaded on the shared pool (Cluster: on every slot's primary).
 
 pub mod breaker;
+mod cluster;
 pub mod connect;
+mod errors;
 mod monitor;
 pub mod nodes;
 mod redirect;
@@ -89,6 +91,7 @@ use tokio::task::JoinHandle;
 
 use self::breaker::{Breaker, BreakerOptions};
 pub use self::connect::{ConfigError, ConnectOptions, Topology};
+use self::errors::{error, from_fred};
 use self::nodes::Nodes;
 use self::redirect::eval_asking;
 use self::script::{Answer, Scope};
@@ -182,42 +185,6 @@ thread_local! {
     /// a client's connection task runs on the runtime that connected it, so a serving thread
     /// that uses its own client sends and receives without waking another thread.
     static THREAD_CLIENTS: RefCell<Vec<(usize, Client)>> = const { RefCell::new(Vec::new()) };
-}
-
-fn error(kind: ErrorKind, message: impl Into<String>) -> StoreError {
-    StoreError::new(BACKEND, kind, message)
-}
-
-fn from_fred(e: &fred::error::Error) -> StoreError {
-    error(kind_of(e), format!("{:?}: {}", e.kind(), e.details()))
-}
-
-/// Classifies a fred error: its kind for client-side failures; for an error reply, the
-/// reply's first word. fred reports some client-side failures as `Unknown` too ("Too many
-/// failed write attempts.", a dropped reply channel's "channel closed", "Failed to route
-/// command."): those are outages, not script errors, or the breaker would count a lost
-/// connection as an answer.
-fn kind_of(e: &fred::error::Error) -> ErrorKind {
-    use fred::error::ErrorKind as F;
-    match e.kind() {
-        F::Timeout => ErrorKind::Timeout,
-        F::Cluster | F::Routing => ErrorKind::Cluster,
-        F::Backpressure => ErrorKind::Server,
-        F::Parse | F::Protocol | F::InvalidArgument | F::InvalidCommand | F::NotFound => {
-            ErrorKind::Script
-        }
-        F::Unknown => match e.details().split_whitespace().next().unwrap_or("") {
-            "BUSY" | "LOADING" | "OOM" | "READONLY" | "MASTERDOWN" | "TRYAGAIN" | "NOREPLICAS" => {
-                ErrorKind::Server
-            }
-            "CLUSTERDOWN" | "MOVED" | "ASK" | "CROSSSLOT" => ErrorKind::Cluster,
-            // An error reply's code is one upper-case word (ERR, NOSCRIPT, WRONGTYPE...).
-            w if !w.is_empty() && w.bytes().all(|b| b.is_ascii_uppercase()) => ErrorKind::Script,
-            _ => ErrorKind::Connection,
-        },
-        // IO, TLS, auth, configuration, sentinel, cancelled by a closing connection.
-        _ => ErrorKind::Connection,
-    }
 }
 
 impl RedisStore {
@@ -422,165 +389,6 @@ impl Inner {
         Ok(reply.answers.into_iter().map(|a| a.verdict).collect())
     }
 
-    /// Cluster: one `EVALSHA` per slot, concurrently; an optimistic charge undone when the
-    /// request is rejected elsewhere.
-    async fn decide_cluster(
-        &self,
-        nodes: &Nodes,
-        checks: &[Check<'_>],
-        now: When,
-        timeout: Duration,
-    ) -> Result<Vec<Verdict>, StoreError> {
-        // Parts by slot, each in request order; `index` maps back to the request.
-        let mut parts: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (i, c) in checks.iter().enumerate() {
-            let slot = redis_keyslot(c.key);
-            match parts.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, idx)) => idx.push(i),
-                None => parts.push((slot, vec![i])),
-            }
-        }
-        if parts.len() <= 1 {
-            let Some(&(slot, _)) = parts.first() else {
-                return Ok(Vec::new());
-            };
-            // One slot: the exact policy in one call.
-            let reply = self
-                .run_slot(nodes, slot, checks, Scope::All, now, timeout)
-                .await?;
-            return Ok(reply.answers.into_iter().map(|a| a.verdict).collect());
-        }
-
-        let calls = parts.iter().map(|(slot, idx)| {
-            let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
-            async move {
-                self.run_slot(nodes, *slot, &part, Scope::Part, now, timeout)
-                    .await
-            }
-        });
-        let replies = join_all(calls).await;
-
-        let mut answers: Vec<Option<Answer>> = vec![None; checks.len()];
-        let mut part_now: Vec<Option<Micros>> = vec![None; parts.len()];
-        let mut failure = None;
-        for (p, reply) in replies.into_iter().enumerate() {
-            match reply {
-                Ok(r) => {
-                    part_now[p] = Some(r.now);
-                    for (&i, a) in parts[p].1.iter().zip(r.answers) {
-                        answers[i] = Some(a);
-                    }
-                }
-                Err(e) => failure = Some(e),
-            }
-        }
-        let forced = |c: &Check<'_>| c.charge == Charge::Always || c.ask.refund;
-        let admitted = match &failure {
-            // Some part did not answer: the request fails, so give back whatever the others
-            // charged on its behalf (without waiting for it).
-            Some(_) => false,
-            None => admission(checks, |i| answers[i].is_some_and(|a| a.first_allowed)).0,
-        };
-        if admitted {
-            return Ok(answers
-                .into_iter()
-                .map(|a| a.map(|a| a.verdict).unwrap_or(REJECTED))
-                .collect());
-        }
-
-        // Rejected: every charge the policy would not have made is an optimistic one.
-        let mut undo: Vec<(u16, Micros, Vec<usize>)> = Vec::new();
-        for (p, (slot, idx)) in parts.iter().enumerate() {
-            let Some(part_now) = part_now[p] else {
-                continue;
-            };
-            let give_back: Vec<usize> = idx
-                .iter()
-                .copied()
-                .filter(|&i| answers[i].is_some_and(|a| a.verdict.charged) && !forced(&checks[i]))
-                .collect();
-            if !give_back.is_empty() {
-                undo.push((*slot, part_now, give_back));
-            }
-        }
-        if let Some(e) = failure {
-            if !undo.is_empty() {
-                self.spawn_undo(nodes, checks, undo);
-            }
-            return Err(e);
-        }
-        let calls = undo.iter().map(|(slot, part_now, idx)| {
-            let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
-            async move {
-                self.run_slot(
-                    nodes,
-                    *slot,
-                    &part,
-                    Scope::Undo,
-                    When::at(*part_now, now.deadline),
-                    timeout,
-                )
-                .await
-            }
-        });
-        let undone = join_all(calls).await;
-        for ((_, _, idx), reply) in undo.iter().zip(undone) {
-            match reply {
-                Ok(r) => {
-                    for (&i, a) in idx.iter().zip(r.answers) {
-                        answers[i] = Some(a);
-                    }
-                }
-                Err(e) => {
-                    // The verdict stands; the hits stay charged until the window ends.
-                    tracing::warn!(
-                        target: "sluice::store::redis",
-                        error = %e,
-                        "could not give back an optimistic charge"
-                    );
-                    for &i in idx {
-                        if let Some(a) = &mut answers[i] {
-                            a.verdict.charged = true;
-                        }
-                    }
-                }
-            }
-        }
-        Ok(answers
-            .into_iter()
-            .map(|a| a.map(|a| a.verdict).unwrap_or(REJECTED))
-            .collect())
-    }
-
-    /// Gives back optimistic charges in the background (the request already failed).
-    fn spawn_undo(
-        &self,
-        nodes: &Nodes,
-        checks: &[Check<'_>],
-        undo: Vec<(u16, Micros, Vec<usize>)>,
-    ) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let timeout = self.command_timeout;
-        let calls: Vec<(Client, Vec<Value>)> = undo
-            .into_iter()
-            .filter_map(|(slot, now, idx)| {
-                let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
-                let client = nodes.route(slot)?.pool.next_connected().clone();
-                Some((
-                    client,
-                    script::evalsha(&self.sha, &part, Scope::Undo, Some(now), now),
-                ))
-            })
-            .collect();
-        rt.spawn(async move {
-            for (client, args) in calls {
-                let _ = eval(&client, None, args, timeout).await;
-            }
-        });
-    }
-
     /// The client for a call: this thread's own when it has one and it is up, else one of the
     /// shared pool.
     fn client(&self, pool: &Pool) -> Client {
@@ -707,49 +515,5 @@ impl Store for RedisStore {
         deadline: Deadline,
     ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
         self.decide_checks(checks, now, deadline)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use fred::error::{Error, ErrorKind as F};
-
-    #[test]
-    fn client_side_failures_are_outages_and_error_replies_are_not() {
-        let kind = |k: F, details: &str| kind_of(&Error::new(k, details.to_string()));
-        for lost in [
-            "Too many failed write attempts.",
-            "channel closed",
-            "Failed to route command.",
-        ] {
-            assert_eq!(kind(F::Unknown, lost), ErrorKind::Connection, "{lost}");
-        }
-        assert_eq!(
-            kind(F::Canceled, "Connection closed unexpectedly."),
-            ErrorKind::Connection
-        );
-        assert_eq!(kind(F::Timeout, "Request timed out."), ErrorKind::Timeout);
-        assert_eq!(
-            kind(F::Cluster, "MOVED 12 127.0.0.1:7001"),
-            ErrorKind::Cluster
-        );
-        assert_eq!(
-            kind(F::Unknown, "CLUSTERDOWN The cluster is down"),
-            ErrorKind::Cluster
-        );
-        assert_eq!(
-            kind(F::Unknown, "TRYAGAIN Multiple keys"),
-            ErrorKind::Server
-        );
-        assert_eq!(kind(F::Unknown, "BUSY Redis is busy"), ErrorKind::Server);
-        assert_eq!(
-            kind(F::Unknown, "ERR Error running script (call to f_x): bad"),
-            ErrorKind::Script
-        );
-        assert_eq!(
-            kind(F::Unknown, "NOSCRIPT No matching script"),
-            ErrorKind::Script
-        );
     }
 }
