@@ -1,0 +1,175 @@
+//! A 6-node Cluster: a primary killed (errors per primary), a reshard under load.
+
+use super::*;
+
+/// Errors and calls per owning primary (by port), over `outcomes`.
+fn per_node(outcomes: &[Outcome], owner: &[u16]) -> HashMap<u16, (usize, usize)> {
+    let mut by: HashMap<u16, (usize, usize)> = HashMap::new();
+    for o in outcomes {
+        let e = by.entry(owner[o.key]).or_default();
+        e.1 += 1;
+        if !o.ok {
+            e.0 += 1;
+        }
+    }
+    by
+}
+
+/// The ports of the nodes that are primaries now (asked with `ROLE`, skipping dead ones).
+fn primaries(cluster: &RedisCluster) -> Vec<u16> {
+    cluster
+        .nodes
+        .iter()
+        .filter(|n| ping(n.port) && n.cli(&["ROLE"]).starts_with("master"))
+        .map(|n| n.port)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_cluster_primary_costs_only_its_own_slots() {
+    let mut cluster = RedisCluster::start();
+    // Redis' default (`yes`) makes every node refuse every slot (CLUSTERDOWN) from the moment
+    // the dead primary is marked failed until its replica is promoted: nothing a client can
+    // route around. Operators who want healthy slots served set it to `no`.
+    for n in &cluster.nodes {
+        assert_eq!(
+            n.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]),
+            "OK"
+        );
+    }
+    let store = connected(options(&cluster.url(), Duration::from_millis(300))).await;
+    let limit = roomy();
+    let keys: Vec<Vec<u8>> = (0..60)
+        .map(|i| key_of("kill:", &i.to_string(), &limit))
+        .collect();
+    let owner: Vec<u16> = keys.iter().map(|k| cluster.owner(k)).collect();
+    let victim = owner[0];
+    let load = Load::start(&store, Arc::new(keys), 6, Duration::from_millis(5));
+    load.more(200).await;
+
+    let killed_at = sluice::clock::monotonic();
+    let victim_node = cluster.nodes.iter_mut().find(|n| n.port == victim).unwrap();
+    victim_node.kill();
+    // The replica takes over after the cluster node timeout (5 s here).
+    let promoted = tokio::task::spawn_blocking({
+        let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();
+        move || {
+            let start = sluice::clock::monotonic();
+            loop {
+                let masters = ports
+                    .iter()
+                    .filter(|&&p| ping(p) && redis_support::cli(p, &["ROLE"]).starts_with("master"))
+                    .count();
+                if masters == 3 {
+                    return sluice::clock::monotonic();
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(50),
+                    "no replica promoted"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    })
+    .await
+    .unwrap();
+    eprintln!("replica promoted {:?} after the kill", promoted - killed_at);
+    wait_until_async("the dead primary's slots to answer again", || async {
+        load.outcomes()
+            .iter()
+            .any(|o| o.ok && o.at > promoted && owner[o.key] == victim)
+    })
+    .await;
+    load.more(200).await;
+    let outcomes = load.stop().await;
+
+    let during: Vec<Outcome> = outcomes
+        .iter()
+        .copied()
+        .filter(|o| o.at >= killed_at)
+        .collect();
+    let by = per_node(&during, &owner);
+    eprintln!("per primary (errors, calls) since the kill: {by:?}");
+    let mut kinds: HashMap<(bool, &str), usize> = HashMap::new();
+    for o in &during {
+        if let Some(e) = o.error {
+            *kinds.entry((owner[o.key] == victim, e)).or_default() += 1;
+        }
+    }
+    eprintln!("errors by (on the dead primary, kind): {kinds:?}");
+    for (port, (errors, calls)) in &by {
+        if *port != victim {
+            assert!(
+                *errors * 100 <= *calls,
+                "primary {port}: {errors} of {calls} calls failed while another primary died"
+            );
+        }
+    }
+    let back = during
+        .iter()
+        .filter(|o| o.ok && o.at > promoted && owner[o.key] == victim)
+        .map(|o| o.at)
+        .min()
+        .unwrap();
+    eprintln!(
+        "dead primary's slots answered {:?} after the promotion",
+        back - promoted
+    );
+    assert!(
+        back - promoted <= Duration::from_secs(1),
+        "the dead primary's slots answered {:?} after the promotion",
+        back - promoted
+    );
+    assert_eq!(primaries(&cluster).len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reshard_under_load_fails_almost_nothing_and_never_stalls() {
+    let cluster = RedisCluster::start();
+    let store = connected(options(&cluster.url(), Duration::from_millis(500))).await;
+    let limit = roomy();
+    let keys: Vec<Vec<u8>> = (0..300)
+        .map(|i| key_of("reshard:", &i.to_string(), &limit))
+        .collect();
+    let load = Load::start(&store, Arc::new(keys), 6, Duration::from_millis(2));
+    load.more(200).await;
+
+    let masters = primaries(&cluster);
+    let id = |port: u16| redis_support::cli(port, &["CLUSTER", "MYID"]);
+    let (from, to) = (id(masters[0]), id(masters[1]));
+    let seed = format!("127.0.0.1:{}", masters[0]);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("redis-cli")
+            .args(["--cluster", "reshard", &seed])
+            .args(["--cluster-from", &from, "--cluster-to", &to])
+            .args(["--cluster-slots", "1500", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli --cluster reshard")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "reshard failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    load.more(300).await;
+    let outcomes = load.stop().await;
+    let failed = outcomes.iter().filter(|o| !o.ok).count();
+    let slowest = outcomes.iter().map(|o| o.took).max().unwrap();
+    eprintln!(
+        "reshard: {failed} of {} calls failed; slowest call {slowest:?}",
+        outcomes.len()
+    );
+    assert!(
+        failed * 1000 <= outcomes.len(),
+        "{failed} of {} calls failed",
+        outcomes.len()
+    );
+    assert!(slowest <= Duration::from_secs(1), "a call took {slowest:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sentinel: the primary killed, its replica promoted.
+// ---------------------------------------------------------------------------------------------

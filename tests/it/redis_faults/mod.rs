@@ -1,0 +1,248 @@
+//! What Redis failures cost, against real `redis-server` processes (standalone, a 6-node
+//! Cluster, Sentinel with a replica): a stall shorter than the command timeout fails nothing,
+//! a longer one recovers within 100 ms of its end; a restart recovers within a bound; the
+//! start-up race (requests sent the moment health says SERVING all succeed); a Cluster
+//! primary killed costs only its own slots; a reshard under load; a Sentinel failover.
+//!
+//! Load comes from a few concurrent workers, each pacing itself; every outcome is recorded
+//! with its time so the assertions read the timeline. Waits poll with a bound.
+//!
+//! Modules: `standalone` (stall, restart, the start-up race), `cluster` (a primary killed, a
+//! reshard), `sentinel` (a failover).
+
+mod cluster;
+mod sentinel;
+mod standalone;
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::poll::{wait_until, wait_until_async};
+use crate::support::redis::{self as redis_support, ping, RedisCluster, RedisNode};
+use clap::Parser;
+use sluice::algorithm::{Ask, Limit};
+use sluice::clock::ManualClock;
+use sluice::model::Micros;
+use sluice::proto::rate_limit_descriptor::Entry;
+use sluice::proto::rate_limit_response::Code;
+use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
+use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
+use sluice::settings::{Cli, Command as Sub};
+use sluice::store::key::{self, Part};
+use sluice::store::redis::breaker::BreakerOptions;
+use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
+use sluice::store::{Check, Deadline};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+const SEC: Micros = 1_000_000;
+const T0: Micros = 1_700_000_000 * SEC;
+
+fn options(url: &str, command_timeout: Duration) -> RedisOptions {
+    RedisOptions {
+        connect: ConnectOptions {
+            url: url.into(),
+            tls_ca: None,
+            tls_client: None,
+            username: None,
+            password: None,
+            password_file: None,
+            pool_size: 2,
+            connect_timeout: Duration::from_secs(2),
+        },
+        command_timeout,
+        clock: ClockSource::Local,
+        breaker: BreakerOptions::default(),
+    }
+}
+
+async fn connected(opts: RedisOptions) -> RedisStore {
+    let store = RedisStore::connect(opts).expect("valid options");
+    tokio::time::timeout(Duration::from_secs(60), store.ready())
+        .await
+        .expect("the store connects");
+    store
+}
+
+fn key_of(prefix: &str, value: &str, limit: &Limit) -> Vec<u8> {
+    let mut out = Vec::new();
+    key::build(
+        &mut out,
+        prefix.as_bytes(),
+        "d",
+        [Part::Value {
+            key: b"k",
+            value: value.as_bytes(),
+        }],
+        limit,
+        None,
+    );
+    out
+}
+
+/// A limit never reached: every answered call is allowed.
+fn roomy() -> Limit {
+    Limit::fixed_window(1_000_000_000, 3_600 * SEC)
+}
+
+/// One call's outcome: when it ended, which key (index) and whether Redis decided it.
+#[derive(Clone, Copy, Debug)]
+struct Outcome {
+    at: Instant,
+    key: usize,
+    ok: bool,
+    took: Duration,
+    /// The error's kind when not `ok`.
+    error: Option<&'static str>,
+}
+
+/// Workers deciding `keys` round robin (one key per call), `pause` between calls each, until
+/// stopped; their outcomes, and whether the store's breaker was ever seen open.
+struct Load {
+    stop: Arc<AtomicBool>,
+    outcomes: Arc<Mutex<Vec<Outcome>>>,
+    opened: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(store: &RedisStore, keys: Arc<Vec<Vec<u8>>>, workers: usize, pause: Duration) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let outcomes = Arc::new(Mutex::new(Vec::new()));
+        let opened = Arc::new(AtomicBool::new(false));
+        let tasks = (0..workers)
+            .map(|w| {
+                let (store, keys) = (store.clone(), keys.clone());
+                let (stop, outcomes, opened) = (stop.clone(), outcomes.clone(), opened.clone());
+                tokio::spawn(async move {
+                    let limit = roomy();
+                    let mut i = w;
+                    while !stop.load(Ordering::Relaxed) {
+                        let k = i % keys.len();
+                        let check = [Check::new(&keys[k], &limit, Ask::take(1))];
+                        let started = sluice::clock::monotonic();
+                        let result = store.decide_checks(&check, T0, Deadline::NONE).await;
+                        let ok = result.is_ok();
+                        let error = result.err().map(|e| e.kind().as_str());
+                        let at = sluice::clock::monotonic();
+                        if store.status().breaker_open {
+                            opened.store(true, Ordering::Relaxed);
+                        }
+                        outcomes.lock().unwrap().push(Outcome {
+                            at,
+                            key: k,
+                            ok,
+                            took: at - started,
+                            error,
+                        });
+                        i += workers;
+                        tokio::time::sleep(pause).await;
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            outcomes,
+            opened,
+            tasks,
+        }
+    }
+
+    fn outcomes(&self) -> Vec<Outcome> {
+        self.outcomes.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` more calls have ended (bounded).
+    async fn more(&self, n: usize) {
+        let from = self.outcomes.lock().unwrap().len();
+        wait_until_async("more calls", || async {
+            self.outcomes.lock().unwrap().len() >= from + n
+        })
+        .await;
+    }
+
+    async fn stop(self) -> Vec<Outcome> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        self.outcomes.lock().unwrap().clone()
+    }
+}
+
+/// `DEBUG SLEEP secs` on `port`, waited for off the runtime; the instant it returned.
+async fn debug_sleep(port: u16, secs: &str) -> Instant {
+    let secs = secs.to_string();
+    tokio::task::spawn_blocking(move || {
+        let status = Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "DEBUG", "SLEEP", &secs])
+            .stdout(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success());
+        sluice::clock::monotonic()
+    })
+    .await
+    .unwrap()
+}
+
+fn serve_args(config: &std::path::Path, url: &str, extra: &[&str]) -> sluice::settings::ServeArgs {
+    let mut argv = vec![
+        "sluice",
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--backend",
+        "redis",
+        "--redis-url",
+        url,
+        "--redis-command-timeout",
+        "1s",
+        "--grpc-threads",
+        "2",
+    ];
+    argv.extend_from_slice(extra);
+    let Sub::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("serve")
+    };
+    args
+}
+
+async fn health(addr: std::net::SocketAddr) -> i32 {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("gRPC connects");
+    HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: "ratelimit".into(),
+        })
+        .await
+        .expect("health answers")
+        .into_inner()
+        .status
+}
+
+fn request(value: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "d".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: b"k".to_vec(),
+                value: value.as_bytes().to_vec(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    }
+}

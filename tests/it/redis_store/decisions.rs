@@ -1,0 +1,110 @@
+//! One round trip per request, exact limits across instances sharing one Redis, and the
+//! Redis clock.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_of_five_descriptors_is_one_evalsha() {
+    let redis = RedisNode::start();
+    let store = connected(options(&redis.url(), ClockSource::Redis)).await;
+    let limit = Limit::fixed_window(3, 3_600 * SEC);
+    let keys: Vec<Vec<u8>> = (0..5)
+        .map(|i| key_of("rt:", &format!("v{i}"), &limit))
+        .collect();
+    let checks: Vec<Check<'_>> = (0..5u32)
+        .map(|i| take(&keys[i as usize], &limit, 1, i))
+        .collect();
+    // Warm up: the script is loaded by then whatever the order of events.
+    store
+        .decide_checks(&checks, 0, Deadline::NONE)
+        .await
+        .unwrap();
+
+    let before = redis.command_calls("evalsha");
+    let v = store
+        .decide_checks(&checks, 0, Deadline::NONE)
+        .await
+        .unwrap();
+    assert_eq!(redis.command_calls("evalsha") - before, 1);
+    assert!(v.iter().all(|v| v.allowed && v.charged && v.remaining == 1));
+
+    // The rejecting path too: one descriptor over its limit, still one round trip.
+    let mut checks = checks;
+    checks[2].ask = Ask::take(5);
+    let before = redis.command_calls("evalsha");
+    let v = store
+        .decide_checks(&checks, 0, Deadline::NONE)
+        .await
+        .unwrap();
+    assert_eq!(redis.command_calls("evalsha") - before, 1);
+    assert!(!v[2].allowed);
+    assert!(
+        v.iter().all(|v| !v.charged),
+        "a rejected request charges nothing"
+    );
+    assert_eq!(
+        v[0].remaining, 1,
+        "uncharged checks show their unchanged allowance"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_sharing_one_redis_admit_exactly_the_limit() {
+    const LIMIT: u64 = 50;
+    let redis = RedisNode::start();
+    let a = connected(options(&redis.url(), ClockSource::Local)).await;
+    let b = connected(options(&redis.url(), ClockSource::Local)).await;
+    let limit = Limit::fixed_window(LIMIT, 3_600 * SEC);
+    let key = key_of("share:", "one", &limit);
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let store = if t % 2 == 0 { a.clone() } else { b.clone() };
+        let (key, limit) = (key.clone(), limit.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0u64;
+            for _ in 0..20 {
+                let c = [take(&key, &limit, 1, 0)];
+                if store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed {
+                    admitted += 1;
+                }
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    assert_eq!(admitted, LIMIT, "320 requests for a limit of {LIMIT}");
+}
+
+#[tokio::test]
+async fn the_redis_clock_decides_by_default() {
+    let redis = RedisNode::start();
+    let store = connected(options(&redis.url(), ClockSource::Redis)).await;
+    let limit = Limit::fixed_window(2, 3_600 * SEC);
+    let k = key_of("clock:", "x", &limit);
+    let c = [take(&k, &limit, 1, 0)];
+    // The `now` given is ignored: a timestamp of 0 would otherwise be a window of 1970.
+    let v = store.decide_checks(&c, 0, Deadline::NONE).await.unwrap();
+    assert!(v[0].allowed && v[0].remaining == 1);
+    assert!(v[0].reset > 0 && v[0].reset <= 3_600 * SEC);
+    let stored = redis.cli(&["GET", std::str::from_utf8(c[0].key).unwrap()]);
+    let window_start: i64 = stored.split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        window_start > T0,
+        "the window comes from Redis' TIME: {stored}"
+    );
+    let ttl: i64 = redis
+        .cli(&["PTTL", std::str::from_utf8(c[0].key).unwrap()])
+        .parse()
+        .unwrap();
+    assert!(
+        ttl > 0 && ttl <= 3_601_000,
+        "keys expire by themselves: {ttl}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults.
+// ---------------------------------------------------------------------------------------------

@@ -1,0 +1,157 @@
+//! The Redis store against a real single `redis-server` (started per test on a free loopback
+//! port): parity of the Lua script with the in-memory policy, one round trip per request,
+//! exact limits across instances, the failure policy, the circuit breaker, recovery, NOSCRIPT,
+//! the command timeout, and the `--backend redis` wiring of the server.
+//!
+//! Each test owns its Redis, so they may run in parallel.
+//!
+//! Modules: `parity` (the scripts against the in-memory policy), `decisions` (round trips,
+//! exactness across instances, the clock), `failures` (the failure policy, the breaker,
+//! NOSCRIPT, stalls), `server` (`--backend redis` end to end).
+
+mod decisions;
+mod failures;
+mod parity;
+mod server;
+
+use crate::support::redis as redis_support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use fred::prelude::{ClientLike, KeysInterface};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+
+use crate::support::poll::{wait_until, wait_until_async};
+use redis_support::{ping, RedisNode};
+use sluice::algorithm::{distinct, Algorithm, Ask, Calendar, Limit, State};
+use sluice::clock::ManualClock;
+use sluice::model::{Micros, Unit};
+use sluice::proto::rate_limit_descriptor::Entry;
+use sluice::proto::rate_limit_response::Code;
+use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
+use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
+use sluice::settings::{Cli, Command, ServeArgs};
+use sluice::store::batch;
+use sluice::store::key::{self, Part};
+use sluice::store::redis::breaker::BreakerOptions;
+use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
+use sluice::store::{Charge, Check, Deadline, ErrorKind, FailurePolicy, Fallback, MapTable, Store};
+
+const SEC: Micros = 1_000_000;
+/// A realistic "now" (November 2023): timestamps of 16 digits, as in production.
+const T0: Micros = 1_700_000_000 * SEC;
+
+fn options(url: &str, clock: ClockSource) -> RedisOptions {
+    RedisOptions {
+        connect: ConnectOptions {
+            url: url.into(),
+            tls_ca: None,
+            tls_client: None,
+            username: None,
+            password: None,
+            password_file: None,
+            pool_size: 2,
+            connect_timeout: Duration::from_secs(2),
+        },
+        // Generous: this box is small and shared; the timeout test sets its own.
+        command_timeout: Duration::from_secs(2),
+        clock,
+        breaker: BreakerOptions::default(),
+    }
+}
+
+async fn connected(opts: RedisOptions) -> RedisStore {
+    let store = RedisStore::connect(opts).expect("valid options");
+    tokio::time::timeout(Duration::from_secs(60), store.ready())
+        .await
+        .expect("the store connects");
+    store
+}
+
+fn key_of(prefix: &str, value: &str, limit: &Limit) -> Vec<u8> {
+    let mut out = Vec::new();
+    key::build(
+        &mut out,
+        prefix.as_bytes(),
+        "d",
+        [Part::Value {
+            key: b"k",
+            value: value.as_bytes(),
+        }],
+        limit,
+        None,
+    );
+    out
+}
+
+fn named_key_of(prefix: &str, value: &str, limit: &Limit, name: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    key::build(
+        &mut out,
+        prefix.as_bytes(),
+        "d",
+        [Part::Value {
+            key: b"k",
+            value: value.as_bytes(),
+        }],
+        limit,
+        Some(name),
+    );
+    out
+}
+
+fn take<'a>(key: &'a [u8], limit: &'a Limit, hits: u64, group: u32) -> Check<'a> {
+    Check {
+        group,
+        ..Check::new(key, limit, Ask::take(hits))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parity: the Lua script and `batch::decide` agree on random timelines.
+// ---------------------------------------------------------------------------------------------
+
+/// `sluice serve` on the Redis at `url` with `config`, on free ports, plus `extra` flags.
+fn serve_on_redis(config: &std::path::Path, url: &str, extra: &[&str]) -> ServeArgs {
+    let config = config.to_str().unwrap();
+    let mut argv = vec![
+        "sluice",
+        "serve",
+        "--config",
+        config,
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--backend",
+        "redis",
+        "--redis-url",
+        url,
+    ];
+    argv.extend_from_slice(extra);
+    let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("serve")
+    };
+    args
+}
+
+fn request(values: &[&str], hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "d".into(),
+        descriptors: values
+            .iter()
+            .map(|v| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: b"k".to_vec(),
+                    value: v.as_bytes().to_vec(),
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: hits,
+    }
+}

@@ -1,0 +1,460 @@
+//! The scripts against the in-memory policy: the same state, time and hits give the same
+//! verdicts and the same stored state (property tests), HyperLogLog and calendar windows included.
+
+use super::*;
+
+#[derive(Clone, Debug)]
+struct CheckSpec {
+    key: usize,
+    requests: u64,
+    /// Picks the burst of a bucket (see [`Scenario::limit`]).
+    param: usize,
+    hits: u64,
+    /// distinct: which of a few values.
+    value: u8,
+    refund: bool,
+    always: bool,
+    group: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Step {
+    dt: Micros,
+    quota: [bool; 3],
+    checks: Vec<CheckSpec>,
+}
+
+/// One parity timeline family: three keys, each with its algorithm, window and layout.
+struct Scenario {
+    name: &'static str,
+    keys: [KeySpec; 3],
+    /// The three keys are limits of one descriptor (`rate_limits`, named), not three
+    /// descriptors.
+    one_descriptor: bool,
+    /// Added to every requests_per_unit (distinct above 1000 is a HyperLogLog).
+    requests_base: u64,
+    /// Time steps are drawn up to this long (and back up to a tenth of it).
+    max_dt: Micros,
+    start: Micros,
+    /// Checks per request are drawn below this (2: one check, `fixed_window.lua`'s case).
+    max_checks: usize,
+}
+
+#[derive(Clone, Copy)]
+struct KeySpec {
+    algorithm: Algorithm,
+    window: Micros,
+    precision: u32,
+    calendar: Option<Calendar>,
+}
+
+const fn spec(algorithm: Algorithm, window: Micros) -> KeySpec {
+    KeySpec {
+        algorithm,
+        window,
+        precision: 10,
+        calendar: None,
+    }
+}
+
+impl Scenario {
+    fn limit(&self, key: usize, requests: u64, param: usize) -> Limit {
+        let k = self.keys[key];
+        let requests = self.requests_base + requests;
+        let mut l = Limit::new(k.algorithm, requests, k.window);
+        l.precision = k.precision;
+        l.calendar = k.calendar;
+        if k.algorithm.has_burst() && requests > 0 {
+            l.burst = [requests, 1, 3, 7][param];
+        }
+        assert_eq!(l.validate(), Ok(()), "{l:?}");
+        l
+    }
+}
+
+fn scenarios() -> Vec<Scenario> {
+    use Algorithm::*;
+    let each = |name, a: Algorithm| Scenario {
+        name,
+        keys: [spec(a, 10 * SEC), spec(a, 60 * SEC), spec(a, 3 * SEC)],
+        one_descriptor: false,
+        requests_base: 0,
+        max_dt: 70 * SEC,
+        start: T0 + 7_654_321,
+        max_checks: 6,
+    };
+    let tz = |unit, tz| Some(Calendar { unit, tz });
+    let mut sliding = each("sliding_window", SlidingWindow);
+    sliding.keys[0].precision = 5;
+    sliding.keys[1].precision = 1;
+    sliding.keys[2].precision = 100;
+    vec![
+        each("fixed_window", FixedWindow),
+        // One check or two: fixed_window.lua and decide.lua take turns on the same keys.
+        Scenario {
+            max_checks: 3,
+            ..each("fixed_window (fast path)", FixedWindow)
+        },
+        sliding,
+        each("sliding_log", SlidingLog),
+        each("token_bucket", TokenBucket),
+        each("leaky_bucket", LeakyBucket),
+        each("gcra", Gcra),
+        each("distinct", Distinct),
+        Scenario {
+            requests_base: 1_001,
+            ..each("distinct (HyperLogLog)", Distinct)
+        },
+        Scenario {
+            name: "calendar windows",
+            keys: [
+                KeySpec {
+                    calendar: tz(Unit::Hour, chrono_tz::Asia::Kolkata),
+                    ..spec(FixedWindow, 3_600 * SEC)
+                },
+                KeySpec {
+                    calendar: tz(Unit::Day, chrono_tz::America::New_York),
+                    ..spec(FixedWindow, 86_400 * SEC)
+                },
+                KeySpec {
+                    calendar: tz(Unit::Hour, chrono_tz::Asia::Kathmandu),
+                    ..spec(Distinct, 3_600 * SEC)
+                },
+            ],
+            one_descriptor: false,
+            requests_base: 0,
+            max_dt: 3 * 3_600 * SEC,
+            // 2023-11-05 03:00 UTC: New York's 25-hour day starts an hour later.
+            start: 1_699_153_200 * SEC + 1_234_567,
+            max_checks: 6,
+        },
+        Scenario {
+            name: "rate_limits (several limits of one descriptor)",
+            keys: [
+                spec(SlidingLog, 5 * SEC),
+                spec(Gcra, 60 * SEC),
+                KeySpec {
+                    precision: 4,
+                    ..spec(SlidingWindow, 20 * SEC)
+                },
+            ],
+            one_descriptor: true,
+            ..each("", FixedWindow)
+        },
+    ]
+}
+
+fn step_strategy(max_dt: Micros, max_checks: usize) -> impl Strategy<Value = Step> {
+    let check = (
+        (0..3usize, 0..6u64, 0..4usize),
+        prop_oneof![3 => 0..3u64, 1 => 3..10u64],
+        0..5u8,
+        prop::bool::weighted(0.15),
+        prop::bool::weighted(0.25),
+        0..3u32,
+    )
+        .prop_map(
+            |((key, requests, param), hits, value, refund, always, group)| CheckSpec {
+                key,
+                requests,
+                param,
+                hits,
+                value,
+                refund,
+                always,
+                group,
+            },
+        );
+    let dt = prop_oneof![
+        3 => Just(0),
+        3 => 1..1_000i64,
+        3 => 1..max_dt,
+        1 => -(max_dt / 10)..0,
+    ];
+    (
+        dt,
+        prop::array::uniform3(prop::bool::weighted(0.3)),
+        prop::collection::vec(check, 1..max_checks),
+    )
+        .prop_map(|(dt, quota, checks)| Step { dt, quota, checks })
+}
+
+/// Cases per scenario: eleven scenarios share the < 60 s the Redis parity tests may take.
+const PARITY_CASES: u32 = 64;
+
+#[test]
+fn lua_script_matches_the_in_memory_policy() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let redis = RedisNode::start();
+    let store = rt.block_on(connected(options(&redis.url(), ClockSource::Local)));
+    let case = AtomicU64::new(0);
+    for scenario in scenarios() {
+        let mut runner = TestRunner::new(ProptestConfig {
+            cases: PARITY_CASES,
+            failure_persistence: crate::support::seeds::regressions(
+                "lua_script_matches_the_in_memory_policy",
+            ),
+            ..ProptestConfig::default()
+        });
+        let timeline =
+            prop::collection::vec(step_strategy(scenario.max_dt, scenario.max_checks), 1..12);
+        let result = runner.run(&timeline, |steps| {
+            // Fresh keys per case: cases never see each other's state.
+            let prefix = format!("parity{}:", case.fetch_add(1, Ordering::Relaxed));
+            let limits: Vec<Vec<Vec<Limit>>> = (0..3)
+                .map(|k| {
+                    (0..6)
+                        .map(|r| (0..4).map(|p| scenario.limit(k, r, p)).collect())
+                        .collect()
+                })
+                .collect();
+            let keys: Vec<Vec<u8>> = (0..3)
+                .map(|k| {
+                    let l = &limits[k][1][0];
+                    if scenario.one_descriptor {
+                        named_key_of(&prefix, "one", l, ["a", "b", "c"][k])
+                    } else {
+                        key_of(&prefix, &format!("v{k}"), l)
+                    }
+                })
+                .collect();
+            let values: Vec<u64> = (0..5)
+                .map(|v| distinct::hash(format!("10.0.0.{v}").as_bytes()))
+                .collect();
+            let mut table = MapTable::default();
+            let mut now = scenario.start;
+            for (i, step) in steps.iter().enumerate() {
+                now += step.dt;
+                let checks: Vec<Check<'_>> = step
+                    .checks
+                    .iter()
+                    .map(|c| {
+                        let limit = &limits[c.key][c.requests as usize][c.param];
+                        Check {
+                            key: &keys[c.key],
+                            limit,
+                            ask: Ask {
+                                hits: c.hits,
+                                refund: c.refund,
+                                value: if limit.algorithm == Algorithm::Distinct {
+                                    values[c.value as usize]
+                                } else {
+                                    0
+                                },
+                            },
+                            charge: if c.always {
+                                Charge::Always
+                            } else {
+                                Charge::IfAdmitted
+                            },
+                            group: c.group,
+                            quota: step.quota[c.group as usize],
+                            on_error: None,
+                        }
+                    })
+                    .collect();
+                let want = batch::decide(&mut table, &checks, now);
+                let got = rt
+                    .block_on(store.decide_checks(&checks, now, Deadline::NONE))
+                    .map_err(|e| TestCaseError::fail(format!("redis: {e}")))?;
+                prop_assert_eq!(got, want, "step {} at {}: {:?}", i, now, step);
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{}: {e}", scenario.name);
+        }
+    }
+}
+
+/// A HyperLogLog-mode distinct limit filled past its limit, 100 values per request (the same
+/// key 100 times in one request): the Lua estimate equals Rust's at every step, so the window
+/// closes on the same request, and then refuses values seen before too.
+#[test]
+fn distinct_hyperloglog_closes_on_the_same_request_as_rust() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let redis = RedisNode::start();
+    let store = rt.block_on(connected(options(&redis.url(), ClockSource::Local)));
+    let limit = Limit::new(Algorithm::Distinct, 1_200, 3_600 * SEC);
+    assert!(limit.is_approximate());
+    let key = key_of("hll:", "x", &limit);
+    let mut table = MapTable::default();
+    let mut closed_at = None;
+    for round in 0..16u32 {
+        let checks: Vec<Check<'_>> = (0..100u32)
+            .map(|i| Check {
+                ask: Ask {
+                    value: distinct::hash(&(round * 100 + i).to_le_bytes()),
+                    ..Ask::take(1)
+                },
+                ..take(&key, &limit, 1, i)
+            })
+            .collect();
+        let want = batch::decide(&mut table, &checks, T0);
+        let got = rt
+            .block_on(store.decide_checks(&checks, T0, Deadline::NONE))
+            .unwrap();
+        assert_eq!(got, want, "round {round}");
+        if closed_at.is_none() && got.iter().any(|v| !v.allowed) {
+            closed_at = Some(round);
+        }
+    }
+    assert!(closed_at.is_some(), "1 600 values close a limit of 1 200");
+    let seen = [Check {
+        ask: Ask {
+            value: distinct::hash(&0u32.to_le_bytes()),
+            ..Ask::take(1)
+        },
+        ..take(&key, &limit, 1, 0)
+    }];
+    let v = rt
+        .block_on(store.decide_checks(&seen, T0, Deadline::NONE))
+        .unwrap();
+    assert!(!v[0].allowed, "a closed HyperLogLog refuses every value");
+    let stored = redis.cli(&["STRLEN", std::str::from_utf8(&key).unwrap()]);
+    let len: usize = stored.parse().unwrap();
+    assert!(
+        len > 16_384 && len < 16_384 + 200,
+        "registers + header: {len}"
+    );
+}
+
+/// The HyperLogLog estimate, bit for bit, over register states far beyond what a test can fill
+/// value by value (the raw estimate, not only linear counting): a state written in the
+/// script's layout (ALGORITHMS.md) and the same state in memory, looked at with a limit so
+/// large that `remaining` is `limit - estimate`.
+#[test]
+fn distinct_hyperloglog_estimate_is_bit_exact() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let redis = RedisNode::start();
+    let store = rt.block_on(connected(options(&redis.url(), ClockSource::Local)));
+    let limit = Limit::new(Algorithm::Distinct, u64::from(u32::MAX), 3_600 * SEC);
+    let window_start = T0 - T0 % (3_600 * SEC);
+    // A plain client writes the states (binary) the script then reads.
+    let client =
+        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&redis.url()).unwrap())
+            .build()
+            .unwrap();
+    rt.block_on(client.init()).unwrap();
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 64,
+        failure_persistence: crate::support::seeds::regressions(
+            "distinct_hyperloglog_estimate_is_bit_exact",
+        ),
+        ..ProptestConfig::default()
+    });
+    let case = AtomicU64::new(0);
+    runner
+        .run(
+            &(any::<u64>(), 0..101u64, 0..40u32, 0..3u32),
+            |(seed, zero_pct, offset, spread)| {
+                // Registers: some zero, the others 1 + a geometric draw shifted by `offset`.
+                let mut x = seed | 1;
+                let mut next = || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x
+                };
+                let regs: Vec<u8> = (0..16_384)
+                    .map(|_| {
+                        if next() % 100 < zero_pct {
+                            0
+                        } else {
+                            let r = 1 + offset + (next().leading_zeros() >> spread);
+                            r.min(51) as u8
+                        }
+                    })
+                    .collect();
+                let key = key_of(
+                    &format!("est{}:", case.fetch_add(1, Ordering::Relaxed)),
+                    "x",
+                    &limit,
+                );
+                let mut ranks = [0u32; 52];
+                regs.iter().for_each(|&r| ranks[usize::from(r)] += 1);
+                let mut raw = format!("h {window_start}").into_bytes();
+                for n in ranks {
+                    raw.extend_from_slice(format!(" {n}").as_bytes());
+                }
+                raw.push(b'\n');
+                raw.extend_from_slice(&regs);
+                rt.block_on(client.set::<(), _, _>(
+                    key.as_slice(),
+                    raw.as_slice(),
+                    None,
+                    None,
+                    false,
+                ))
+                .map_err(|e| TestCaseError::fail(format!("SET: {e}")))?;
+                let mut table = MapTable::default();
+                table.0.insert(
+                    key.clone(),
+                    State::Distinct(distinct::State {
+                        window_start,
+                        values: distinct::Values::Hll(regs.into_boxed_slice()),
+                    }),
+                );
+                let look = [Check {
+                    ask: Ask {
+                        value: seed,
+                        ..Ask::peek()
+                    },
+                    ..take(&key, &limit, 0, 0)
+                }];
+                let want = batch::decide(&mut table, &look, T0);
+                let got = rt
+                    .block_on(store.decide_checks(&look, T0, Deadline::NONE))
+                    .map_err(|e| TestCaseError::fail(format!("redis: {e}")))?;
+                prop_assert_eq!(got, want);
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+/// With the Redis clock, calendar windows are computed by sluice (the tz database) around its
+/// own clock: a Redis clock an hour away from it still counts in Redis' own hour.
+#[test]
+fn calendar_windows_follow_the_redis_clock() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let redis = RedisNode::start();
+    let store = rt.block_on(connected(options(&redis.url(), ClockSource::Redis)));
+    let mut limit = Limit::fixed_window(5, 3_600 * SEC);
+    limit.calendar = Some(Calendar {
+        unit: Unit::Hour,
+        tz: chrono_tz::Asia::Kolkata,
+    });
+    let redis_now = || -> Micros {
+        let t = redis.cli(&["TIME"]);
+        let mut it = t.lines().map(|l| l.trim().parse::<i64>().unwrap());
+        it.next().unwrap() * SEC + it.next().unwrap()
+    };
+    for (i, skew) in [-3_600 * SEC, 0, 3_600 * SEC].into_iter().enumerate() {
+        let key = key_of("cal:", &format!("x{i}"), &limit);
+        let c = [take(&key, &limit, 1, 0)];
+        let before = redis_now();
+        let v = rt
+            .block_on(store.decide_checks(&c, before + skew, Deadline::NONE))
+            .unwrap();
+        let after = redis_now();
+        assert!(v[0].allowed && v[0].remaining == 4, "{v:?}");
+        let stored = redis.cli(&["GET", std::str::from_utf8(&key).unwrap()]);
+        let start: Micros = stored.split(' ').next().unwrap().parse().unwrap();
+        // Kolkata's hours start at :30 UTC; an hour boundary may pass during the call.
+        let starts = [
+            limit.frame(before).window_start,
+            limit.frame(after).window_start,
+        ];
+        assert!(
+            starts.contains(&start),
+            "skew {skew}: {stored} not in {starts:?}"
+        );
+        assert_eq!(start % (1_800 * SEC), 0);
+        assert_ne!(start % (3_600 * SEC), 0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round trips and sharing.
+// ---------------------------------------------------------------------------------------------
