@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use crate::support::poll::{wait_until, wait_until_async};
 use crate::support::redis::{self as redis_support, ping, RedisCluster, RedisNode};
 use clap::Parser;
+use redis_support::{connected, key_of};
 use sluice::algorithm::{Ask, Limit};
 use sluice::clock::ManualClock;
 use sluice::model::Micros;
@@ -31,9 +32,7 @@ use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice::settings::{Cli, Command as Sub};
-use sluice::store::key::{self, Part};
-use sluice::store::redis::breaker::BreakerOptions;
-use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
+use sluice::store::redis::{ClockSource, RedisOptions, RedisStore};
 use sluice::store::{Check, Deadline};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -43,45 +42,7 @@ const SEC: Micros = 1_000_000;
 const T0: Micros = 1_700_000_000 * SEC;
 
 fn options(url: &str, command_timeout: Duration) -> RedisOptions {
-    RedisOptions {
-        connect: ConnectOptions {
-            url: url.into(),
-            tls_ca: None,
-            tls_client: None,
-            username: None,
-            password: None,
-            password_file: None,
-            pool_size: 2,
-            connect_timeout: Duration::from_secs(2),
-        },
-        command_timeout,
-        clock: ClockSource::Local,
-        breaker: BreakerOptions::default(),
-    }
-}
-
-async fn connected(opts: RedisOptions) -> RedisStore {
-    let store = RedisStore::connect(opts).expect("valid options");
-    tokio::time::timeout(Duration::from_secs(60), store.ready())
-        .await
-        .expect("the store connects");
-    store
-}
-
-fn key_of(prefix: &str, value: &str, limit: &Limit) -> Vec<u8> {
-    let mut out = Vec::new();
-    key::build(
-        &mut out,
-        prefix.as_bytes(),
-        "d",
-        [Part::Value {
-            key: b"k",
-            value: value.as_bytes(),
-        }],
-        limit,
-        None,
-    );
-    out
+    redis_support::store_options(url, ClockSource::Local, command_timeout)
 }
 
 /// A limit never reached: every answered call is allowed.

@@ -26,6 +26,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 
 use crate::support::poll::{wait_until, wait_until_async};
+use redis_support::{connected, key_of};
 use redis_support::{ping, RedisNode};
 use sluice::algorithm::{distinct, Algorithm, Ask, Calendar, Limit, State};
 use sluice::clock::ManualClock;
@@ -38,7 +39,7 @@ use sluice::settings::{Cli, Command, ServeArgs};
 use sluice::store::batch;
 use sluice::store::key::{self, Part};
 use sluice::store::redis::breaker::BreakerOptions;
-use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
+use sluice::store::redis::{ClockSource, RedisOptions, RedisStore};
 use sluice::store::{Charge, Check, Deadline, ErrorKind, FailurePolicy, Fallback, MapTable, Store};
 
 const SEC: Micros = 1_000_000;
@@ -46,46 +47,8 @@ const SEC: Micros = 1_000_000;
 const T0: Micros = 1_700_000_000 * SEC;
 
 fn options(url: &str, clock: ClockSource) -> RedisOptions {
-    RedisOptions {
-        connect: ConnectOptions {
-            url: url.into(),
-            tls_ca: None,
-            tls_client: None,
-            username: None,
-            password: None,
-            password_file: None,
-            pool_size: 2,
-            connect_timeout: Duration::from_secs(2),
-        },
-        // Generous: this box is small and shared; the timeout test sets its own.
-        command_timeout: Duration::from_secs(2),
-        clock,
-        breaker: BreakerOptions::default(),
-    }
-}
-
-async fn connected(opts: RedisOptions) -> RedisStore {
-    let store = RedisStore::connect(opts).expect("valid options");
-    tokio::time::timeout(Duration::from_secs(60), store.ready())
-        .await
-        .expect("the store connects");
-    store
-}
-
-fn key_of(prefix: &str, value: &str, limit: &Limit) -> Vec<u8> {
-    let mut out = Vec::new();
-    key::build(
-        &mut out,
-        prefix.as_bytes(),
-        "d",
-        [Part::Value {
-            key: b"k",
-            value: value.as_bytes(),
-        }],
-        limit,
-        None,
-    );
-    out
+    // Generous: this box is small and shared; the timeout test sets its own.
+    redis_support::store_options(url, clock, Duration::from_secs(2))
 }
 
 fn named_key_of(prefix: &str, value: &str, limit: &Limit, name: &str) -> Vec<u8> {

@@ -444,3 +444,55 @@ impl RedisSentinel {
         )
     }
 }
+
+/// Options of a `RedisStore` at `url` as the store tests use it: a pool of 2, no TLS or ACL.
+pub fn store_options(
+    url: &str,
+    clock: sluice::store::redis::ClockSource,
+    command_timeout: std::time::Duration,
+) -> sluice::store::redis::RedisOptions {
+    use sluice::store::redis::{breaker::BreakerOptions, ConnectOptions, RedisOptions};
+    RedisOptions {
+        connect: ConnectOptions {
+            url: url.into(),
+            tls_ca: None,
+            tls_client: None,
+            username: None,
+            password: None,
+            password_file: None,
+            pool_size: 2,
+            connect_timeout: std::time::Duration::from_secs(2),
+        },
+        command_timeout,
+        clock,
+        breaker: BreakerOptions::default(),
+    }
+}
+
+/// A store connected with `opts` (its script loaded), within a minute.
+pub async fn connected(
+    opts: sluice::store::redis::RedisOptions,
+) -> sluice::store::redis::RedisStore {
+    let store = sluice::store::redis::RedisStore::connect(opts).expect("valid options");
+    tokio::time::timeout(std::time::Duration::from_secs(60), store.ready())
+        .await
+        .expect("the store connects");
+    store
+}
+
+/// The storage key of descriptor `k=value` in domain `d` under `prefix`.
+pub fn key_of(prefix: &str, value: &str, limit: &sluice::algorithm::Limit) -> Vec<u8> {
+    let mut out = Vec::new();
+    sluice::store::key::build(
+        &mut out,
+        prefix.as_bytes(),
+        "d",
+        [sluice::store::key::Part::Value {
+            key: b"k",
+            value: value.as_bytes(),
+        }],
+        limit,
+        None,
+    );
+    out
+}
