@@ -128,7 +128,6 @@ impl<S: Store> Store for Fallback<S> {
 mod tests {
     use super::*;
     use crate::algorithm::{Ask, Limit};
-    use crate::store::Charge;
 
     /// A store that always fails, as a Redis that is down.
     struct Down;
@@ -151,15 +150,7 @@ mod tests {
     #[tokio::test]
     async fn each_policy() {
         let l = Limit::fixed_window(1, 60_000_000);
-        let c = [Check {
-            key: b"k",
-            limit: &l,
-            ask: Ask::take(1),
-            charge: Charge::IfAdmitted,
-            group: 0,
-            quota: false,
-            on_error: None,
-        }];
+        let c = [Check::new(b"k", &l, Ask::take(1))];
         let now = 30_000_000;
         let unavailable = Fallback::new(Down, FailurePolicy::Unavailable, None);
         assert!(unavailable.decide(&c, now, Deadline::NONE).await.is_err());

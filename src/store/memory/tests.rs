@@ -8,15 +8,7 @@ use crate::store::Charge;
 fn expired_entries_are_swept() {
     let s = MemoryStore::new(1000);
     let l = Limit::fixed_window(5, 1_000_000);
-    let c = [Check {
-        key: b"k",
-        limit: &l,
-        ask: Ask::take(1),
-        charge: Charge::IfAdmitted,
-        group: 0,
-        quota: false,
-        on_error: None,
-    }];
+    let c = [Check::new(b"k", &l, Ask::take(1))];
     s.decide_now(&c, 0);
     assert_eq!(s.len(), 1);
     assert_eq!(s.sweep(999_999), 0);
@@ -30,15 +22,7 @@ fn the_cap_holds_and_evictions_are_counted() {
     let l = Limit::fixed_window(5, 60_000_000);
     for i in 0..10_000u32 {
         let key = i.to_be_bytes();
-        let c = [Check {
-            key: &key,
-            limit: &l,
-            ask: Ask::take(1),
-            charge: Charge::IfAdmitted,
-            group: 0,
-            quota: false,
-            on_error: None,
-        }];
+        let c = [Check::new(&key, &l, Ask::take(1))];
         assert!(s.decide_now(&c, 0)[0].allowed);
     }
     assert!(s.len() <= SHARDS * 2, "{} entries", s.len());
@@ -145,18 +129,14 @@ fn accounted_bytes_per_key() {
                 value: value.as_bytes(),
             }];
             crate::store::key::build(&mut key, b"", "bench0", parts, &l, None);
-            let c = [Check {
-                key: &key,
-                limit: &l,
-                ask: Ask {
+            let c = [Check::new(
+                &key,
+                &l,
+                Ask {
                     value: 7,
                     ..Ask::take(1)
                 },
-                charge: Charge::IfAdmitted,
-                group: 0,
-                quota: false,
-                on_error: None,
-            }];
+            )];
             s.decide_now(&c, 0);
         }
         assert_eq!(s.len(), keys as usize);
