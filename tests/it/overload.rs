@@ -68,6 +68,29 @@ async fn start(redis: &RedisNode, flags: &[&str]) -> (sluice::app::Server, tempf
     (server, dir)
 }
 
+/// A server whose store waits as long as it takes (only the in-flight bound may refuse), with
+/// `flags`, and a client once Redis answers.
+async fn start_patient(
+    redis: &RedisNode,
+    flags: &[&str],
+) -> (
+    sluice::app::Server,
+    tempfile::TempDir,
+    RateLimitServiceClient<tonic::transport::Channel>,
+) {
+    let mut all = flags.to_vec();
+    all.extend([
+        "--redis-command-timeout",
+        "60s",
+        "--redis-connect-timeout",
+        "60s",
+    ]);
+    let (server, dir) = start(redis, &all).await;
+    let client = RateLimitServiceClient::new(channel(server.grpc_addr).await);
+    ready(&client).await;
+    (server, dir, client)
+}
+
 async fn ready(client: &RateLimitServiceClient<tonic::transport::Channel>) {
     wait_until_async("Redis to be connected", || {
         let mut c = client.clone();
@@ -79,21 +102,7 @@ async fn ready(client: &RateLimitServiceClient<tonic::transport::Channel>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_beyond_the_bound_is_refused_at_once_and_recovers() {
     let redis = RedisNode::start();
-    let (server, _dir) = start(
-        &redis,
-        &[
-            "--max-in-flight",
-            "4",
-            // The store waits as long as it takes: only the gate may refuse.
-            "--redis-command-timeout",
-            "60s",
-            "--redis-connect-timeout",
-            "60s",
-        ],
-    )
-    .await;
-    let client = RateLimitServiceClient::new(channel(server.grpc_addr).await);
-    ready(&client).await;
+    let (server, _dir, client) = start_patient(&redis, &["--max-in-flight", "4"]).await;
 
     assert_eq!(redis.cli(&["CLIENT", "PAUSE", "60000", "WRITE"]), "OK");
     let calls: Vec<_> = (1..=20)
@@ -179,21 +188,8 @@ async fn a_store_slower_than_its_timeout_leaves_nothing_waiting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_requests_share_the_in_flight_bound() {
     let redis = RedisNode::start();
-    let (server, _dir) = start(
-        &redis,
-        &[
-            "--json-api",
-            "--max-in-flight",
-            "2",
-            "--redis-command-timeout",
-            "60s",
-            "--redis-connect-timeout",
-            "60s",
-        ],
-    )
-    .await;
-    let client = RateLimitServiceClient::new(channel(server.grpc_addr).await);
-    ready(&client).await;
+    let (server, _dir, client) =
+        start_patient(&redis, &["--json-api", "--max-in-flight", "2"]).await;
     let http = server.http_addr;
     let body = |i: usize| {
         format!(
