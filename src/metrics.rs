@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider, UpDownCounter};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{Instrument, PeriodicReader, SdkMeterProvider, Stream};
 use opentelemetry_sdk::Resource;
@@ -92,6 +92,23 @@ pub struct Metrics {
     pub config_loads: Counter<u64>,
     /// `sluice.config.load.duration` (s) {result}: read, parse, validate, compile and swap.
     pub config_load_duration: Histogram<f64>,
+    pub rlqs: RlqsMetrics,
+}
+
+/// The instruments of the Rate Limit Quota Service.
+#[derive(Clone)]
+pub struct RlqsMetrics {
+    /// `sluice.rlqs.streams`: streams open now.
+    pub streams: UpDownCounter<i64>,
+    /// `sluice.rlqs.stream.ends` {code}: streams ended or refused, by gRPC code.
+    pub stream_ends: Counter<u64>,
+    /// `sluice.rlqs.reports`: usage reports received.
+    pub reports: Counter<u64>,
+    /// `sluice.rlqs.requests` {outcome}: requests Envoy reported allowed or denied.
+    pub requests: Counter<u64>,
+    /// `sluice.rlqs.assignments` {action}: bucket actions sent (allow_all, deny_all,
+    /// token_bucket, abandon).
+    pub assignments: Counter<u64>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -181,6 +198,30 @@ impl Metrics {
                 )
                 .with_boundaries(LOAD_BUCKETS.to_vec())
                 .build(),
+            rlqs: RlqsMetrics {
+                streams: meter
+                    .i64_up_down_counter("sluice.rlqs.streams")
+                    .with_description("RLQS streams open")
+                    .build(),
+                stream_ends: meter
+                    .u64_counter("sluice.rlqs.stream.ends")
+                    .with_description("RLQS streams ended or refused, by gRPC code")
+                    .build(),
+                reports: meter
+                    .u64_counter("sluice.rlqs.reports")
+                    .with_description("RLQS usage reports received")
+                    .build(),
+                requests: meter
+                    .u64_counter("sluice.rlqs.requests")
+                    .with_description("Requests RLQS clients reported, by outcome (allowed, denied)")
+                    .build(),
+                assignments: meter
+                    .u64_counter("sluice.rlqs.assignments")
+                    .with_description(
+                        "RLQS bucket actions sent, by action (allow_all, deny_all, token_bucket, abandon)",
+                    )
+                    .build(),
+            },
             provider,
             registry,
             stats,

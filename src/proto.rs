@@ -1,4 +1,5 @@
-//! Code generated from `proto/` (Envoy RLS v3, wire-compatible; entry key/value as bytes).
+//! Code generated from `proto/` (Envoy RLS v3 and RLQS v3, wire-compatible; RLS entry key/value
+//! as bytes).
 
 #[allow(clippy::all, missing_docs)]
 pub mod envoy {
@@ -24,6 +25,11 @@ pub mod envoy {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
             }
         }
+        pub mod rate_limit_quota {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.rate_limit_quota.v3");
+            }
+        }
     }
     pub mod r#type {
         pub mod v3 {
@@ -38,6 +44,8 @@ pub use envoy::service::ratelimit::v3::{
     RateLimitResponse,
 };
 
-/// Encoded `FileDescriptorSet` of the RLS protos, for gRPC server reflection.
+pub use envoy::service::rate_limit_quota::v3 as rlqs;
+
+/// Encoded `FileDescriptorSet` of the RLS and RLQS protos, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));

@@ -31,7 +31,8 @@ use crate::tasks;
 
 use listeners::{serve_grpc, Listeners};
 use options::{
-    grpc_tls, limiter_options, memory_store, read_memory, read_redis, redis_options, request_limits,
+    grpc_tls, limiter_options, memory_store, read_memory, read_redis, redis_options,
+    request_limits, rlqs_options,
 };
 pub use server::Server;
 
@@ -179,6 +180,7 @@ async fn run<S: Store>(
         hardening: hard,
         health,
         tls: tls.clone(),
+        rlqs: rlqs_options(&args.rlqs, hard),
         stop: stop_rx.clone(),
     })
     .context("cannot build the gRPC reflection service")?;

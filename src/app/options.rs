@@ -10,8 +10,10 @@ use crate::clock::Clock;
 use crate::limiter::{HeaderNames, LimiterOptions};
 use crate::metrics::{MemoryCounts, ReadMemory, ReadRedis};
 use crate::service::limits::RequestLimits;
+use crate::service::rlqs::RlqsOptions;
 use crate::service::tls::{ReloadingTls, TlsError, TlsFiles};
 use crate::settings::hardening::HardeningArgs;
+use crate::settings::rlqs::RlqsArgs;
 use crate::settings::{RedisArgs, ServeArgs};
 use crate::store::redis::breaker::BreakerOptions;
 use crate::store::redis::{ConnectOptions, RedisOptions};
@@ -97,6 +99,17 @@ pub(super) fn request_limits(hard: &HardeningArgs) -> RequestLimits {
         max_key_bytes: hard.max_key_bytes,
         max_value_bytes: hard.max_value_bytes,
         max_domain_bytes: hard.max_domain_bytes,
+    }
+}
+
+/// The Rate Limit Quota Service's bounds; a bucket id is held to the sizes of a descriptor.
+pub(super) fn rlqs_options(args: &RlqsArgs, hard: &HardeningArgs) -> RlqsOptions {
+    RlqsOptions {
+        assignment_ttl: args.rlqs_assignment_ttl,
+        max_streams: args.rlqs_max_streams,
+        max_buckets_per_stream: args.rlqs_max_buckets_per_stream,
+        max_report_bytes: args.rlqs_max_report_bytes,
+        limits: request_limits(hard),
     }
 }
 

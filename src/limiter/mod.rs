@@ -5,8 +5,7 @@
 //! quota mode, several limits per descriptor (`rate_limits`), refund permission, response
 //! headers and metadata. The store decides and charges atomically.
 //!
-//! A decision runs in stages, each usable on its own (RLS, the JSON API, and later RLQS or a
-//! native API share them): [`resolve`] (descriptors -> limits) and [`plan`] (limits -> checks
+//! A decision runs in stages, each usable on its own (RLS, the JSON API and RLQS share them): [`resolve`] (descriptors -> limits) and [`plan`] (limits -> checks
 //! with their keys) build a [`Plan`]; the [`Store`] decides its checks; [`assemble`] turns
 //! (plan, verdicts) into a [`Response`]; [`explain`] and [`statistics`] are derived from the
 //! same (plan, verdicts) afterwards.
@@ -16,6 +15,7 @@ pub mod explain;
 pub mod plan;
 pub mod resolve;
 pub mod response;
+pub mod share;
 pub mod statistics;
 #[cfg(test)]
 mod testing;
@@ -78,6 +78,8 @@ pub struct Limiter<S> {
     clock: Arc<dyn Clock>,
     opts: LimiterOptions,
     metrics: Option<LimiterMetrics>,
+    /// Counts rule sets published, so that long-lived RLQS streams re-evaluate on a reload.
+    generation: tokio::sync::watch::Sender<u64>,
 }
 
 impl<S: Store> Limiter<S> {
@@ -88,6 +90,7 @@ impl<S: Store> Limiter<S> {
             clock,
             opts,
             metrics: None,
+            generation: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -103,6 +106,12 @@ impl<S: Store> Limiter<S> {
         if let Some(old) = self.rules.swap(Some(rules)) {
             retire(old);
         }
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Changes each time a rule set is published.
+    pub fn rules_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
     }
 
     pub fn rules(&self) -> Option<Arc<RuleSet>> {
@@ -163,6 +172,14 @@ impl<S: Store> Limiter<S> {
             statistics::record(&m.stats, plan, verdicts);
         }
         assemble::assemble(plan, verdicts, &self.opts)
+    }
+
+    /// Per-rule statistics of what an RLQS client reported for the (one-descriptor) `plan`:
+    /// `allowed` requests it admitted and `denied` it refused itself, `remaining` of the limit.
+    pub fn record_reported(&self, plan: &Plan<'_>, allowed: u64, denied: u64, remaining: u64) {
+        if let Some(m) = &self.metrics {
+            statistics::record_reported(&m.stats, plan, allowed, denied, remaining);
+        }
     }
 
     /// Decides `req` (charging it) with every stage.

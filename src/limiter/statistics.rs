@@ -40,6 +40,42 @@ pub fn record(stats: &StatsRegistry, plan: &Plan<'_>, verdicts: &[Verdict]) {
     }
 }
 
+/// Counts what an RLQS client reported for each limited descriptor of `plan`: `allowed`
+/// requests as charged and within the limit (`remaining` left), `denied` as over it.
+pub fn record_reported(
+    stats: &StatsRegistry,
+    plan: &Plan<'_>,
+    allowed: u64,
+    denied: u64,
+    remaining: u64,
+) {
+    let Some(domain) = plan.domain else {
+        return;
+    };
+    for (i, range) in plan.groups() {
+        let r = &plan.resolved[i];
+        let counters = counters_of(stats, domain, r, &plan.request.descriptors[i]);
+        let limit = plan.limit(&plan.planned[range.start]).limit.requests;
+        let shadow = r.rule().is_some_and(|r| r.shadow_mode);
+        for (hits, allowed) in [(allowed, true), (denied, false)] {
+            if hits > 0 {
+                stats.record(
+                    &counters,
+                    Observation {
+                        hits,
+                        limit,
+                        allowed,
+                        charged: true,
+                        remaining,
+                        shadow,
+                        cached: false,
+                    },
+                );
+            }
+        }
+    }
+}
+
 /// The stats key of a limited descriptor (see [`crate::stats`]).
 pub fn stats_key_of(domain: &Domain, r: &Resolved<'_>, d: &Descriptor) -> Option<String> {
     match r {

@@ -1,4 +1,5 @@
-//! The gRPC server: the RLS service (through the one request pipeline), gRPC health and reflection,
+//! The gRPC server: the RLS service (through the one request pipeline), the RLQS service,
+//! gRPC health and reflection,
 //! with the HTTP/2 settings of the hardening flags, served on one listener (plain or TLS).
 //! Built once and cloned per listener, so `--grpc-threads` serves the same router on each
 //! thread's own runtime.
@@ -14,6 +15,7 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 use super::accept::{self, Port};
 use super::overload::Gate;
 use super::pipeline::Pipeline;
+use super::rlqs::{Rlqs, RlqsOptions};
 use super::rls::RlsService;
 use super::tls::{self, ReloadingTls};
 use crate::metrics::Metrics;
@@ -30,6 +32,8 @@ pub struct GrpcParts<'a, S, H> {
     /// gRPC health, whose statuses the service state publishes.
     pub health: HealthServer<H>,
     pub tls: Option<Arc<ReloadingTls>>,
+    /// The Rate Limit Quota Service's bounds and TTL.
+    pub rlqs: RlqsOptions,
     /// `true` once the drain starts: each listener stops accepting and finishes its calls.
     pub stop: watch::Receiver<bool>,
 }
@@ -54,6 +58,14 @@ impl GrpcServer {
             RlsService::new(parts.pipeline.clone()).with_metrics(parts.metrics.clone()),
         )
         .max_decoding_message_size(parts.pipeline.limits().max_request_bytes);
+        // Streams, so not behind the Gate (which reads a whole body); bounded by its own flags.
+        let rlqs = Rlqs::new(
+            parts.pipeline.limiter().clone(),
+            parts.rlqs,
+            parts.metrics.clone(),
+            parts.stop.clone(),
+        )
+        .server();
         // Server reflection, so grpcurl and similar tools need no .proto files.
         let reflection = || {
             tonic_reflection::server::Builder::configure()
@@ -76,6 +88,7 @@ impl GrpcServer {
             .add_service(parts.health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
+            .add_service(rlqs)
             .add_service(
                 Gate::new(rls)
                     .with_reading(

@@ -1,5 +1,5 @@
-//! The network faces of sluice: the Envoy RLS gRPC service, gRPC health, and the HTTP side
-//! port (with the admin API). Thin: they convert between wire formats and the model and hold
+//! The network faces of sluice: the Envoy RLS and RLQS gRPC services, gRPC health, and the
+//! HTTP side port (with the admin API). Thin: they convert between wire formats and the model and hold
 //! no policy.
 
 pub mod accept;
@@ -12,6 +12,7 @@ pub mod limits;
 pub mod overload;
 pub mod pipeline;
 pub mod propagation;
+pub mod rlqs;
 pub mod rls;
 pub mod state;
 pub mod tls;

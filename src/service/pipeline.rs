@@ -55,6 +55,10 @@ impl<S: Store> Pipeline<S> {
         &self.limits
     }
 
+    pub fn limiter(&self) -> &Arc<Limiter<S>> {
+        &self.limiter
+    }
+
     /// Decides `req`, answering within `timeout` (the caller's deadline) when given.
     pub async fn decide(
         &self,

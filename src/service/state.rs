@@ -9,8 +9,14 @@ use tonic_health::ServingStatus;
 
 use crate::model::Micros;
 
-/// The service names gRPC health answers for.
-pub const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
+/// The service names gRPC health answers for: the server, envoyproxy/ratelimit's name, and
+/// each API by its full name.
+pub const HEALTH_SERVICES: [&str; 4] = [
+    "",
+    "ratelimit",
+    "envoy.service.ratelimit.v3.RateLimitService",
+    super::rlqs::SERVICE_NAME,
+];
 
 /// What the last config loads did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

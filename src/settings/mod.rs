@@ -4,6 +4,7 @@
 
 pub mod hardening;
 pub mod ratelimit_env;
+pub mod rlqs;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -152,6 +153,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub hardening: hardening::HardeningArgs,
+
+    #[command(flatten)]
+    pub rlqs: rlqs::RlqsArgs,
 
     #[command(flatten)]
     pub redis: RedisArgs,

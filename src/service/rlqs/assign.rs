@@ -1,0 +1,235 @@
+//! One bucket of one stream: what it matched, what it was granted, and the store calls that
+//! turn a report into an [`Assignment`] (the order of `limiter::share`'s module doc).
+
+use std::sync::Mutex;
+
+use super::bucket::Assignment;
+use crate::algorithm::{Algorithm, Limit};
+use crate::limiter::plan::Plan;
+use crate::limiter::resolve::Resolved;
+use crate::limiter::share::{self, Demands, Ledger};
+use crate::limiter::{LimitError, Limiter};
+use crate::model::{Micros, Request};
+use crate::rules::RuleSet;
+use crate::store::{Charge, Check, Deadline, Store, Verdict};
+
+/// What a bucket matched, to tell on a reload whether its assignment must change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Matched {
+    /// No rule, or a rule whose limits another replaced.
+    Nothing,
+    Unlimited,
+    Limited {
+        limits: Vec<Limit>,
+        /// The storage keys of the limits, in one buffer.
+        keys: Vec<u8>,
+        shadow: bool,
+    },
+}
+
+/// One bucket of a stream.
+pub struct BucketState {
+    /// The bucket as an RLS request of one descriptor (its hits are set per store call).
+    pub request: Request,
+    pub ledger: Ledger,
+    /// Allowed + denied in the last report.
+    pub demand: u64,
+    /// What it matched when last assessed (`None`: never yet).
+    pub matched: Option<Matched>,
+    /// The storage key its demand is recorded under.
+    pub share_key: Option<Vec<u8>>,
+    /// The last assignment sent.
+    pub sent: Option<Assignment>,
+}
+
+impl BucketState {
+    pub fn new(request: Request) -> Self {
+        BucketState {
+            request,
+            ledger: Ledger::default(),
+            demand: 0,
+            matched: None,
+            share_key: None,
+            sent: None,
+        }
+    }
+}
+
+/// What an assessment needs besides the bucket.
+pub struct Context<'a, S> {
+    pub limiter: &'a Limiter<S>,
+    pub rules: &'a RuleSet,
+    pub demands: &'a Mutex<Demands>,
+    pub stream: u64,
+    /// How long another stream's demand counts (the assignment TTL).
+    pub demand_ttl: Micros,
+    pub now: Micros,
+}
+
+/// Why a bucket is assessed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// A report: `allowed` and `denied` since the last one.
+    Report { allowed: u64, denied: u64 },
+    /// A window ended or the rules changed: renew if due.
+    Renewal,
+}
+
+/// Assesses `b`: charges what the report admitted beyond its grant, records demand and
+/// statistics, and decides its assignment (a new grant only when [`Ledger::renew`] says so).
+/// `Ok(None)`: the bucket no longer matches a rule it matched before (abandon it).
+pub async fn assess<S: Store>(
+    cx: &Context<'_, S>,
+    b: &mut BucketState,
+    cause: Cause,
+) -> Result<Option<Assignment>, LimitError> {
+    let (allowed, denied) = match cause {
+        Cause::Report { allowed, denied } => (allowed, denied),
+        Cause::Renewal => (0, 0),
+    };
+    b.request.descriptors[0].hits = 1;
+    let plan = cx.limiter.plan(cx.rules, &b.request)?;
+    let matched = matched(&plan, cx.limiter.options().shadow_mode);
+    let before = b.matched.replace(matched.clone());
+    if before.as_ref().is_some_and(|m| *m != matched) {
+        if matched == Matched::Nothing {
+            return Ok(None);
+        }
+        // A changed rule: whatever was granted under the old one no longer says anything.
+        b.ledger.outstanding = 0;
+        b.ledger.ends = None;
+    }
+    let Matched::Limited { shadow, .. } = matched else {
+        return Ok(Some(Assignment::AllowAll));
+    };
+    let checks = plan.checks();
+    let share_key = checks.first().map(|c| c.key.to_vec()).unwrap_or_default();
+    if let Cause::Report { .. } = cause {
+        b.demand = allowed.saturating_add(denied);
+        let mut d = cx.demands.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = b.share_key.as_ref().filter(|k| **k != share_key) {
+            d.remove(old, cx.stream);
+        }
+        d.set(&share_key, cx.stream, b.demand, cx.now);
+    }
+    b.share_key = Some(share_key.clone());
+
+    // What Envoy admitted beyond its grant is consumed: charged, never refused.
+    let excess = b.ledger.settle(allowed);
+    let verdicts = decide(cx, &checks, excess, Charge::Always).await?;
+    let mut remaining = remaining_of(&verdicts);
+    cx.limiter
+        .record_reported(&plan, allowed, denied, remaining);
+
+    let distinct = checks
+        .iter()
+        .any(|c| c.limit.algorithm == Algorithm::Distinct);
+    let ends = window_end(&checks, cx.now);
+    if shadow {
+        return Ok(Some(Assignment::AllowAll));
+    }
+    if distinct {
+        // Distinct counts values, not requests: the bucket's value is in the set or not.
+        let v = decide(cx, &checks, 1, Charge::IfAdmitted).await?;
+        b.ledger.grant(0, ends);
+        return Ok(Some(if v.iter().all(|v| v.allowed) {
+            Assignment::AllowAll
+        } else {
+            Assignment::DenyAll
+        }));
+    }
+    if !b.ledger.renew(cx.now) {
+        return Ok(b.sent);
+    }
+    let others = cx.demands.lock().unwrap_or_else(|e| e.into_inner()).others(
+        &share_key,
+        cx.stream,
+        cx.now,
+        cx.demand_ttl,
+    );
+    // Reserve the share; another stream (or replica) may take some between the look and the
+    // reservation, so look again once before denying.
+    let mut tokens = 0;
+    for attempt in 0..2 {
+        let want = share::share(remaining, b.demand, others);
+        if want == 0 {
+            break;
+        }
+        let v = decide(cx, &checks, want, Charge::IfAdmitted).await?;
+        if v.iter().all(|v| v.allowed) {
+            tokens = want;
+            break;
+        }
+        if attempt == 0 {
+            remaining = remaining_of(&decide(cx, &checks, 0, Charge::IfAdmitted).await?);
+        }
+    }
+    b.ledger.grant(tokens, ends);
+    Ok(Some(if tokens == 0 {
+        Assignment::DenyAll
+    } else {
+        Assignment::Tokens {
+            tokens,
+            generation: b.ledger.generation,
+        }
+    }))
+}
+
+/// The plan's one descriptor, as far as assignments go.
+fn matched(plan: &Plan<'_>, global_shadow: bool) -> Matched {
+    match &plan.resolved[0] {
+        Resolved::NoLimit | Resolved::Replaced(_) => Matched::Nothing,
+        Resolved::Unlimited(_) => Matched::Unlimited,
+        Resolved::Limited { rule, limits, .. } => Matched::Limited {
+            limits: limits.iter().map(|l| l.limit.clone()).collect(),
+            keys: plan
+                .planned
+                .iter()
+                .flat_map(|p| plan.key(p).iter().copied())
+                .collect(),
+            shadow: global_shadow || rule.is_some_and(|r| r.shadow_mode),
+        },
+    }
+}
+
+/// The store decides `checks` with `hits` each under `charge` (0 hits: a look).
+async fn decide<S: Store>(
+    cx: &Context<'_, S>,
+    checks: &[Check<'_>],
+    hits: u64,
+    charge: Charge,
+) -> Result<Vec<Verdict>, LimitError> {
+    let checks: Vec<Check<'_>> = checks
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            c.ask.hits = hits;
+            c.charge = charge;
+            c
+        })
+        .collect();
+    Ok(cx
+        .limiter
+        .store()
+        .decide(&checks, cx.now, Deadline::NONE)
+        .await?)
+}
+
+/// What every limit still allows (0 when one is over).
+fn remaining_of(verdicts: &[Verdict]) -> u64 {
+    verdicts
+        .iter()
+        .map(|v| if v.allowed { v.remaining } else { 0 })
+        .min()
+        .unwrap_or(0)
+}
+
+/// The end of the earliest window among windowed limits (their grants are void after it);
+/// `None` when no limit has windows.
+fn window_end(checks: &[Check<'_>], now: Micros) -> Option<Micros> {
+    checks
+        .iter()
+        .filter(|c| c.limit.algorithm.has_windows())
+        .map(|c| c.limit.frame(now).window_end)
+        .min()
+}

@@ -1,0 +1,271 @@
+//! One RLQS stream (one Envoy): its domain and buckets, the reports it sends, and the
+//! assignments sent back on each report, when a grant's window ends, and after a reload.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
+
+use super::assign::{self, BucketState, Cause, Context};
+use super::bucket::{self, Assignment, Id};
+use super::Rlqs;
+use crate::model::Micros;
+use crate::proto::rlqs::rate_limit_quota_response::BucketAction;
+use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+use crate::store::Store;
+
+pub type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
+
+/// A stream's state.
+pub struct Stream<S> {
+    rlqs: Rlqs<S>,
+    id: u64,
+    domain: Option<String>,
+    buckets: HashMap<Id, BucketState>,
+}
+
+impl<S: Store> Stream<S> {
+    pub fn new(rlqs: Rlqs<S>, id: u64) -> Self {
+        Stream {
+            rlqs,
+            id,
+            domain: None,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Serves the stream until the client ends it, it breaks a bound, or sluice drains.
+    /// Returns the status it ended with.
+    pub async fn run(
+        mut self,
+        mut inbound: Streaming<RateLimitQuotaUsageReports>,
+        out: Outbound,
+    ) -> tonic::Code {
+        let mut rules_changed = self.rlqs.limiter.rules_changed();
+        let mut stop = self.rlqs.stop.clone();
+        let code = loop {
+            let wake = self.next_wake();
+            let result = tokio::select! {
+                msg = inbound.message() => match msg {
+                    Ok(Some(reports)) => self.report(reports).await,
+                    Ok(None) => break tonic::Code::Ok,
+                    // The client went away, or sent what tonic cannot decode (too large).
+                    Err(status) => Err(status),
+                },
+                changed = rules_changed.changed() => match changed {
+                    Ok(()) => self.renew_all(true).await,
+                    Err(_) => break tonic::Code::Ok,
+                },
+                _ = sleep_for(wake) => self.renew_all(false).await,
+                () = stopped(&mut stop) => break tonic::Code::Unavailable,
+            };
+            match result {
+                Ok(actions) if actions.is_empty() => {}
+                Ok(actions) => {
+                    let m = &self.rlqs.metrics;
+                    for a in &actions {
+                        m.assignments.add(1, &[KeyValue::new("action", label(a))]);
+                    }
+                    let response = RateLimitQuotaResponse {
+                        bucket_action: actions,
+                    };
+                    if out.send(Ok(response)).await.is_err() {
+                        break tonic::Code::Cancelled;
+                    }
+                }
+                Err(status) => {
+                    let code = status.code();
+                    let _ = out.send(Err(status)).await;
+                    break code;
+                }
+            }
+        };
+        self.forget_demands();
+        code
+    }
+
+    /// A usage report: every bucket in it is assessed and answered (which also renews its
+    /// assignment's time to live).
+    async fn report(
+        &mut self,
+        reports: RateLimitQuotaUsageReports,
+    ) -> Result<Vec<BucketAction>, Status> {
+        let m = &self.rlqs.metrics;
+        m.reports.add(1, &[]);
+        match &self.domain {
+            None if reports.domain.is_empty() => {
+                return Err(Status::invalid_argument(
+                    "the first usage report of a stream must name its domain",
+                ))
+            }
+            None => self.domain = Some(reports.domain.clone()),
+            Some(d) if !reports.domain.is_empty() && *d != reports.domain => {
+                return Err(Status::invalid_argument(format!(
+                    "this stream's domain is '{d}'; a report cannot change it to '{}'",
+                    reports.domain
+                )))
+            }
+            Some(_) => {}
+        }
+        let domain = self.domain.clone().unwrap_or_default();
+        let opts = &self.rlqs.options;
+        // Validate the whole report before acting on any of it.
+        let mut usages = Vec::with_capacity(reports.bucket_quota_usages.len());
+        let mut new = 0usize;
+        for (i, u) in reports.bucket_quota_usages.into_iter().enumerate() {
+            let id = u.bucket_id.map(|b| b.bucket).unwrap_or_default();
+            if !self.buckets.contains_key(&id) {
+                let request = bucket::request(&domain, &id, &opts.limits)
+                    .map_err(|e| Status::invalid_argument(format!("bucket {i}: {e}")))?;
+                new += 1;
+                if self.buckets.len() + new > opts.max_buckets_per_stream {
+                    return Err(Status::resource_exhausted(format!(
+                        "the stream reports more than {} buckets (--rlqs-max-buckets-per-stream)",
+                        opts.max_buckets_per_stream
+                    )));
+                }
+                self.buckets.insert(id.clone(), BucketState::new(request));
+            }
+            m.requests.add(
+                u.num_requests_allowed,
+                &[KeyValue::new("outcome", "allowed")],
+            );
+            m.requests
+                .add(u.num_requests_denied, &[KeyValue::new("outcome", "denied")]);
+            usages.push((id, u.num_requests_allowed, u.num_requests_denied));
+        }
+        let Some(rules) = self.rlqs.limiter.rules() else {
+            return Err(Status::unavailable("no rate limit configuration loaded"));
+        };
+        let now = self.rlqs.limiter.clock().now();
+        let mut actions = Vec::with_capacity(usages.len());
+        for (id, allowed, denied) in usages {
+            let cause = Cause::Report { allowed, denied };
+            if let Some(a) = self.assess(&rules, &id, cause, now, true).await {
+                actions.push(a);
+            }
+        }
+        Ok(actions)
+    }
+
+    /// Renews the buckets whose grant's window has ended, or (`reload`) re-assesses every
+    /// bucket against the new rules; sends only what changed.
+    async fn renew_all(&mut self, reload: bool) -> Result<Vec<BucketAction>, Status> {
+        let Some(rules) = self.rlqs.limiter.rules() else {
+            return Ok(Vec::new());
+        };
+        let now = self.rlqs.limiter.clock().now();
+        let due: Vec<Id> = self
+            .buckets
+            .iter()
+            .filter(|(_, b)| reload || b.ledger.ends.is_some_and(|e| e <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut actions = Vec::new();
+        for id in due {
+            if let Some(a) = self.assess(&rules, &id, Cause::Renewal, now, false).await {
+                actions.push(a);
+            }
+        }
+        Ok(actions)
+    }
+
+    /// Assesses one bucket; the action to send (`always`: even an unchanged assignment, to
+    /// renew its time to live). A store failure sends nothing for the bucket: Envoy keeps its
+    /// assignment until the TTL, then falls back as configured.
+    async fn assess(
+        &mut self,
+        rules: &crate::rules::RuleSet,
+        id: &Id,
+        cause: Cause,
+        now: Micros,
+        always: bool,
+    ) -> Option<BucketAction> {
+        let b = self.buckets.get_mut(id)?;
+        let cx = Context {
+            limiter: &self.rlqs.limiter,
+            rules,
+            demands: &self.rlqs.shared.demands,
+            stream: self.id,
+            demand_ttl: self.rlqs.options.assignment_ttl.as_micros() as Micros,
+            now,
+        };
+        let generation = b.ledger.generation;
+        match assign::assess(&cx, b, cause).await {
+            Ok(Some(a)) => {
+                let changed = b.sent != Some(a) || b.ledger.generation != generation;
+                b.sent = Some(a);
+                (always || changed)
+                    .then(|| bucket::assignment(id, a, self.rlqs.options.assignment_ttl))
+            }
+            Ok(None) => {
+                if let Some(key) = b.share_key.take() {
+                    self.rlqs.shared.forget(&key, self.id);
+                }
+                self.buckets.remove(id);
+                Some(bucket::abandon(id))
+            }
+            Err(e) => {
+                if let Some(held) = self.rlqs.shared.store_failed.due() {
+                    tracing::warn!(error = %e, held_back = held, "RLQS: cannot assess a bucket; Envoy keeps its assignment until its TTL");
+                }
+                None
+            }
+        }
+    }
+
+    /// When the earliest grant's window ends.
+    fn next_wake(&self) -> Option<Duration> {
+        let end = self.buckets.values().filter_map(|b| b.ledger.ends).min()?;
+        let now = self.rlqs.limiter.clock().now();
+        Some(Duration::from_micros((end - now).max(0) as u64))
+    }
+
+    fn forget_demands(&self) {
+        for b in self.buckets.values() {
+            if let Some(key) = &b.share_key {
+                self.rlqs.shared.forget(key, self.id);
+            }
+        }
+    }
+}
+
+/// Once the drain starts (the flag's `Ref` is not `Send`, so it is dropped here).
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+async fn sleep_for(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn label(a: &BucketAction) -> &'static str {
+    use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+    use crate::proto::rlqs::rate_limit_quota_response::bucket_action::BucketAction as A;
+    match &a.bucket_action {
+        Some(A::AbandonAction(_)) => "abandon",
+        Some(A::QuotaAssignmentAction(q)) => {
+            match q
+                .rate_limit_strategy
+                .as_ref()
+                .and_then(|s| s.strategy.as_ref())
+            {
+                Some(Strategy::TokenBucket(_)) => Assignment::Tokens {
+                    tokens: 0,
+                    generation: 0,
+                }
+                .label(),
+                Some(Strategy::BlanketRule(r)) if *r == BlanketRule::DenyAll as i32 => {
+                    Assignment::DenyAll.label()
+                }
+                _ => Assignment::AllowAll.label(),
+            }
+        }
+        None => "none",
+    }
+}
