@@ -38,6 +38,7 @@ async fn health_becomes(client: &mut HealthClient<tonic::transport::Channel>, wa
     for _ in 0..500 {
         if health(client, "").await == want as i32
             && health(client, "ratelimit").await == want as i32
+            && health(client, sluice::service::rlqs::SERVICE_NAME).await == want as i32
         {
             return;
         }
@@ -50,7 +51,7 @@ async fn health_becomes(client: &mut HealthClient<tonic::transport::Channel>, wa
 async fn not_serving_until_a_config_loads() {
     let s = Sluice::start(StoreKind::Memory, None, &[]).await;
     let mut h = HealthClient::new(channel(s.server.grpc_addr).await);
-    for service in ["", "ratelimit"] {
+    for service in ["", "ratelimit", sluice::service::rlqs::SERVICE_NAME] {
         assert_eq!(
             health(&mut h, service).await,
             ServingStatus::NotServing as i32

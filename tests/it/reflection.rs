@@ -1,5 +1,5 @@
-//! gRPC server reflection: tools such as grpcurl discover the RLS service and its message types
-//! without any .proto file.
+//! gRPC server reflection: tools such as grpcurl discover the RLS and RLQS services and their
+//! message types without any .proto file.
 
 use crate::support;
 
@@ -30,7 +30,7 @@ async fn ask(s: &Sluice, req: MessageRequest) -> MessageResponse {
 }
 
 #[tokio::test]
-async fn reflection_lists_the_rls_service_and_resolves_its_types() {
+async fn reflection_lists_the_rls_and_rlqs_services_and_resolves_their_types() {
     let s = Sluice::start(StoreKind::Memory, Some("domain: d\n"), &[]).await;
     let MessageResponse::ListServicesResponse(list) =
         ask(&s, MessageRequest::ListServices(String::new())).await
@@ -42,11 +42,26 @@ async fn reflection_lists_the_rls_service_and_resolves_its_types() {
         names.contains(&"envoy.service.ratelimit.v3.RateLimitService"),
         "{names:?}"
     );
+    assert!(
+        names.contains(&"envoy.service.rate_limit_quota.v3.RateLimitQuotaService"),
+        "{names:?}"
+    );
     assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
 
     let MessageResponse::FileDescriptorResponse(files) = ask(
         &s,
         MessageRequest::FileContainingSymbol("envoy.service.ratelimit.v3.RateLimitService".into()),
+    )
+    .await
+    else {
+        panic!("expected file descriptors");
+    };
+    assert!(!files.file_descriptor_proto.is_empty());
+    let MessageResponse::FileDescriptorResponse(files) = ask(
+        &s,
+        MessageRequest::FileContainingSymbol(
+            "envoy.service.rate_limit_quota.v3.RateLimitQuotaService".into(),
+        ),
     )
     .await
     else {

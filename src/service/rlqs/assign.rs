@@ -87,6 +87,9 @@ pub async fn assess<S: Store>(
         Cause::Report { allowed, denied } => (allowed, denied),
         Cause::Renewal => (0, 0),
     };
+    if let Cause::Report { .. } = cause {
+        b.demand = allowed.saturating_add(denied);
+    }
     b.request.descriptors[0].hits = 1;
     let plan = cx.limiter.plan(cx.rules, &b.request)?;
     let matched = matched(&plan, cx.limiter.options().shadow_mode);
@@ -105,7 +108,6 @@ pub async fn assess<S: Store>(
     let checks = plan.checks();
     let share_key = checks.first().map(|c| c.key.to_vec()).unwrap_or_default();
     if let Cause::Report { .. } = cause {
-        b.demand = allowed.saturating_add(denied);
         let mut d = cx.demands.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = b.share_key.as_ref().filter(|k| **k != share_key) {
             d.remove(old, cx.stream);

@@ -112,7 +112,8 @@ pub fn bootstrap_rls(
     })
 }
 
-fn cluster(name: &str, addrs: &[SocketAddr], http2: bool) -> Json {
+/// A static cluster of `addrs` (HTTP/2 for gRPC).
+pub(super) fn cluster(name: &str, addrs: &[SocketAddr], http2: bool) -> Json {
     let endpoints: Vec<Json> = addrs
         .iter()
         .map(|a| {

@@ -10,6 +10,7 @@
 //! `scripts/test.sh` installs into `.tools/venv`, else from `PATH`.
 
 mod config;
+mod rlqs;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,6 +20,7 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 pub use config::{bootstrap, bootstrap_rls, route, route_per_filter, Filter};
+pub use rlqs::{bootstrap_rlqs, RLQS_APPLIED};
 
 use super::http::HttpResponse;
 use super::{Sluice, StoreKind};
@@ -75,6 +77,11 @@ impl Envoy {
     /// Starts Envoy with `bootstrap` (JSON, which Envoy reads like YAML) and waits until it is
     /// ready and its listeners are bound.
     pub async fn start(bootstrap: &Json) -> Envoy {
+        Envoy::start_with(bootstrap, &[]).await
+    }
+
+    /// [`Envoy::start`] with more command-line arguments (such as a component's log level).
+    pub async fn start_with(bootstrap: &Json, args: &[&str]) -> Envoy {
         let dir = tempfile::tempdir().expect("temp dir");
         let config = dir.path().join("envoy.json");
         std::fs::write(&config, serde_json::to_vec_pretty(bootstrap).unwrap()).expect("write");
@@ -85,6 +92,7 @@ impl Envoy {
             .arg(&config)
             .args(["--disable-hot-restart", "--log-level", "warn"])
             .args(["--concurrency", "1"])
+            .args(args)
             .arg("--admin-address-path")
             .arg(&admin_path)
             .stdin(std::process::Stdio::null())
