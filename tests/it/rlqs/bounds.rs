@@ -113,7 +113,7 @@ async fn a_stream_must_name_one_domain() {
     let s = Sluice::start(StoreKind::Memory, Some(CONFIG), &[]).await;
     let mut q = Quota::open(s.server.grpc_addr).await.expect("open");
     q.send("", &[(&[("k", "a")], 1, 0)]).await;
-    let status = q.next().await.err().expect("refused");
+    let status = q.next().await.expect_err("refused");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(
         status.message().contains("must name its domain"),
@@ -125,7 +125,7 @@ async fn a_stream_must_name_one_domain() {
     // Later reports may leave the domain out, but not change it.
     assert_eq!(q.report("", &[(&[("k", "a")], 0, 0)]).await, ["tokens 2"]);
     q.send("other", &[(&[("k", "a")], 1, 0)]).await;
-    let status = q.next().await.err().expect("refused");
+    let status = q.next().await.expect_err("refused");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("cannot change it"), "{status:?}");
     s.stop().await;
@@ -136,7 +136,7 @@ async fn before_a_config_loads_reports_are_unavailable() {
     let s = Sluice::start(StoreKind::Memory, None, &[]).await;
     let mut q = Quota::open(s.server.grpc_addr).await.expect("open");
     q.send("q", &[(&[("k", "a")], 1, 0)]).await;
-    let status = q.next().await.err().expect("refused");
+    let status = q.next().await.expect_err("refused");
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     s.stop().await;
 }
