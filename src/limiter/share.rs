@@ -15,13 +15,15 @@
 //! - The size of a grant ([`share`]) is the stream's part of what remains in proportion to its
 //!   demand (allowed + denied in its last report) against the demand of the other streams of
 //!   the bucket, at least 1 while anything remains, and at most [`HEADROOM`] times its own
-//!   demand, so that one Envoy does not hold what the others will ask for.
+//!   demand or half of what remains, whichever is more, so that one Envoy does not hold what
+//!   the others (including those not yet heard of) will ask for.
 
 use std::collections::HashMap;
 
 use crate::model::Micros;
 
-/// A grant covers at most this many times the demand of the stream's last report interval.
+/// A grant covers at most this many times the demand of the stream's last report interval
+/// (or half of what remains, if that is more).
 pub const HEADROOM: u64 = 2;
 
 /// What sluice granted one stream for one bucket and has not yet seen used.
@@ -66,7 +68,9 @@ impl Ledger {
 /// The tokens to grant a stream whose last report showed `own` requests (allowed + denied)
 /// when the bucket's other streams showed `others` and `remaining` is left of the limit: its
 /// part of `remaining` in proportion to demand (rounded down), at least 1 while anything
-/// remains (an Envoy with demand is never starved), at most [`HEADROOM`] × its demand.
+/// remains (an Envoy with demand is never starved), at most [`HEADROOM`] × its demand or half
+/// of `remaining`, whichever is more (a lone Envoy's first grant is not held to its one first
+/// request, nor does it take everything).
 pub fn share(remaining: u64, own: u64, others: u64) -> u64 {
     if remaining == 0 {
         return 0;
@@ -74,7 +78,8 @@ pub fn share(remaining: u64, own: u64, others: u64) -> u64 {
     let own = own.max(1);
     let total = u128::from(own) + u128::from(others);
     let part = (u128::from(remaining) * u128::from(own) / total) as u64;
-    part.max(1).min(own.saturating_mul(HEADROOM)).min(remaining)
+    let cap = own.saturating_mul(HEADROOM).max(remaining / 2);
+    part.max(1).min(cap).min(remaining)
 }
 
 /// The demand of each stream per bucket, for [`share`]. Entries older than the `ttl` given to

@@ -249,8 +249,9 @@ proptest! {
 #[test]
 fn the_share_follows_demand_and_never_starves() {
     assert_eq!(share(0, 5, 5), 0);
-    assert_eq!(share(10, 1, 1), 2, "at most twice its own demand");
-    assert_eq!(share(100, 10, 30), 20);
+    assert_eq!(share(10, 1, 1), 5, "half, by demand");
+    assert_eq!(share(100, 1, 0), 50, "alone: half of what remains");
+    assert_eq!(share(100, 10, 30), 25);
     assert_eq!(share(100, 30, 10), 60, "capped by 2 x 30");
     assert_eq!(share(3, 1, 1_000), 1, "at least 1 while anything remains");
     assert_eq!(

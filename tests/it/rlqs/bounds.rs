@@ -21,7 +21,7 @@ async fn streams_beyond_the_limit_are_refused_until_one_ends() {
     let mut first = Quota::open(s.server.grpc_addr).await.expect("open");
     assert_eq!(
         first.report("q", &[(&[("k", "a")], 1, 0)]).await,
-        ["tokens 2"]
+        ["tokens 4"]
     );
     let refused = Quota::open(s.server.grpc_addr)
         .await
@@ -121,9 +121,9 @@ async fn a_stream_must_name_one_domain() {
     );
 
     let mut q = Quota::open(s.server.grpc_addr).await.expect("open");
-    assert_eq!(q.report("q", &[(&[("k", "a")], 1, 0)]).await, ["tokens 2"]);
+    assert_eq!(q.report("q", &[(&[("k", "a")], 1, 0)]).await, ["tokens 4"]);
     // Later reports may leave the domain out, but not change it.
-    assert_eq!(q.report("", &[(&[("k", "a")], 0, 0)]).await, ["tokens 2"]);
+    assert_eq!(q.report("", &[(&[("k", "a")], 0, 0)]).await, ["tokens 4"]);
     q.send("other", &[(&[("k", "a")], 1, 0)]).await;
     let status = q.next().await.expect_err("refused");
     assert_eq!(status.code(), Code::InvalidArgument);

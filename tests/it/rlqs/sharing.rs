@@ -31,16 +31,16 @@ async fn streams_share_what_remains_by_demand_and_never_exceed_the_limit() {
     let s = Sluice::start(StoreKind::Memory, Some(CONFIG), &[]).await;
     let mut a = Quota::open(s.server.grpc_addr).await.expect("open");
     let mut b = Quota::open(s.server.grpc_addr).await.expect("open");
-    // 10 a minute. A's first request is charged (9 left): A gets 2 (twice its demand).
-    assert_eq!(a.report("q", &[(K, 1, 0)]).await, ["tokens 2"]);
-    // B's first request (6 left after it): 6 x 1/(1+1) = 3, capped at twice B's demand: 2.
+    // 10 a minute. A's first request is charged (9 left): alone, A gets half of it, 4.
+    assert_eq!(a.report("q", &[(K, 1, 0)]).await, ["tokens 4"]);
+    // B's first request (4 left after it): 4 x 1/(1+1) = 2.
     assert_eq!(b.report("q", &[(K, 1, 0)]).await, ["tokens 2"]);
-    // A used its 2 and was refused 8 (demand 10): 4 left, A's part is 4 x 10/11 = 3.
-    assert_eq!(a.report("q", &[(K, 2, 8)]).await, ["tokens 3"]);
+    // A used its 4 and was refused 6 (demand 10): 2 left, A's part is 2 x 10/11 = 1.
+    assert_eq!(a.report("q", &[(K, 4, 6)]).await, ["tokens 1"]);
     // B used its 2: 1 left; B's part rounds to 0 but a stream with demand gets at least 1.
     assert_eq!(b.report("q", &[(K, 2, 0)]).await, ["tokens 1"]);
     // Nothing left for either: every token granted plus the two first requests is the limit.
-    assert_eq!(a.report("q", &[(K, 3, 0)]).await, ["deny_all"]);
+    assert_eq!(a.report("q", &[(K, 1, 0)]).await, ["deny_all"]);
     assert_eq!(b.report("q", &[(K, 1, 4)]).await, ["deny_all"]);
     s.stop().await;
 }
@@ -50,17 +50,17 @@ async fn a_stream_that_ends_frees_its_share() {
     let s = Sluice::start(StoreKind::Memory, Some(CONFIG), &[]).await;
     let big = &[("big", "x")][..];
     let mut a = Quota::open(s.server.grpc_addr).await.expect("open");
-    // 100 a minute; A's demand 10: 20 of the 99 left.
-    assert_eq!(a.report("q", &[(big, 1, 9)]).await, ["tokens 20"]);
+    // 100 a minute; A, alone, gets half of the 99 left.
+    assert_eq!(a.report("q", &[(big, 1, 9)]).await, ["tokens 49"]);
     let mut b = Quota::open(s.server.grpc_addr).await.expect("open");
-    // With A there, B (demand 50) would get 78 x 50/60 = 65; once A is gone, all 78 left.
+    // With A there, B (demand 50) would get 49 x 50/60 = 40; once A is gone, all 49 left.
     drop(a);
     poll::eventually("the first stream to end", || async {
         let (_, metrics) = s.http_get("/metrics").await;
         metrics.contains("sluice_rlqs_streams 1\n").then_some(())
     })
     .await;
-    assert_eq!(b.report("q", &[(big, 1, 49)]).await, ["tokens 78"]);
+    assert_eq!(b.report("q", &[(big, 1, 49)]).await, ["tokens 49"]);
     let (_, metrics) = s.http_get("/metrics").await;
     for line in [
         "sluice_rlqs_streams 1",
@@ -204,7 +204,7 @@ async fn a_reload_changes_or_withdraws_assignments_at_once() {
         })
         .collect();
     got.sort();
-    assert_eq!(got, ["name deny_all", "other tokens 2"]);
+    assert_eq!(got, ["name deny_all", "other tokens 25"]);
     // alice's rule disappears: her bucket is abandoned.
     s.write_config("domain: q\ndescriptors:\n  - key: other\n    rate_limit: {unit: minute, requests_per_unit: 50}\n");
     s.server.reload();
@@ -215,9 +215,9 @@ async fn a_reload_changes_or_withdraws_assignments_at_once() {
         Some(super::bucket(alice))
     );
     assert_eq!(summary(&pushed.bucket_action[0]), "abandon");
-    // A broken config changes nothing: the next report is answered by the rules in use.
+    // A broken config changes nothing: the grant in force is confirmed at the next report.
     s.write_config("domain: q\ndescriptors: [oops\n");
     s.server.reload();
-    assert_eq!(q.report("q", &[(other, 2, 0)]).await, ["tokens 4"]);
+    assert_eq!(q.report("q", &[(other, 2, 0)]).await, ["tokens 25"]);
     s.stop().await;
 }

@@ -77,7 +77,8 @@ const CASES: &[Case] = &[
         &["allow_all", "allow_all"],
     ),
     (
-        // 5 a minute; a grant covers at most twice the last report's demand.
+        // 5 a minute; a grant covers at most twice the last report's demand, or half of
+        // what remains.
         "a wildcard value; grants follow demand",
         &[
             (&[("path", "/api/v1")], 1, 0),
@@ -92,14 +93,15 @@ const CASES: &[Case] = &[
         &["allow_all"],
     ),
     (
-        // 10 a second, burst 10: the store's bucket decides; time does not move here.
+        // 10 a second, burst 10: the store's bucket decides; time does not move here. The
+        // first grant is half of the 9 left; the second all 5 left for a demand of 10.
         "token bucket",
         &[
             (&[("tb", "x")], 1, 0),
-            (&[("tb", "x")], 2, 8),
-            (&[("tb", "x")], 7, 3),
+            (&[("tb", "x")], 4, 6),
+            (&[("tb", "x")], 5, 5),
         ],
-        &["tokens 2", "tokens 7", "deny_all"],
+        &["tokens 4", "tokens 5", "deny_all"],
     ),
     (
         "a sliding window",
