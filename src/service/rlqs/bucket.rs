@@ -73,8 +73,22 @@ pub fn request(domain: &str, id: &Id, limits: &RequestLimits) -> Result<Request,
 /// fixed number of tokens. Envoy divides by the whole seconds, so this must be at least 1 s.
 const NO_REFILL_SECONDS: i64 = 1_000_000_000;
 
-/// The bucket action assigning `a` to `id` for `ttl` (whole seconds: Envoy ignores the rest).
-pub fn assignment(id: &Id, a: Assignment, ttl: Duration) -> BucketAction {
+/// The bucket actions assigning `a` to `id` for `ttl`. A `fresh` grant of tokens comes after a
+/// `DENY_ALL` for the same bucket in the same response: Envoy 1.40 starts a token bucket that
+/// replaces another at the old one's fill ratio (so an emptied bucket's replacement would be
+/// empty too), and full only when the bucket had no token bucket. Envoy applies a response's
+/// actions in order and publishes the result once, so the denial is never in force.
+pub fn assignment(id: &Id, a: Assignment, fresh: bool, ttl: Duration) -> Vec<BucketAction> {
+    let mut actions = Vec::with_capacity(2);
+    if fresh && matches!(a, Assignment::Tokens { .. }) {
+        actions.push(action(id, Assignment::DenyAll, ttl));
+    }
+    actions.push(action(id, a, ttl));
+    actions
+}
+
+/// One bucket action assigning `a` to `id` for `ttl` (whole seconds: Envoy ignores the rest).
+fn action(id: &Id, a: Assignment, ttl: Duration) -> BucketAction {
     let strategy = match a {
         Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
         Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
@@ -156,7 +170,7 @@ mod tests {
 
     #[test]
     fn each_grant_is_a_different_token_bucket() {
-        let bucket = |generation| match assignment(
+        let bucket = |generation| match action(
             &id(&[("k", "v")]),
             Assignment::Tokens {
                 tokens: 3,
@@ -172,5 +186,23 @@ mod tests {
         let (a, b) = (bucket(1), bucket(2));
         assert_eq!(a.assignment_time_to_live.unwrap().seconds, 5);
         assert_ne!(a.rate_limit_strategy, b.rate_limit_strategy);
+    }
+
+    #[test]
+    fn a_fresh_grant_comes_after_a_denial_of_the_same_bucket() {
+        let grant = Assignment::Tokens {
+            tokens: 3,
+            generation: 1,
+        };
+        let ttl = Duration::from_secs(5);
+        let k = id(&[("k", "v")]);
+        let fresh = assignment(&k, grant, true, ttl);
+        assert_eq!(
+            fresh,
+            [action(&k, Assignment::DenyAll, ttl), action(&k, grant, ttl)]
+        );
+        assert_eq!(assignment(&k, grant, false, ttl), [action(&k, grant, ttl)]);
+        let deny = assignment(&k, Assignment::DenyAll, true, ttl);
+        assert_eq!(deny, [action(&k, Assignment::DenyAll, ttl)]);
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 use super::assign::{self, BucketState, Cause, Context};
-use super::bucket::{self, Assignment, Id};
+use super::bucket::{self, Id};
 use super::Rlqs;
 use crate::model::Micros;
 use crate::proto::rlqs::rate_limit_quota_response::BucketAction;
@@ -64,10 +64,6 @@ impl<S: Store> Stream<S> {
             match result {
                 Ok(actions) if actions.is_empty() => {}
                 Ok(actions) => {
-                    let m = &self.rlqs.metrics;
-                    for a in &actions {
-                        m.assignments.add(1, &[KeyValue::new("action", label(a))]);
-                    }
                     let response = RateLimitQuotaResponse {
                         bucket_action: actions,
                     };
@@ -143,9 +139,7 @@ impl<S: Store> Stream<S> {
         let mut actions = Vec::with_capacity(usages.len());
         for (id, allowed, denied) in usages {
             let cause = Cause::Report { allowed, denied };
-            if let Some(a) = self.assess(&rules, &id, cause, now, true).await {
-                actions.push(a);
-            }
+            actions.extend(self.assess(&rules, &id, cause, now, true).await);
         }
         Ok(actions)
     }
@@ -165,14 +159,12 @@ impl<S: Store> Stream<S> {
             .collect();
         let mut actions = Vec::new();
         for id in due {
-            if let Some(a) = self.assess(&rules, &id, Cause::Renewal, now, false).await {
-                actions.push(a);
-            }
+            actions.extend(self.assess(&rules, &id, Cause::Renewal, now, false).await);
         }
         Ok(actions)
     }
 
-    /// Assesses one bucket; the action to send (`always`: even an unchanged assignment, to
+    /// Assesses one bucket; the actions to send (`always`: even an unchanged assignment, to
     /// renew its time to live). A store failure sends nothing for the bucket: Envoy keeps its
     /// assignment until the TTL, then falls back as configured.
     async fn assess(
@@ -182,8 +174,10 @@ impl<S: Store> Stream<S> {
         cause: Cause,
         now: Micros,
         always: bool,
-    ) -> Option<BucketAction> {
-        let b = self.buckets.get_mut(id)?;
+    ) -> Vec<BucketAction> {
+        let Some(b) = self.buckets.get_mut(id) else {
+            return Vec::new();
+        };
         let cx = Context {
             limiter: &self.rlqs.limiter,
             rules,
@@ -193,25 +187,31 @@ impl<S: Store> Stream<S> {
             now,
         };
         let generation = b.ledger.generation;
+        let assignments = &self.rlqs.metrics.assignments;
         match assign::assess(&cx, b, cause).await {
             Ok(Some(a)) => {
-                let changed = b.sent != Some(a) || b.ledger.generation != generation;
+                let fresh = b.ledger.generation != generation;
+                let changed = b.sent != Some(a) || fresh;
                 b.sent = Some(a);
-                (always || changed)
-                    .then(|| bucket::assignment(id, a, self.rlqs.options.assignment_ttl))
+                if !(always || changed) {
+                    return Vec::new();
+                }
+                assignments.add(1, &[KeyValue::new("action", a.label())]);
+                bucket::assignment(id, a, fresh, self.rlqs.options.assignment_ttl)
             }
             Ok(None) => {
                 if let Some(key) = b.share_key.take() {
                     self.rlqs.shared.forget(&key, self.id);
                 }
                 self.buckets.remove(id);
-                Some(bucket::abandon(id))
+                assignments.add(1, &[KeyValue::new("action", "abandon")]);
+                vec![bucket::abandon(id)]
             }
             Err(e) => {
                 if let Some(held) = self.rlqs.shared.store_failed.due() {
                     tracing::warn!(error = %e, held_back = held, "RLQS: cannot assess a bucket; Envoy keeps its assignment until its TTL");
                 }
-                None
+                Vec::new()
             }
         }
     }
@@ -241,31 +241,5 @@ async fn sleep_for(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
-    }
-}
-
-fn label(a: &BucketAction) -> &'static str {
-    use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-    use crate::proto::rlqs::rate_limit_quota_response::bucket_action::BucketAction as A;
-    match &a.bucket_action {
-        Some(A::AbandonAction(_)) => "abandon",
-        Some(A::QuotaAssignmentAction(q)) => {
-            match q
-                .rate_limit_strategy
-                .as_ref()
-                .and_then(|s| s.strategy.as_ref())
-            {
-                Some(Strategy::TokenBucket(_)) => Assignment::Tokens {
-                    tokens: 0,
-                    generation: 0,
-                }
-                .label(),
-                Some(Strategy::BlanketRule(r)) if *r == BlanketRule::DenyAll as i32 => {
-                    Assignment::DenyAll.label()
-                }
-                _ => Assignment::AllowAll.label(),
-            }
-        }
-        None => "none",
     }
 }

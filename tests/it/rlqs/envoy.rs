@@ -11,7 +11,7 @@ use crate::support::process::Binary;
 use crate::support::redis::RedisNode;
 use crate::support::{poll, Sluice, StoreKind};
 
-/// 3 requests a minute per user, in the e2e domain; bob is blocked.
+/// 3 requests a minute per user, in the e2e domain; bob is blocked, dave has 6.
 const CONFIG: &str = r#"
 domain: e2e
 descriptors:
@@ -23,6 +23,9 @@ descriptors:
       - key: user
         value: bob
         rate_limit: {unit: minute, requests_per_unit: 0}
+      - key: user
+        value: dave
+        rate_limit: {unit: minute, requests_per_unit: 6}
 "#;
 
 async fn envoy_for(sluices: &[SocketAddr], upstream: &Upstream) -> Envoy {
@@ -71,6 +74,32 @@ async fn one_envoy_enforces_the_limit() {
     // A blocked user: the first request passes (no assignment yet), then DENY_ALL.
     assert_eq!(first_request(&envoy, "bob").await, 200);
     assert_eq!(get(&envoy, Some("bob")).await, 429);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_used_up_grant_is_renewed_at_the_next_report() {
+    let s = Sluice::start(StoreKind::Memory, Some(CONFIG), &[]).await;
+    let upstream = Upstream::start().await;
+    let envoy = envoy_for(&[s.server.grpc_addr], &upstream).await;
+    // 6 a minute: the first request, then a grant of 2 (half of the 5 left).
+    let mut got = vec![first_request(&envoy, "dave").await];
+    for _ in 0..3 {
+        got.push(get(&envoy, Some("dave")).await);
+    }
+    assert_eq!(got, [200, 200, 200, 429], "{}", envoy.log());
+    // Envoy's next report (every 5 s) shows the grant used: the 3 left come as a new, full
+    // token bucket (Envoy would start a replacing bucket as empty as the old one).
+    let before = envoy.log().matches(RLQS_APPLIED).count();
+    poll::wait_until_async("the next report's answer to be in force", || async {
+        envoy.log().matches(RLQS_APPLIED).count() > before
+    })
+    .await;
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(get(&envoy, Some("dave")).await);
+    }
+    assert_eq!(got, [200, 200, 200, 429], "{}", envoy.log());
     s.stop().await;
 }
 

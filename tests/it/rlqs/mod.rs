@@ -75,11 +75,11 @@ impl Quota {
         }
     }
 
-    /// Sends a report and returns the actions of the answer, summarized (see [`summary`]).
+    /// Sends a report and returns the actions of the answer, summarized (see [`summarize`]).
     pub async fn report(&mut self, domain: &str, usages: &[Usage<'_>]) -> Vec<String> {
         self.send(domain, usages).await;
         let answer = self.next().await.expect("an answer");
-        answer.bucket_action.iter().map(summary).collect()
+        summarize(&answer).into_iter().map(|(_, s)| s).collect()
     }
 }
 
@@ -92,8 +92,26 @@ pub fn bucket(id: &[(&str, &str)]) -> BucketId {
     }
 }
 
-/// `allow_all`, `deny_all`, `tokens N` or `abandon`, with the bucket's entries for actions
-/// that are not about the one bucket of a report: `[k=v,...] action` when `with_id`.
+/// Each bucket's assignment in `r`, in order: `allow_all`, `deny_all`, `abandon`, `tokens N`
+/// for a new grant (sent as `deny_all` then the token bucket, so that Envoy starts it full) or
+/// `keep tokens N` for a grant in force whose TTL is renewed.
+pub fn summarize(r: &RateLimitQuotaResponse) -> Vec<(BucketId, String)> {
+    let mut out: Vec<(BucketId, String)> = Vec::new();
+    for a in &r.bucket_action {
+        let id = a.bucket_id.clone().expect("a bucket id");
+        let s = summary(a);
+        match out.last_mut() {
+            Some((last, prev)) if *last == id && prev == "deny_all" && s.starts_with("tokens") => {
+                *prev = s;
+            }
+            _ if s.starts_with("tokens") => out.push((id, format!("keep {s}"))),
+            _ => out.push((id, s)),
+        }
+    }
+    out
+}
+
+/// `allow_all`, `deny_all`, `tokens N` or `abandon`: one action.
 pub fn summary(a: &BucketAction) -> String {
     match &a.bucket_action {
         Some(Action::AbandonAction(_)) => "abandon".into(),
@@ -120,9 +138,9 @@ pub fn summary(a: &BucketAction) -> String {
     }
 }
 
-/// The TTL of the one assignment of `r`, in seconds.
+/// The TTL of the last assignment of `r`, in seconds.
 pub fn ttl_of(r: &RateLimitQuotaResponse) -> i64 {
-    match &r.bucket_action[0].bucket_action {
+    match &r.bucket_action.last().expect("an action").bucket_action {
         Some(Action::QuotaAssignmentAction(q)) => q.assignment_time_to_live.unwrap().seconds,
         other => panic!("not an assignment: {other:?}"),
     }
