@@ -249,6 +249,15 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   value: {{ $h.httpMaxConnections | toString | quote }}
 - name: SLUICE_HTTP_IDLE_TIMEOUT
   value: {{ $h.httpIdleTimeout | toString | quote }}
+{{- $q := $v.rlqs }}
+- name: SLUICE_RLQS_ASSIGNMENT_TTL
+  value: {{ $q.assignmentTtl | toString | quote }}
+- name: SLUICE_RLQS_MAX_STREAMS
+  value: {{ $q.maxStreams | int64 | toString | quote }}
+- name: SLUICE_RLQS_MAX_BUCKETS_PER_STREAM
+  value: {{ $q.maxBucketsPerStream | int64 | toString | quote }}
+- name: SLUICE_RLQS_MAX_REPORT_BYTES
+  value: {{ $q.maxReportBytes | int64 | toString | quote }}
 {{- if $v.tls.enabled }}
 - name: SLUICE_GRPC_TLS_CERT
   value: /etc/sluice/grpc-tls/tls.crt
