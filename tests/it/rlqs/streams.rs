@@ -35,6 +35,14 @@ descriptors:
       - {unit: hour, requests_per_unit: 5, name: hourly}
   - key: sw
     rate_limit: {unit: minute, requests_per_unit: 4, algorithm: sliding_window}
+  - key: sl
+    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: sliding_log}
+  - key: lb
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket}
+  - key: gcra
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: gcra}
+  - key: cal
+    rate_limit: {unit: day, requests_per_unit: 4, align: calendar, timezone: Asia/Tokyo}
 "#;
 
 /// (case, reports of one bucket each, the assignment each answer carries)
@@ -102,6 +110,42 @@ const CASES: &[Case] = &[
             (&[("tb", "x")], 5, 5),
         ],
         &["tokens 4", "tokens 5", "deny_all"],
+    ),
+    (
+        "leaky bucket, as the token bucket",
+        &[
+            (&[("lb", "x")], 1, 0),
+            (&[("lb", "x")], 4, 6),
+            (&[("lb", "x")], 5, 5),
+        ],
+        &["tokens 4", "tokens 5", "deny_all"],
+    ),
+    (
+        "gcra, as the token bucket",
+        &[
+            (&[("gcra", "x")], 1, 0),
+            (&[("gcra", "x")], 4, 6),
+            (&[("gcra", "x")], 5, 5),
+        ],
+        &["tokens 4", "tokens 5", "deny_all"],
+    ),
+    (
+        "a sliding log",
+        &[
+            (&[("sl", "x")], 1, 0),
+            (&[("sl", "x")], 2, 0),
+            (&[("sl", "x")], 1, 1),
+        ],
+        &["tokens 2", "tokens 1", "deny_all"],
+    ),
+    (
+        "a calendar day in a time zone",
+        &[
+            (&[("cal", "x")], 1, 0),
+            (&[("cal", "x")], 2, 0),
+            (&[("cal", "x")], 1, 1),
+        ],
+        &["tokens 2", "tokens 1", "deny_all"],
     ),
     (
         "a sliding window",
