@@ -11,7 +11,7 @@ use tonic::{Status, Streaming};
 use super::assign::{self, BucketState, Cause, Context};
 use super::bucket::{self, Id};
 use super::Rlqs;
-use crate::model::Micros;
+use crate::model::{Micros, MICROS_PER_SEC};
 use crate::proto::rlqs::rate_limit_quota_response::BucketAction;
 use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use crate::store::Store;
@@ -210,6 +210,11 @@ impl<S: Store> Stream<S> {
             Err(e) => {
                 if let Some(held) = self.rlqs.shared.store_failed.due() {
                     tracing::warn!(error = %e, held_back = held, "RLQS: cannot assess a bucket; Envoy keeps its assignment until its TTL");
+                }
+                // A renewal that failed is retried in a second, not at once (the timer would
+                // spin on a window end that stays in the past).
+                if b.ledger.ends.is_some_and(|end| end <= now) {
+                    b.ledger.ends = Some(now + MICROS_PER_SEC);
                 }
                 Vec::new()
             }
