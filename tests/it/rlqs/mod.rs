@@ -1,10 +1,12 @@
 //! The Rate Limit Quota Service: streams driven directly over gRPC (`streams.rs` as a table,
 //! `sharing.rs` across streams, windows, reloads and replicas, `bounds.rs` for the limits and
-//! errors), and end to end with real Envoy processes (`envoy.rs`).
+//! errors, `store_failure.rs` for the failure policy), and end to end with real Envoy processes
+//! (`envoy.rs`).
 
 mod bounds;
 mod envoy;
 mod sharing;
+mod store_failure;
 mod streams;
 
 use std::net::SocketAddr;
