@@ -42,11 +42,14 @@ pub fn fields(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<(String, String)> {
         .zip(&partitions)
         .map(|((p, v), pk)| {
             let limit = plan.limit(p);
+            let unit = quota_unit(limit.limit.algorithm);
             QuotaItem {
                 name: policy_name(&plan.resolved[p.descriptor], limit),
                 quota: limit.limit.requests,
-                unit: quota_unit(limit.limit.algorithm),
-                window_secs: Some(ietf_headers::window_secs(limit.limit.window)),
+                unit,
+                // Requests in flight have no window.
+                window_secs: (unit == QuotaUnit::Requests)
+                    .then(|| ietf_headers::window_secs(limit.limit.window)),
                 remaining: if v.allowed { v.remaining } else { 0 },
                 reset_secs: Some(ietf_headers::reset_secs(v.reset)),
                 partition: pk.as_ref().map(|k| &k[..]),
@@ -66,7 +69,8 @@ pub fn policy_name<'p>(resolved: &Resolved<'p>, limit: &'p RuleLimit) -> &'p str
 }
 
 /// Every algorithm of sluice counts requests (`distinct` counts the distinct values of
-/// requests, which the registry has no unit for).
+/// requests, which the registry has no unit for). An algorithm limiting requests in flight
+/// maps to [`QuotaUnit::ConcurrentRequests`] (no window) here.
 fn quota_unit(algorithm: Algorithm) -> QuotaUnit {
     match algorithm {
         Algorithm::FixedWindow
