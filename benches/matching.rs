@@ -158,6 +158,36 @@ fn decisions(c: &mut Criterion) {
             });
         }
     }
+    // What the response headers add to a decision of 5 descriptors: none, the draft-03 three
+    // (one pick), the draft-10 fields (a SHA-256 and two items per limit).
+    let rules = Arc::new(load(synthetic::files(40, 4)));
+    let requests: Vec<Request> = (0..64).map(|s| request(5, 40, s)).collect();
+    for (format, legacy, ietf) in [
+        ("none", false, false),
+        ("legacy", true, false),
+        ("ietf", false, true),
+    ] {
+        let limiter = Limiter::new(
+            MemoryStore::new(1_000_000),
+            Arc::new(SystemClock),
+            LimiterOptions {
+                response_headers: legacy.then(Default::default),
+                ietf_headers: ietf,
+                ..LimiterOptions::default()
+            },
+        );
+        limiter.set_rules(rules.clone());
+        let mut next = 0;
+        g.bench_function(format!("headers={format}/descriptors=5"), |b| {
+            b.iter(|| {
+                next = (next + 1) % requests.len();
+                futures::executor::block_on(
+                    limiter.should_rate_limit(&requests[next], Deadline::NONE),
+                )
+                .expect("decided")
+            })
+        });
+    }
     g.finish();
 }
 
