@@ -51,17 +51,16 @@ pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> O
     if ask.refund {
         // Give back the oldest leases first.
         let mut left = ask.hits;
-        while left > 0 {
-            let Some(first) = leases.first_mut() else {
-                break;
-            };
-            if first.1 > left {
-                first.1 -= left;
+        let mut gone = 0;
+        for g in leases.iter_mut() {
+            if g.1 > left {
+                g.1 -= left;
                 break;
             }
-            left -= first.1;
-            leases.remove(0);
+            left -= g.1;
+            gone += 1;
         }
+        leases.drain(..gone);
         let reset = until_empty(&leases);
         return Outcome {
             allowed: true,
