@@ -183,7 +183,11 @@ mod tests {
                 "case {i}"
             );
             if !allowed {
-                assert_eq!(leases_of(&o), st.leases, "case {i}: a rejection takes nothing");
+                assert_eq!(
+                    leases_of(&o),
+                    st.leases,
+                    "case {i}: a rejection takes nothing"
+                );
             }
         }
     }

@@ -240,7 +240,10 @@ impl Cx<'_> {
             self.in_flight(rl, &pos)
         } else {
             for (key, at) in [
-                ("max_in_flight", rl.max_in_flight.as_ref().map(|m| self.at(m))),
+                (
+                    "max_in_flight",
+                    rl.max_in_flight.as_ref().map(|m| self.at(m)),
+                ),
                 ("lease_time", rl.lease_time.as_ref().map(|l| self.at(l))),
             ] {
                 if let Some(p) = at {

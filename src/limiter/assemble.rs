@@ -334,7 +334,10 @@ descriptors:
         let opts = LimiterOptions::default();
         let lease = serde_json::json!({"lease": "c"});
         let r = answer(&["c"], &[v(true, 2, 1)], &opts);
-        assert_eq!(r.metadata.map(serde_json::Value::Object), Some(lease.clone()));
+        assert_eq!(
+            r.metadata.map(serde_json::Value::Object),
+            Some(lease.clone())
+        );
         // Within its limit, but the request was rejected by `a`: no lease was taken, so
         // nothing must be released at stream end.
         let not_charged = Verdict {

@@ -20,6 +20,7 @@ mod grpc_threads;
 mod grpc_tls;
 mod health_drain;
 mod hostile;
+mod in_flight;
 mod memory_rss;
 mod metrics;
 mod ops_redis;
