@@ -12,6 +12,7 @@ mod conformance;
 mod connections;
 mod drop_in_env;
 mod envoy_algorithms;
+mod envoy_concurrency;
 mod envoy_failure_modes;
 mod envoy_http;
 mod envoy_redis;
