@@ -15,10 +15,7 @@ use crate::rules::vocab::{self, one_of, Word};
 use crate::rules::{duration, Charge, FailurePolicy, RuleIds, RuleKind, RuleLimit};
 
 /// A limit's window: (unit reported in current_limit, window in µs, the unit if one was named).
-type Shape = (Unit, Micros, Option<Unit>);
-
-/// How long a concurrency lease lasts if it is never released, unless `lease_time` says.
-pub const DEFAULT_LEASE_TIME: Micros = 60 * 1_000_000;
+pub(super) type Shape = (Unit, Micros, Option<Unit>);
 
 /// Where errors of one file go.
 pub struct Cx<'a> {
@@ -58,7 +55,7 @@ impl Cx<'_> {
     }
 
     /// A whole-number field: its value, or its error at its position.
-    fn count(&mut self, c: &Spanned<Count>) -> Option<u32> {
+    pub(super) fn count(&mut self, c: &Spanned<Count>) -> Option<u32> {
         match c.value.0 {
             Ok(n) => Some(n),
             Err(m) => {
@@ -363,50 +360,6 @@ impl Cx<'_> {
             .map_or(Some(0), |r| self.count(r))
     }
 
-    /// A concurrency limit's `max_in_flight` and `lease_time`, in the shape of a rate: the
-    /// lease time is the window (reported as the nearest unit), `max_in_flight` the requests.
-    /// Rates and windows mean nothing here and are refused.
-    fn in_flight(&mut self, rl: &RawRateLimit, pos: &Position) -> (Option<Shape>, Option<u32>) {
-        let mut ok = true;
-        if let Some(r) = &rl.requests_per_unit {
-            let p = self.at(r);
-            self.err(p, "concurrency limits requests in flight, not a rate: use max_in_flight instead of requests_per_unit");
-            ok = false;
-        }
-        for (key, at) in [
-            ("unit", rl.unit.as_ref().map(|u| self.at(u))),
-            ("window", rl.window.as_ref().map(|w| self.at(w))),
-        ] {
-            if let Some(p) = at {
-                self.err(p, format!("concurrency has no {key}: a lease lasts until it is released, or at most lease_time"));
-                ok = false;
-            }
-        }
-        let n = match &rl.max_in_flight {
-            Some(m) => self.count(m),
-            None => {
-                self.err(
-                    pos.clone(),
-                    "concurrency needs max_in_flight (the most requests in flight; 0 blocks every request)",
-                );
-                None
-            }
-        };
-        let lease = match &rl.lease_time {
-            None => Some(DEFAULT_LEASE_TIME),
-            Some(l) => duration_of("lease_time", &l.value)
-                .map_err(|m| {
-                    let p = self.at(l);
-                    self.err(p, m);
-                })
-                .ok(),
-        };
-        match (ok, n, lease) {
-            (true, Some(n), Some(lease)) => (Some((Unit::nearest(lease), lease, None)), Some(n)),
-            _ => (None, None),
-        }
-    }
-
     /// `align: calendar` (written at `align`): the calendar of the windows.
     fn calendar(
         &mut self,
@@ -462,7 +415,7 @@ fn name_of(rl: &RawRateLimit) -> Option<String> {
 
 /// A `window` or `lease_time` (`field`): a duration of the one grammar ([`duration`]), a whole
 /// number of microseconds, longer than zero and at most [`MAX_WINDOW`].
-fn duration_of(field: &str, s: &str) -> Result<Micros, String> {
+pub(super) fn duration_of(field: &str, s: &str) -> Result<Micros, String> {
     let d = duration::parse(s)
         .map_err(|_| format!("invalid {field} '{s}' ({})", duration::EXPECTED))?;
     if !d.as_nanos().is_multiple_of(1_000) {
