@@ -7,6 +7,7 @@ pub mod compile;
 pub mod error;
 pub mod files;
 mod keys;
+mod lease;
 mod parse;
 pub mod raw;
 pub mod reloader;

@@ -70,6 +70,7 @@ pub fn algorithm_code(a: Algorithm) -> i64 {
         Algorithm::LeakyBucket => 5,
         Algorithm::Gcra => 6,
         Algorithm::Distinct => 7,
+        Algorithm::Concurrency => 8,
     }
 }
 
@@ -319,9 +320,10 @@ mod tests {
         let codes: std::collections::HashSet<i64> =
             Algorithm::ALL.into_iter().map(algorithm_code).collect();
         assert_eq!(codes.len(), Algorithm::ALL.len());
-        // The script's table holds codes 1..=7.
-        assert!(codes.iter().all(|c| (1..=7).contains(c)));
+        // The script's table holds codes 1..=8.
+        assert!(codes.iter().all(|c| (1..=8).contains(c)));
         assert!(LUA.contains("[7] = new_distinct"));
+        assert!(LUA.contains("[8] = new_concurrency"));
     }
 
     #[test]
