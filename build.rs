@@ -1,10 +1,14 @@
-//! Compiles the wire-compatible Envoy RLS protos in `proto/` with protox (pure Rust, no protoc)
-//! and writes the descriptor set next to the generated code for gRPC reflection.
+//! Compiles the protos in `proto/` (the wire-compatible Envoy RLS copies and sluice's own
+//! `sluice.v1`) with protox (pure Rust, no protoc) and writes the descriptor set next to the
+//! generated code for gRPC reflection.
 
 use std::{env, fs, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/envoy/service/ratelimit/v3/rls.proto"];
+    let protos = [
+        "proto/envoy/service/ratelimit/v3/rls.proto",
+        "proto/sluice/v1/ratelimiter.proto",
+    ];
     println!("cargo:rerun-if-changed=proto");
     let fds = protox::compile(protos, ["proto"])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);

@@ -1,4 +1,5 @@
-//! The gRPC server: the RLS service (through the one request pipeline), gRPC health and reflection,
+//! The gRPC server: the RLS service and the native `sluice.v1.RateLimiter` (both through the
+//! one request pipeline, each behind the gate), gRPC health and reflection,
 //! with the HTTP/2 settings of the hardening flags, served on one listener (plain or TLS).
 //! Built once and cloned per listener, so `--grpc-threads` serves the same router on each
 //! thread's own runtime.
@@ -12,14 +13,16 @@ use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
 use super::accept::{self, Port};
+use super::native::NativeService;
 use super::overload::Gate;
 use super::pipeline::Pipeline;
 use super::rls::RlsService;
 use super::tls::{self, ReloadingTls};
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
+use crate::proto::sluice::v1::rate_limiter_server::RateLimiterServer;
 use crate::settings::hardening::HardeningArgs;
-use crate::store::Store;
+use crate::store::{Reservations, Store};
 
 /// What the gRPC server serves and how.
 pub struct GrpcParts<'a, S, H> {
@@ -46,7 +49,7 @@ pub struct GrpcServer {
 
 impl GrpcServer {
     /// Builds the router; fails only if the reflection service cannot be built.
-    pub fn build<S: Store, H: Health>(
+    pub fn build<S: Store + Reservations, H: Health>(
         parts: GrpcParts<'_, S, H>,
     ) -> Result<GrpcServer, tonic_reflection::server::Error> {
         let hard = parts.hardening;
@@ -54,6 +57,14 @@ impl GrpcServer {
             RlsService::new(parts.pipeline.clone()).with_metrics(parts.metrics.clone()),
         )
         .max_decoding_message_size(parts.pipeline.limits().max_request_bytes);
+        let native = RateLimiterServer::new(
+            NativeService::new(parts.pipeline.clone()).with_metrics(parts.metrics.clone()),
+        )
+        .max_decoding_message_size(parts.pipeline.limits().max_request_bytes);
+        let (max_bytes, read_timeout) = (
+            parts.pipeline.limits().max_request_bytes,
+            hard.grpc_request_read_timeout,
+        );
         // Server reflection, so grpcurl and similar tools need no .proto files.
         let reflection = || {
             tonic_reflection::server::Builder::configure()
@@ -78,10 +89,12 @@ impl GrpcServer {
             .add_service(reflection_v1alpha)
             .add_service(
                 Gate::new(rls)
-                    .with_reading(
-                        parts.pipeline.limits().max_request_bytes,
-                        hard.grpc_request_read_timeout,
-                    )
+                    .with_reading(max_bytes, read_timeout)
+                    .with_metrics(parts.metrics.clone()),
+            )
+            .add_service(
+                Gate::new(native)
+                    .with_reading(max_bytes, read_timeout)
                     .with_metrics(parts.metrics.clone()),
             );
         Ok(GrpcServer {
