@@ -135,20 +135,15 @@ impl<S: Store + Reservations> Limiter<S> {
         if !response.allowed {
             return Ok((response, None));
         }
-        let record = Record::of(&plan, &verdicts);
+        let now = self.clock().now();
+        let expires_at = now.saturating_add(ttl);
+        let record = Record::of(&plan, &verdicts, expires_at);
         let id = new_id().map_err(LimitError::Unavailable)?;
         let key = key::reservation(&self.options().key_prefix, &id)
             .ok_or_else(|| LimitError::Unavailable("invalid reservation id".into()))?;
-        let now = self.clock().now();
         let held = self
             .store()
-            .hold(
-                &key,
-                record.encode(),
-                now.saturating_add(ttl),
-                now,
-                deadline,
-            )
+            .hold(&key, record.encode(), expires_at, now, deadline)
             .await;
         if let Err(e) = held {
             // Not held, so never settled: give the charge back now (best effort; if this
@@ -189,13 +184,19 @@ impl<S: Store + Reservations> Limiter<S> {
             ))
         };
         let key = key::reservation(&self.options().key_prefix, id).ok_or_else(not_found)?;
+        let now = self.clock().now();
         let bytes = self
             .store()
-            .claim(&key, self.clock().now(), deadline)
+            .claim(&key, now, deadline)
             .await?
             .ok_or_else(not_found)?;
-        Record::decode(&bytes)
-            .map_err(|e| LimitError::Unavailable(format!("reservation '{id}' unreadable: {e}")))
+        let record = Record::decode(&bytes)
+            .map_err(|e| LimitError::Unavailable(format!("reservation '{id}' unreadable: {e}")))?;
+        // Expired: settled as used (and gone from the store now, as it soon would be anyway).
+        if record.expires_at <= now {
+            return Err(not_found());
+        }
+        Ok(record)
     }
 
     /// Settles every hold of `record` at `actual` hits in one store call.

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::plan::Plan;
 use crate::algorithm::{Algorithm, Ask, Calendar, Limit};
-use crate::model::Unit;
+use crate::model::{Micros, Unit};
 use crate::store::{Charge, Check, Verdict};
 
 /// The record layout's version (a record of another version is refused, not misread).
@@ -20,6 +20,9 @@ const VERSION: u32 = 1;
 pub struct Record {
     v: u32,
     pub domain: String,
+    /// When the reservation expires, by sluice's clock: a claim after it finds nothing,
+    /// whatever the store still holds (Redis expires records by its own clock, a backstop).
+    pub expires_at: Micros,
     pub holds: Vec<Hold>,
 }
 
@@ -42,7 +45,7 @@ pub struct Hold {
 
 impl Record {
     /// The checks of `plan` that Reserve charged (a refund or a look holds nothing).
-    pub fn of(plan: &Plan<'_>, verdicts: &[Verdict]) -> Record {
+    pub fn of(plan: &Plan<'_>, verdicts: &[Verdict], expires_at: Micros) -> Record {
         let holds = plan
             .checks()
             .iter()
@@ -66,6 +69,7 @@ impl Record {
         Record {
             v: VERSION,
             domain: plan.request.domain.clone(),
+            expires_at,
             holds,
         }
     }
@@ -167,6 +171,7 @@ mod tests {
         let r = Record {
             v: VERSION,
             domain: "d".into(),
+            expires_at: 5,
             holds: vec![hold(3)],
         };
         assert_eq!(Record::decode(&r.encode()), Ok(r.clone()));

@@ -22,6 +22,7 @@ mod health_drain;
 mod hostile;
 mod memory_rss;
 mod metrics;
+mod native_api;
 mod ops_redis;
 mod overload;
 mod raw_bytes;
