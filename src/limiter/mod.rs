@@ -13,6 +13,7 @@
 
 pub mod assemble;
 pub mod explain;
+pub mod ietf_headers;
 pub mod native;
 pub mod plan;
 pub mod reservation;
