@@ -4,6 +4,7 @@
 //! descriptor value). `replicas.rs`: a reservation made through one sluice settled through
 //! another on the same Redis, and one surviving a restart.
 
+mod client;
 mod replicas;
 
 use sluice::model::Micros;
