@@ -116,6 +116,7 @@ pub fn request(data: &[u8]) {
             Arc::new(ManualClock::new(1_700_000_000 * MICROS_PER_SEC)),
             LimiterOptions {
                 response_headers: Some(Default::default()),
+                ietf_headers: true,
                 ..Default::default()
             },
         );

@@ -12,7 +12,7 @@ use crate::metrics::{MemoryCounts, ReadMemory, ReadRedis};
 use crate::service::limits::RequestLimits;
 use crate::service::tls::{ReloadingTls, TlsError, TlsFiles};
 use crate::settings::hardening::HardeningArgs;
-use crate::settings::{RedisArgs, ServeArgs};
+use crate::settings::{HeaderFormat, RedisArgs, ServeArgs};
 use crate::store::redis::breaker::BreakerOptions;
 use crate::store::redis::{ConnectOptions, RedisOptions};
 use crate::store::{MemoryStore, RedisStore};
@@ -76,15 +76,23 @@ pub(super) fn redis_options(args: &RedisArgs) -> RedisOptions {
 }
 
 pub(super) fn limiter_options(args: &ServeArgs) -> LimiterOptions {
+    // A format given turns headers on; the bare --response-headers (and
+    // LIMIT_RESPONSE_HEADERS_ENABLED) keeps meaning the draft-03 headers.
+    let format = args
+        .response_headers_format
+        .or(args.response_headers.then_some(HeaderFormat::Legacy));
     LimiterOptions {
         shadow_mode: args.shadow_mode,
         quota_mode: args.quota_mode,
         charge_rejected: args.charge_rejected,
-        response_headers: args.response_headers.then(|| HeaderNames {
-            limit: args.header_limit.clone(),
-            remaining: args.header_remaining.clone(),
-            reset: args.header_reset.clone(),
-        }),
+        response_headers: matches!(format, Some(HeaderFormat::Legacy | HeaderFormat::Both)).then(
+            || HeaderNames {
+                limit: args.header_limit.clone(),
+                remaining: args.header_remaining.clone(),
+                reset: args.header_reset.clone(),
+            },
+        ),
+        ietf_headers: matches!(format, Some(HeaderFormat::Ietf | HeaderFormat::Both)),
         key_prefix: args.key_prefix.clone().into_bytes(),
     }
 }
@@ -116,4 +124,52 @@ pub(super) fn grpc_tls(
     })?;
     tasks::spawn_tls_poller(tls.clone(), hard.tls.grpc_tls_reload_interval, stop.clone());
     Ok(Some(tls))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{Cli, Command};
+    use clap::Parser;
+
+    /// Which headers a command line turns on: (draft 03, draft 10), or a usage error.
+    type Headers = Result<(bool, bool), ()>;
+
+    #[test]
+    fn response_header_formats() {
+        let cases: [(&[&str], Headers); 7] = [
+            (&[], Ok((false, false))),
+            (&["--response-headers"], Ok((true, false))),
+            (&["--response-headers-format", "legacy"], Ok((true, false))),
+            (&["--response-headers-format", "ietf"], Ok((false, true))),
+            (&["--response-headers-format=both"], Ok((true, true))),
+            (
+                &["--response-headers", "--response-headers-format", "ietf"],
+                Ok((false, true)),
+            ),
+            (&["--response-headers-format", "draft-10"], Err(())),
+        ];
+        for (flags, want) in cases {
+            let mut argv = vec!["sluice", "serve", "--config", "c"];
+            argv.extend(flags);
+            let got = match Cli::try_parse_from(&argv) {
+                Ok(Cli {
+                    command: Command::Serve(args),
+                }) => {
+                    let o = limiter_options(&args);
+                    Ok((o.response_headers.is_some(), o.ietf_headers))
+                }
+                Ok(_) => unreachable!("a serve command line"),
+                Err(e) => {
+                    assert!(
+                        e.to_string()
+                            .contains("[possible values: legacy, ietf, both]"),
+                        "{e}"
+                    );
+                    Err(())
+                }
+            };
+            assert_eq!(got, want, "{flags:?}");
+        }
+    }
 }

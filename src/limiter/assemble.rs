@@ -1,7 +1,9 @@
 //! Stage 4, assemble: (plan, verdicts) -> the RLS response: each descriptor's status (the
 //! verdict it reports, shadow mode), the overall code (the admission rule of
-//! [`batch::admitted`]), `RateLimit-*` headers and the merged metadata. Pure.
+//! [`batch::admitted`]), the rate-limit headers (draft 03 here, draft 10 in [`ietf_items`])
+//! and the merged metadata. Pure.
 
+use super::ietf_items;
 use super::plan::Plan;
 use super::resolve::Resolved;
 use super::response::{ceil_div, ceil_millis, Code, CurrentLimit, Response, Status};
@@ -25,10 +27,13 @@ pub fn assemble(plan: &Plan<'_>, verdicts: &[Verdict], opts: &LimiterOptions) ->
                 allowed: statuses[i].code == Code::Ok,
             }),
     );
-    let headers = match &opts.response_headers {
+    let mut headers = match &opts.response_headers {
         Some(names) => headers(names, &statuses, quota),
         None => Vec::new(),
     };
+    if opts.ietf_headers {
+        headers.extend(ietf_items::fields(plan, verdicts));
+    }
     let metadata = merged_metadata(&plan.resolved, &statuses);
     Response {
         overall: if admitted || opts.shadow_mode {

@@ -14,6 +14,7 @@
 pub mod assemble;
 pub mod explain;
 pub mod ietf_headers;
+pub mod ietf_items;
 pub mod native;
 pub mod plan;
 pub mod reservation;
@@ -50,8 +51,12 @@ pub struct LimiterOptions {
     pub quota_mode: bool,
     /// Charge rejected requests unless a rule says otherwise (envoyproxy/ratelimit's way).
     pub charge_rejected: bool,
-    /// Add `RateLimit-*` headers from the tightest descriptor.
+    /// Add `RateLimit-Limit` / `-Remaining` / `-Reset` headers (draft 03, named here) from
+    /// the tightest descriptor.
     pub response_headers: Option<HeaderNames>,
+    /// Add the draft-10 `RateLimit-Policy` and `RateLimit` fields, one item per limit
+    /// ([`ietf_items`]); after the draft-03 headers when both are on.
+    pub ietf_headers: bool,
     /// Prefix of every storage key (`--key-prefix`).
     pub key_prefix: Vec<u8>,
 }

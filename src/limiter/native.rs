@@ -5,6 +5,7 @@
 //! not settled within its ttl expires in the store, and so counts as used.
 
 use super::assemble::{self, reported};
+use super::ietf_items;
 use super::plan::Plan;
 use super::reservation::{new_id, Record};
 use super::resolve::Resolved;
@@ -83,7 +84,7 @@ fn native(plan: &Plan<'_>, verdicts: &[Verdict], r: &Response) -> NativeResponse
     NativeResponse {
         allowed: r.overall == Code::Ok,
         statuses,
-        headers: Vec::new(),
+        headers: ietf_items::fields(plan, verdicts),
     }
 }
 

@@ -48,6 +48,19 @@ pub enum Backend {
     Redis,
 }
 
+/// Which rate-limit headers `--response-headers` adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HeaderFormat {
+    /// RateLimit-Limit / -Remaining / -Reset of the tightest descriptor (draft 03, as
+    /// envoyproxy/ratelimit; names per --header-limit, --header-remaining, --header-reset).
+    Legacy,
+    /// The RateLimit-Policy and RateLimit fields of draft-ietf-httpapi-ratelimit-headers-10,
+    /// one item per limit.
+    Ietf,
+    /// Both sets.
+    Both,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -116,15 +129,22 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_CHARGE_REJECTED")]
     pub charge_rejected: bool,
 
-    /// Add RateLimit-Limit / -Remaining / -Reset response headers from the tightest descriptor.
+    /// Add rate-limit headers for Envoy to add to the response: RateLimit-Limit / -Remaining /
+    /// -Reset from the tightest descriptor unless --response-headers-format says otherwise.
     #[arg(long, env = "SLUICE_RESPONSE_HEADERS")]
     pub response_headers: bool,
 
-    /// Name of the limit header.
+    /// Which headers to add: legacy (RateLimit-Limit / -Remaining / -Reset), ietf (the draft-10
+    /// RateLimit-Policy and RateLimit fields) or both. Giving it turns headers on, with or
+    /// without --response-headers.
+    #[arg(long, env = "SLUICE_RESPONSE_HEADERS_FORMAT", value_name = "FORMAT")]
+    pub response_headers_format: Option<HeaderFormat>,
+
+    /// Name of the limit header (legacy format).
     #[arg(long, env = "SLUICE_HEADER_LIMIT", default_value = "RateLimit-Limit")]
     pub header_limit: String,
 
-    /// Name of the remaining header.
+    /// Name of the remaining header (legacy format).
     #[arg(
         long,
         env = "SLUICE_HEADER_REMAINING",
@@ -132,7 +152,7 @@ pub struct ServeArgs {
     )]
     pub header_remaining: String,
 
-    /// Name of the reset header (seconds until reset).
+    /// Name of the reset header (seconds until reset; legacy format).
     #[arg(long, env = "SLUICE_HEADER_RESET", default_value = "RateLimit-Reset")]
     pub header_reset: String,
 

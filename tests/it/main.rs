@@ -14,6 +14,7 @@ mod drop_in_env;
 mod envoy_algorithms;
 mod envoy_failure_modes;
 mod envoy_http;
+mod envoy_ietf_headers;
 mod envoy_redis;
 mod fuzz_replay;
 mod grpc_threads;

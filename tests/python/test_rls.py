@@ -198,3 +198,39 @@ def test_response_headers(binary, tmp_path):
         assert 1 <= int(headers["RateLimit-Reset"]) <= 60
     finally:
         s.stop()
+
+
+def readme_partition_key():
+    """The `pk` function of README.md's "IETF headers" section, run as printed there."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("```python\nimport base64, hashlib\ndef pk(")
+    code = text[start + len("```python\n") : text.index("```", start + 3)]
+    scope = {}
+    exec(code, scope)  # also runs the snippet's own assert
+    return scope["pk"]
+
+
+def test_ietf_response_headers(binary, tmp_path):
+    pk = readme_partition_key()
+    s = Server(binary, tmp_path, ["--response-headers-format", "ietf"])
+    try:
+        r = ask(
+            s,
+            descriptor(("user", "carol")),
+            descriptor(("path", "/api/y")),
+            descriptor(("internal", "x")),
+        )
+        headers = [(h.key, h.value) for h in r.response_headers_to_add]
+        assert [k for k, _ in headers] == ["RateLimit-Policy", "RateLimit"], headers
+        policy, limit = headers[0][1], headers[1][1]
+        carol, path = pk(b"carol"), pk(b"/api/y")
+        # The rule's name, else its full key; the unlimited descriptor has no item.
+        assert policy == (
+            f'"per_user";q=3;w=60;pk=:{carol}:, "py.path_/api/*";q=100;w=3600;pk=:{path}:'
+        )
+        items = limit.split(", ")
+        assert items[0].startswith('"per_user";r=2;t=') and items[0].endswith(f";pk=:{carol}:")
+        assert items[1].startswith('"py.path_/api/*";r=99;t=')
+        assert 1 <= int(items[0].split(";")[2][2:]) <= 60
+    finally:
+        s.stop()

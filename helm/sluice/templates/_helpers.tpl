@@ -208,6 +208,10 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   value: {{ $s.chargeRejected | toString | quote }}
 - name: SLUICE_RESPONSE_HEADERS
   value: {{ $s.responseHeaders | toString | quote }}
+{{- with $s.responseHeadersFormat }}
+- name: SLUICE_RESPONSE_HEADERS_FORMAT
+  value: {{ . | quote }}
+{{- end }}
 - name: SLUICE_DRAIN_TIMEOUT
   value: {{ $s.drainTimeout | quote }}
 - name: SLUICE_LOG_LEVEL

@@ -4,6 +4,9 @@ use sluice::proto::rate_limit_response::rate_limit::Unit::{Hour, Minute, Second}
 use sluice::proto::rate_limit_response::Code::{Ok as OK, OverLimit as OVER};
 use support::*;
 
+// The partition key of every descriptor below (value "x"): base64 of the first 16 bytes of
+// SHA-256(b"\0\0\0\x01x"), computed with Python's hashlib: 50Krx8hlHULbnWVyy6FLHA==.
+
 const HEADERS: &str = r#"
 domain: hd
 descriptors:
@@ -93,6 +96,65 @@ pub(super) fn headers() -> Vec<Case> {
                 ("X-R", "4"),
                 ("X-Reset", "30"),
             ])],
+        },
+        Case {
+            name: "headers: ietf: one policy and one service limit item per limit",
+            config: Some(HEADERS),
+            flags: &["--response-headers-format", "ietf"],
+            steps: vec![
+                expect(r(&["m", "h"]), OK, vec![ok(5, Minute, 4), ok(5, Hour, 4)]).headers(&[
+                    (
+                        "RateLimit-Policy",
+                        r#""hd.m";q=5;w=60;pk=:50Krx8hlHULbnWVyy6FLHA==:, "hd.h";q=5;w=3600;pk=:50Krx8hlHULbnWVyy6FLHA==:"#,
+                    ),
+                    (
+                        "RateLimit",
+                        r#""hd.m";r=4;t=30;pk=:50Krx8hlHULbnWVyy6FLHA==:, "hd.h";r=4;t=3570;pk=:50Krx8hlHULbnWVyy6FLHA==:"#,
+                    ),
+                ]),
+                // Over the limit: r=0, whatever the store counted; unlimited and unmatched
+                // descriptors have no item.
+                expect(
+                    r(&["z1", "free", "nothing"]),
+                    OVER,
+                    vec![over(0, Minute), unlimited(), none()],
+                )
+                .headers(&[
+                    (
+                        "RateLimit-Policy",
+                        r#""hd.z1";q=0;w=60;pk=:50Krx8hlHULbnWVyy6FLHA==:"#,
+                    ),
+                    (
+                        "RateLimit",
+                        r#""hd.z1";r=0;t=30;pk=:50Krx8hlHULbnWVyy6FLHA==:"#,
+                    ),
+                ]),
+                expect(r(&["nothing", "free"]), OK, vec![none(), unlimited()]),
+            ],
+        },
+        Case {
+            name: "headers: both: the draft-03 headers, then the draft-10 fields",
+            config: Some(HEADERS),
+            flags: &["--response-headers", "--response-headers-format", "both"],
+            steps: vec![expect(r(&["big"]), OK, vec![ok(100, Second, 99)]).headers(&[
+                ("RateLimit-Limit", "100"),
+                ("RateLimit-Remaining", "99"),
+                ("RateLimit-Reset", "1"),
+                (
+                    "RateLimit-Policy",
+                    r#""hd.big";q=100;w=1;pk=:50Krx8hlHULbnWVyy6FLHA==:"#,
+                ),
+                (
+                    "RateLimit",
+                    r#""hd.big";r=99;t=1;pk=:50Krx8hlHULbnWVyy6FLHA==:"#,
+                ),
+            ])],
+        },
+        Case {
+            name: "headers: --response-headers-format legacy is the bare flag",
+            config: Some(HEADERS),
+            flags: &["--response-headers-format", "legacy"],
+            steps: vec![expect(r(&["m"]), OK, vec![ok(5, Minute, 4)]).headers(&hdr("5", "4", "30"))],
         },
         Case {
             name: "headers: none without --response-headers",
