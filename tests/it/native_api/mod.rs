@@ -458,6 +458,15 @@ pub async fn run_cases(store: StoreKind) {
                         }),
                         "{at}"
                     );
+                    // The IETF fields of the limit (the rule is per value: partitioned by it).
+                    let policy = &r.headers["RateLimit-Policy"];
+                    assert!(
+                        policy.starts_with("\"per_user\";q=10;w=60;pk=:"),
+                        "{at}: {policy}"
+                    );
+                    let state = &r.headers["RateLimit"];
+                    let expected = format!("\"per_user\";r={remaining};t=");
+                    assert!(state.starts_with(&expected), "{at}: {state}");
                     assert_eq!(r.statuses[0].retry_after.is_some(), !allowed, "{at}");
                 }
                 Reserve {
