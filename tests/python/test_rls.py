@@ -58,9 +58,9 @@ def binary():
 
 
 class Server:
-    def __init__(self, binary, config_dir, flags=()):
+    def __init__(self, binary, config_dir, flags=(), config_text=CONFIG):
         config = Path(config_dir) / "config.yaml"
-        config.write_text(CONFIG)
+        config.write_text(config_text)
         self.proc = subprocess.Popen(
             [binary, "serve", "--config", str(config),
              "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
