@@ -37,11 +37,14 @@ pub trait Reservations: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
 }
 
+/// Key -> (expiry, record).
+type RecordMap = HashMap<Box<[u8]>, (Micros, Vec<u8>)>;
+
 /// The in-memory store's records: a map with expiries, capped like the store's keys (a client
 /// that reserves without settling cannot grow it past `--memory-max-entries`).
 #[derive(Debug)]
 pub struct Records {
-    map: Mutex<HashMap<Box<[u8]>, (Micros, Vec<u8>)>>,
+    map: Mutex<RecordMap>,
     cap: usize,
 }
 
@@ -53,7 +56,7 @@ impl Records {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Box<[u8]>, (Micros, Vec<u8>)>> {
+    fn lock(&self) -> MutexGuard<'_, RecordMap> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
