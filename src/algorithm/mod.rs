@@ -8,6 +8,7 @@
 
 pub mod bucket;
 pub mod calendar;
+pub mod concurrency;
 pub mod distinct;
 pub mod fixed_window;
 pub mod gcra;
@@ -47,10 +48,12 @@ pub enum Algorithm {
     LeakyBucket,
     Gcra,
     Distinct,
+    /// Requests in flight: `requests` is `max_in_flight`, `window` the lease time.
+    Concurrency,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 7] = [
+    pub const ALL: [Algorithm; 8] = [
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
@@ -58,6 +61,7 @@ impl Algorithm {
         Algorithm::LeakyBucket,
         Algorithm::Gcra,
         Algorithm::Distinct,
+        Algorithm::Concurrency,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,6 +73,7 @@ impl Algorithm {
             Algorithm::LeakyBucket => "leaky_bucket",
             Algorithm::Gcra => "gcra",
             Algorithm::Distinct => "distinct",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
@@ -169,7 +174,8 @@ impl Limit {
             ));
         }
         match self.algorithm {
-            Algorithm::FixedWindow | Algorithm::Distinct => Ok(()),
+            // concurrency: any max_in_flight and lease time within the bounds above.
+            Algorithm::FixedWindow | Algorithm::Distinct | Algorithm::Concurrency => Ok(()),
             Algorithm::SlidingWindow => {
                 if self.precision == 0 || self.precision > MAX_PRECISION {
                     return Err(format!(
@@ -291,6 +297,7 @@ pub enum State {
     /// token_bucket, leaky_bucket and gcra share one state (see [`bucket`]).
     Bucket(bucket::State),
     Distinct(distinct::State),
+    Concurrency(concurrency::State),
 }
 
 /// The answer of one decision function.
@@ -381,6 +388,13 @@ pub fn evaluate(limit: &Limit, state: Option<&State>, frame: Frame, ask: Ask) ->
                 _ => None,
             };
             distinct::evaluate(limit, prev, frame, ask)
+        }
+        Algorithm::Concurrency => {
+            let prev = match state {
+                Some(State::Concurrency(s)) => Some(s),
+                _ => None,
+            };
+            concurrency::evaluate(limit, prev, frame.now, ask)
         }
     }
 }

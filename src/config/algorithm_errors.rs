@@ -36,6 +36,8 @@ fn each_algorithm_loads() {
         "requests_per_unit: 5, unit: week, algorithm: distinct, align: calendar",
         "requests_per_unit: 5, unit: month, align: calendar, timezone: Europe/Paris",
         "requests_per_unit: 100000, unit: day, algorithm: token_bucket",
+        "algorithm: concurrency, max_in_flight: 5",
+        "algorithm: concurrency, max_in_flight: 0, lease_time: 1.5s",
     ] {
         assert_eq!(errors(&one_limit(fields)), Vec::<String>::new(), "{fields}");
     }
@@ -83,7 +85,7 @@ fn what_cannot_work_is_rejected_where_it_is_written() {
         ),
         (
             "requests_per_unit: 5, unit: second, algorithm: lottery",
-            "4:65: invalid algorithm 'lottery' (expected fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra or distinct)",
+            "4:65: invalid algorithm 'lottery' (expected fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra, distinct or concurrency)",
         ),
         (
             "requests_per_unit: 5, unit: second, algorithm: sliding_window, precision: 3",
@@ -100,6 +102,50 @@ fn what_cannot_work_is_rejected_where_it_is_written() {
     ];
     for (fields, want) in cases {
         assert_eq!(errors(&one_limit(fields)), [want], "{fields}");
+    }
+}
+
+#[test]
+fn concurrency_keys_are_checked() {
+    // (fields of the rate_limit at line 4, column 17 onwards; expected errors)
+    let cases: [(&str, &[&str]); 7] = [
+        (
+            "algorithm: concurrency",
+            &["4:17: concurrency needs max_in_flight (the most requests in flight; 0 blocks every request)"],
+        ),
+        (
+            "algorithm: concurrency, max_in_flight: 5, requests_per_unit: 5, unit: second",
+            &[
+                "4:79: concurrency limits requests in flight, not a rate: use max_in_flight instead of requests_per_unit",
+                "4:88: concurrency has no unit: a lease lasts until it is released, or at most lease_time",
+            ],
+        ),
+        (
+            "algorithm: concurrency, max_in_flight: 5, window: 1s",
+            &["4:68: concurrency has no window: a lease lasts until it is released, or at most lease_time"],
+        ),
+        (
+            "algorithm: concurrency, max_in_flight: -1",
+            &["4:57: invalid u32: expected a whole number from 0 to 4294967295"],
+        ),
+        (
+            "algorithm: concurrency, max_in_flight: 5, lease_time: forever",
+            &["4:72: invalid lease_time 'forever' (expected a number and us, ms, s, m, h or d, e.g. 250ms, 1.5s, 2h, 7d)"],
+        ),
+        (
+            "algorithm: concurrency, max_in_flight: 5, burst: 2",
+            &["4:67: burst applies to token_bucket, leaky_bucket and gcra, not to concurrency"],
+        ),
+        (
+            "requests_per_unit: 5, unit: second, max_in_flight: 5, lease_time: 1s",
+            &[
+                "4:69: max_in_flight applies to concurrency only, not to fixed_window",
+                "4:84: lease_time applies to concurrency only, not to fixed_window",
+            ],
+        ),
+    ];
+    for (fields, want) in cases {
+        assert_eq!(errors(&one_limit(fields)), want, "{fields}");
     }
 }
 

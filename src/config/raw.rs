@@ -74,8 +74,12 @@ pub struct RawRateLimit {
     /// sluice: a window of any length (`500ms`, `30s`, `5m`, `2h`, `7d`) instead of `unit`.
     pub window: Option<Spanned<String>>,
     /// sluice: fixed_window (default), sliding_window, sliding_log, token_bucket,
-    /// leaky_bucket, gcra or distinct.
+    /// leaky_bucket, gcra, distinct or concurrency.
     pub algorithm: Option<Spanned<String>>,
+    /// sluice: concurrency: the most requests in flight (instead of requests_per_unit).
+    pub max_in_flight: Option<Spanned<Count>>,
+    /// sluice: concurrency: how long a lease lasts if it is never released (default 60s).
+    pub lease_time: Option<Spanned<String>>,
     /// sluice: bucket capacity / gcra burst (default: requests_per_unit).
     pub burst: Option<Spanned<Count>>,
     /// sluice: sliding_window sub-windows per window (default 10).

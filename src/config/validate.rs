@@ -14,6 +14,12 @@ use crate::model::{Micros, Unit};
 use crate::rules::vocab::{self, one_of, Word};
 use crate::rules::{duration, Charge, FailurePolicy, RuleIds, RuleKind, RuleLimit};
 
+/// A limit's window: (unit reported in current_limit, window in µs, the unit if one was named).
+type Shape = (Unit, Micros, Option<Unit>);
+
+/// How long a concurrency lease lasts if it is never released, unless `lease_time` says.
+pub const DEFAULT_LEASE_TIME: Micros = 60 * 1_000_000;
+
 /// Where errors of one file go.
 pub struct Cx<'a> {
     pub file: &'a Arc<str>,
@@ -230,37 +236,28 @@ impl Cx<'_> {
             .as_ref()
             .map_or(Some(Algorithm::FixedWindow), |a| self.word(a))
             .unwrap_or(Algorithm::FixedWindow);
-        // (unit reported in current_limit, window in µs, the unit if one was named)
-        let shape = match (&rl.unit, &rl.window) {
-            (Some(_), Some(w)) => {
-                let p = self.at(w);
-                self.err(p, "use either unit or window, not both");
-                None
-            }
-            (None, Some(w)) => match window(&w.value) {
-                Ok(window) => Some((Unit::nearest(window), window, None)),
-                Err(m) => {
-                    let p = self.at(w);
-                    self.err(p, m);
-                    None
+        let (shape, rpu) = if algorithm == Algorithm::Concurrency {
+            self.in_flight(rl, &pos)
+        } else {
+            for (key, at) in [
+                (
+                    "max_in_flight",
+                    rl.max_in_flight.as_ref().map(|m| self.at(m)),
+                ),
+                ("lease_time", rl.lease_time.as_ref().map(|l| self.at(l))),
+            ] {
+                if let Some(p) = at {
+                    self.err(
+                        p,
+                        format!(
+                            "{key} applies to concurrency only, not to {}",
+                            algorithm.as_str()
+                        ),
+                    );
                 }
-            },
-            (Some(u), None) => self
-                .word::<Unit>(u)
-                .map(|unit| (unit, unit.micros(), Some(unit))),
-            (None, None) => {
-                self.err(
-                    pos.clone(),
-                    format!("rate_limit needs a unit ({})", one_of::<Unit>()),
-                );
-                None
             }
+            (self.shape(rl, &pos), self.rate(rl))
         };
-        // envoyproxy/ratelimit reads a missing requests_per_unit as 0 (block everything).
-        let rpu = rl
-            .requests_per_unit
-            .as_ref()
-            .map_or(Some(0), |r| self.count(r));
         let burst = rl.burst.as_ref().map(|b| (b, self.count(b)));
         let precision = rl.precision.as_ref().map(|p| (p, self.count(p)));
         // A bad rate is reported; the limit's other checks would only add noise about it.
@@ -314,6 +311,7 @@ impl Cx<'_> {
             let p = rl
                 .requests_per_unit
                 .as_ref()
+                .or(rl.max_in_flight.as_ref())
                 .map_or(pos.clone(), |r| self.at(r));
             self.err(p, m);
             return None;
@@ -326,6 +324,87 @@ impl Cx<'_> {
             charge,
             on_error,
         })
+    }
+
+    /// A rate limit's window: `unit` or `window`, as (unit reported in current_limit, window
+    /// in µs, the unit if one was named).
+    fn shape(&mut self, rl: &RawRateLimit, pos: &Position) -> Option<Shape> {
+        match (&rl.unit, &rl.window) {
+            (Some(_), Some(w)) => {
+                let p = self.at(w);
+                self.err(p, "use either unit or window, not both");
+                None
+            }
+            (None, Some(w)) => match duration_of("window", &w.value) {
+                Ok(window) => Some((Unit::nearest(window), window, None)),
+                Err(m) => {
+                    let p = self.at(w);
+                    self.err(p, m);
+                    None
+                }
+            },
+            (Some(u), None) => self
+                .word::<Unit>(u)
+                .map(|unit| (unit, unit.micros(), Some(unit))),
+            (None, None) => {
+                self.err(
+                    pos.clone(),
+                    format!("rate_limit needs a unit ({})", one_of::<Unit>()),
+                );
+                None
+            }
+        }
+    }
+
+    /// `requests_per_unit`; envoyproxy/ratelimit reads a missing one as 0 (block everything).
+    fn rate(&mut self, rl: &RawRateLimit) -> Option<u32> {
+        rl.requests_per_unit
+            .as_ref()
+            .map_or(Some(0), |r| self.count(r))
+    }
+
+    /// A concurrency limit's `max_in_flight` and `lease_time`, in the shape of a rate: the
+    /// lease time is the window (reported as the nearest unit), `max_in_flight` the requests.
+    /// Rates and windows mean nothing here and are refused.
+    fn in_flight(&mut self, rl: &RawRateLimit, pos: &Position) -> (Option<Shape>, Option<u32>) {
+        let mut ok = true;
+        if let Some(r) = &rl.requests_per_unit {
+            let p = self.at(r);
+            self.err(p, "concurrency limits requests in flight, not a rate: use max_in_flight instead of requests_per_unit");
+            ok = false;
+        }
+        for (key, at) in [
+            ("unit", rl.unit.as_ref().map(|u| self.at(u))),
+            ("window", rl.window.as_ref().map(|w| self.at(w))),
+        ] {
+            if let Some(p) = at {
+                self.err(p, format!("concurrency has no {key}: a lease lasts until it is released, or at most lease_time"));
+                ok = false;
+            }
+        }
+        let n = match &rl.max_in_flight {
+            Some(m) => self.count(m),
+            None => {
+                self.err(
+                    pos.clone(),
+                    "concurrency needs max_in_flight (the most requests in flight; 0 blocks every request)",
+                );
+                None
+            }
+        };
+        let lease = match &rl.lease_time {
+            None => Some(DEFAULT_LEASE_TIME),
+            Some(l) => duration_of("lease_time", &l.value)
+                .map_err(|m| {
+                    let p = self.at(l);
+                    self.err(p, m);
+                })
+                .ok(),
+        };
+        match (ok, n, lease) {
+            (true, Some(n), Some(lease)) => (Some((Unit::nearest(lease), lease, None)), Some(n)),
+            _ => (None, None),
+        }
     }
 
     /// `align: calendar` (written at `align`): the calendar of the windows.
@@ -381,21 +460,21 @@ fn name_of(rl: &RawRateLimit) -> Option<String> {
         .filter(|n| !n.is_empty())
 }
 
-/// A `window`: a duration of the one grammar ([`duration`]), a whole number of microseconds,
-/// longer than zero and at most [`MAX_WINDOW`].
-fn window(s: &str) -> Result<Micros, String> {
-    let d =
-        duration::parse(s).map_err(|_| format!("invalid window '{s}' ({})", duration::EXPECTED))?;
+/// A `window` or `lease_time` (`field`): a duration of the one grammar ([`duration`]), a whole
+/// number of microseconds, longer than zero and at most [`MAX_WINDOW`].
+fn duration_of(field: &str, s: &str) -> Result<Micros, String> {
+    let d = duration::parse(s)
+        .map_err(|_| format!("invalid {field} '{s}' ({})", duration::EXPECTED))?;
     if !d.as_nanos().is_multiple_of(1_000) {
         return Err(format!(
-            "window '{s}' is not a whole number of microseconds"
+            "{field} '{s}' is not a whole number of microseconds"
         ));
     }
     match Micros::try_from(d.as_micros()) {
-        Ok(0) => Err(format!("window '{s}' must be longer than zero")),
+        Ok(0) => Err(format!("{field} '{s}' must be longer than zero")),
         Ok(w) if w <= MAX_WINDOW => Ok(w),
         _ => Err(format!(
-            "window '{s}' is longer than the longest supported window of 10 years"
+            "{field} '{s}' is longer than the longest supported window of 10 years"
         )),
     }
 }
@@ -403,6 +482,10 @@ fn window(s: &str) -> Result<Micros, String> {
 #[cfg(test)]
 mod window_tests {
     use super::*;
+
+    fn window(s: &str) -> Result<Micros, String> {
+        duration_of("window", s)
+    }
 
     #[test]
     fn windows() {

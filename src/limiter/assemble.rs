@@ -8,6 +8,7 @@ use super::plan::Plan;
 use super::resolve::Resolved;
 use super::response::{ceil_div, ceil_millis, Code, CurrentLimit, Response, Status};
 use super::{HeaderNames, LimiterOptions};
+use crate::algorithm::Algorithm;
 use crate::model::MICROS_PER_SEC;
 use crate::rules::RuleLimit;
 use crate::store::batch::{self, Group};
@@ -34,7 +35,7 @@ pub fn assemble(plan: &Plan<'_>, verdicts: &[Verdict], opts: &LimiterOptions) ->
     if opts.ietf_headers {
         headers.extend(ietf_items::fields(plan, verdicts));
     }
-    let metadata = merged_metadata(&plan.resolved, &statuses);
+    let metadata = merged_metadata(&plan.resolved, &statuses, &no_lease_taken(plan, verdicts));
     Response {
         overall: if admitted || opts.shadow_mode {
             Code::Ok
@@ -138,15 +139,31 @@ fn headers(
     ]
 }
 
+/// Per descriptor: it has a concurrency limit that took no lease for this request (rejected,
+/// not charged because another descriptor rejected the request, or a look of 0 hits).
+fn no_lease_taken(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<bool> {
+    let mut out = vec![false; plan.resolved.len()];
+    for (i, range) in plan.groups() {
+        out[i] = plan.planned[range.clone()]
+            .iter()
+            .zip(&verdicts[range])
+            .any(|(p, v)| plan.limit(p).limit.algorithm == Algorithm::Concurrency && !v.charged);
+    }
+    out
+}
+
 /// The `metadata` of the rules of descriptors within their limits, merged: earlier
-/// descriptors win on conflicts, nested maps merge, lists do not.
+/// descriptors win on conflicts, nested maps merge, lists do not. A descriptor with a
+/// concurrency limit adds its metadata only when the request took its leases, so that Envoy
+/// can release them at stream end exactly then (README, "Concurrency limits behind Envoy").
 fn merged_metadata(
     resolved: &[Resolved<'_>],
     statuses: &[Status],
+    no_lease: &[bool],
 ) -> Option<serde_json::Map<String, serde_json::Value>> {
     let mut out = serde_json::Map::new();
-    for (r, s) in resolved.iter().zip(statuses) {
-        if s.code == Code::OverLimit || matches!(r, Resolved::Unlimited(_)) {
+    for ((r, s), &no_lease) in resolved.iter().zip(statuses).zip(no_lease) {
+        if s.code == Code::OverLimit || matches!(r, Resolved::Unlimited(_)) || no_lease {
             continue;
         }
         if let Some(serde_json::Value::Object(m)) = r.rule().and_then(|r| r.metadata.as_ref()) {
@@ -195,6 +212,9 @@ descriptors:
     rate_limits:
       - {unit: second, requests_per_unit: 2, name: burst}
       - {unit: hour, requests_per_unit: 100, name: hourly}
+  - key: c
+    rate_limit: {algorithm: concurrency, max_in_flight: 3}
+    metadata: {lease: c}
 "#;
 
     fn v(allowed: bool, remaining: u64, reset: i64) -> Verdict {
@@ -312,6 +332,31 @@ descriptors:
             serde_json::json!({"team": {"name": "a", "on_call": "x"}})
         );
         assert_eq!(r.headers[0].1, "9", "the over-limit descriptor's headers");
+    }
+
+    #[test]
+    fn a_concurrency_descriptor_returns_its_metadata_only_when_it_took_leases() {
+        let opts = LimiterOptions::default();
+        let lease = serde_json::json!({"lease": "c"});
+        let r = answer(&["c"], &[v(true, 2, 1)], &opts);
+        assert_eq!(
+            r.metadata.map(serde_json::Value::Object),
+            Some(lease.clone())
+        );
+        // Within its limit, but the request was rejected by `a`: no lease was taken, so
+        // nothing must be released at stream end.
+        let not_charged = Verdict {
+            charged: false,
+            ..v(true, 3, 0)
+        };
+        let r = answer(&["c", "a"], &[not_charged, v(false, 0, 1)], &opts);
+        assert_eq!((r.statuses[0].code, r.metadata), (Code::Ok, None));
+        // A look (0 hits) takes nothing either; a plain limit still returns its metadata.
+        let r = answer(&["a", "c"], &[v(true, 4, 1), not_charged], &opts);
+        assert_eq!(
+            r.metadata.map(serde_json::Value::Object),
+            Some(serde_json::json!({"team": {"name": "a", "on_call": "x"}}))
+        );
     }
 
     #[test]

@@ -46,7 +46,9 @@ pub fn fields(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<(String, String)> {
                 name: policy_name(&plan.resolved[p.descriptor], limit),
                 quota: limit.limit.requests,
                 unit: quota_unit(limit.limit.algorithm),
-                window_secs: Some(ietf_headers::window_secs(limit.limit.window)),
+                // A concurrency limit has no window (its `window` is the lease time).
+                window_secs: (limit.limit.algorithm != Algorithm::Concurrency)
+                    .then(|| ietf_headers::window_secs(limit.limit.window)),
                 remaining: if v.allowed { v.remaining } else { 0 },
                 reset_secs: Some(ietf_headers::reset_secs(v.reset)),
                 partition: pk.as_ref().map(|k| &k[..]),
@@ -65,8 +67,8 @@ pub fn policy_name<'p>(resolved: &Resolved<'p>, limit: &'p RuleLimit) -> &'p str
     }
 }
 
-/// Every algorithm of sluice counts requests (`distinct` counts the distinct values of
-/// requests, which the registry has no unit for).
+/// Every algorithm of sluice but `concurrency` counts requests (`distinct` counts the distinct
+/// values of requests, which the registry has no unit for).
 fn quota_unit(algorithm: Algorithm) -> QuotaUnit {
     match algorithm {
         Algorithm::FixedWindow
@@ -76,6 +78,8 @@ fn quota_unit(algorithm: Algorithm) -> QuotaUnit {
         | Algorithm::LeakyBucket
         | Algorithm::Gcra
         | Algorithm::Distinct => QuotaUnit::Requests,
+        // Leases, not requests per window.
+        Algorithm::Concurrency => QuotaUnit::ConcurrentRequests,
     }
 }
 

@@ -121,8 +121,14 @@ impl Hold {
 
     /// The check that settles this hold at `actual` hits: gives back what was reserved but
     /// not used, or charges the overrun even over the limit (a debt the next requests pay).
-    /// `None` when there is nothing to do.
+    /// A `concurrency` hold is leases, not usage: the work is over once it is settled, so
+    /// every lease is released whatever `actual` is. `None` when there is nothing to do.
     pub fn settle<'a>(&'a self, limit: &'a Limit, actual: u64, group: u32) -> Option<Check<'a>> {
+        let actual = if limit.algorithm == Algorithm::Concurrency {
+            0
+        } else {
+            actual
+        };
         let ask = match actual.cmp(&self.hits) {
             std::cmp::Ordering::Equal => return None,
             std::cmp::Ordering::Less => Ask::refund(self.hits - actual),
@@ -198,6 +204,20 @@ mod tests {
             (over.ask.refund, over.ask.hits, over.charge, over.group),
             (false, 4, Charge::Always, 1)
         );
+    }
+
+    #[test]
+    fn settling_a_concurrency_hold_releases_every_lease() {
+        let h = Hold {
+            algorithm: "concurrency".into(),
+            calendar: None,
+            ..hold(2)
+        };
+        let limit = h.limit().expect("valid");
+        for actual in [0, 2, 50] {
+            let c = h.settle(&limit, actual, 0).expect("a release");
+            assert_eq!((c.ask.refund, c.ask.hits), (true, 2), "actual {actual}");
+        }
     }
 
     #[test]

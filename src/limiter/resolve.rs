@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::LimitError;
-use crate::algorithm::{Calendar, Limit};
+use crate::algorithm::{Algorithm, Calendar, Limit};
 use crate::model::{Descriptor, Request, Unit};
 use crate::rules::{Domain, Match, Rule, RuleKind, RuleLimit, Step};
 
@@ -113,10 +113,14 @@ fn descriptor<'r>(
         // envoyproxy/ratelimit: an override applies whether or not a rule matched, with no
         // name, no shadow mode and nothing to replace. It keeps the matched rule's algorithm
         // (with `rate_limits`, the first limit's), precision, calendar alignment and charging;
-        // the burst becomes the new requests_per_unit.
+        // the burst becomes the new requests_per_unit. A concurrency limit keeps its lease
+        // time: the override's rate becomes max_in_flight, and its unit means nothing there.
         let base = m.as_ref().and_then(|m| m.rule.kind.limits().first());
         let rpu = u64::from(o.requests_per_unit);
-        let window = o.unit.micros();
+        let (unit, window) = match base {
+            Some(b) if b.limit.algorithm == Algorithm::Concurrency => (b.unit, b.limit.window),
+            _ => (o.unit, o.unit.micros()),
+        };
         let limit = match base {
             Some(b) => Limit {
                 requests: rpu,
@@ -144,7 +148,7 @@ fn descriptor<'r>(
             limits: Cow::Owned(vec![RuleLimit {
                 name: None,
                 requests_per_unit: o.requests_per_unit,
-                unit: o.unit,
+                unit,
                 limit,
                 charge: base.and_then(|b| b.charge),
                 on_error: base.and_then(|b| b.on_error),
@@ -281,6 +285,21 @@ descriptors:
         assert_eq!(kinds(&r), ["override", "override"]);
         assert_eq!(r[0].limits()[0].limit.requests, 7);
         assert!(r[0].rule().is_none(), "no shadow mode, no metadata");
+    }
+
+    #[test]
+    fn an_override_of_a_concurrency_limit_keeps_its_lease_time() {
+        let rules = rules("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {algorithm: concurrency, max_in_flight: 5, lease_time: 90s}\n");
+        let mut o = d(&[("a", "1")]);
+        o.limit_override = Some(crate::model::LimitOverride {
+            requests_per_unit: 2,
+            unit: Unit::Second,
+        });
+        let r = resolve(rules.domain("d"), &request(vec![o])).unwrap();
+        let l = &r[0].limits()[0];
+        assert_eq!(l.limit.algorithm, Algorithm::Concurrency);
+        assert_eq!((l.limit.requests, l.limit.window), (2, 90_000_000));
+        assert_eq!(l.unit, Unit::Minute, "the unit reported for the lease time");
     }
 
     #[test]

@@ -107,9 +107,20 @@ fn collect(node: &Node, out: &mut Vec<String>) {
     }
 }
 
-/// ` unit=.. requests_per_unit=.. algorithm=..` and the parameters that differ from defaults.
+/// ` unit=.. requests_per_unit=.. algorithm=..` and the parameters that differ from defaults
+/// (concurrency: its own two).
 fn describe(line: &mut String, l: &RuleLimit) {
     let limit = &l.limit;
+    if limit.algorithm == crate::algorithm::Algorithm::Concurrency {
+        // No rate: the unit and requests_per_unit it reports to Envoy are derived.
+        let _ = write!(
+            line,
+            " algorithm=concurrency max_in_flight={} lease_time={}ms",
+            limit.requests,
+            limit.window / 1_000
+        );
+        return;
+    }
     let _ = write!(
         line,
         " unit={} requests_per_unit={} algorithm={}",

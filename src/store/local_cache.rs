@@ -13,7 +13,8 @@
 //!   backend would give. Any other request goes to the backend whole: one exact decision.
 //! * **Never cached, never answered locally**: refunds, checks charged anyway (`charge:
 //!   always`, `--charge-rejected`: every rejected request must be counted, which needs the
-//!   backend), `distinct` limits (another value may pass), asks of 0 hits.
+//!   backend), `distinct` limits (another value may pass), `concurrency` limits (a release
+//!   at any instance frees leases long before the retry time), asks of 0 hits.
 //! * **Invalidation**: a refund through this instance drops its key's entry, and so does any
 //!   verdict of the backend that allows the key. Refunds through other instances are not seen:
 //!   an entry may then reject until its retry time what the backend would admit (the price of
@@ -158,6 +159,8 @@ fn cacheable(c: &Check<'_>) -> bool {
         && c.charge != Charge::Always
         && c.ask.hits > 0
         && c.limit.algorithm != Algorithm::Distinct
+        // A release (at any replica) frees leases long before they would expire.
+        && c.limit.algorithm != Algorithm::Concurrency
 }
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {

@@ -33,6 +33,8 @@ fn state_heap(state: &State) -> usize {
         State::FixedWindow(_) | State::Bucket(_) => 0,
         State::SlidingWindow(s) => words(s.counts.capacity()),
         State::SlidingLog(s) => words(s.log.capacity()),
+        // (expiry, leases): two words per group.
+        State::Concurrency(s) => words(2 * s.leases.capacity()),
         State::Distinct(s) => match &s.values {
             distinct::Values::Exact(v) => words(v.capacity()),
             distinct::Values::Hll(r) => r.len(),

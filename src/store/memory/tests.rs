@@ -154,6 +154,7 @@ fn accounted_bytes_per_key() {
         ("leaky_bucket", 54, 196),
         ("gcra", 46, 196),
         ("distinct", 50, 228),
+        ("concurrency", 53, 228),
     ];
     assert_eq!(figures, expected);
 }

@@ -70,6 +70,7 @@ pub fn algorithm_code(a: Algorithm) -> i64 {
         Algorithm::LeakyBucket => 5,
         Algorithm::Gcra => 6,
         Algorithm::Distinct => 7,
+        Algorithm::Concurrency => 8,
     }
 }
 

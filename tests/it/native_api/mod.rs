@@ -2,7 +2,9 @@
 //! a sequence of calls with the answers expected, run on the in-memory store, a standalone
 //! Redis and a 6-node Redis Cluster (one server per store; each case counts under its own
 //! descriptor value). `replicas.rs`: a reservation made through one sluice settled through
-//! another on the same Redis, and one surviving a restart.
+//! another on the same Redis, and one surviving a restart. `client.rs`: the Rust client.
+//! [`concurrency_reservations_release_their_leases`]: a Reserve on a `concurrency` limit takes
+//! leases, and its Commit or Cancel releases them all.
 
 mod client;
 mod replicas;
@@ -24,6 +26,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10, name: per_user}
   - key: free
     rate_limit: {unlimited: true}
+  - key: job
+    rate_limit: {name: jobs, algorithm: concurrency, max_in_flight: 3, lease_time: 1m}
 ";
 
 const PLAIN: &str = "domain: plain
@@ -544,4 +548,61 @@ async fn every_rpc_and_error_on_cluster() {
         .expect("cluster starts");
     let url: &'static str = Box::leak(cluster.url().into_boxed_str());
     run_cases(StoreKind::Redis(url)).await;
+}
+
+/// Reserve on a `concurrency` limit takes leases; Commit (whatever the actual hits) and Cancel
+/// release them all, on every store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_reservations_release_their_leases() {
+    let redis = redis_support::RedisNode::start();
+    let url: &'static str = Box::leak(redis.url().into_boxed_str());
+    for store in [StoreKind::Memory, StoreKind::Redis(url)] {
+        let s = Sluice::start(store, Some(CONFIG), &[]).await;
+        let mut c = client(&s).await;
+        let job = |hits| pb::ReserveRequest {
+            domain: "native".into(),
+            descriptors: vec![descriptor("job", "export", Some(hits))],
+            ttl: ttl_ms(60_000),
+        };
+        let in_flight = |r: &pb::ReserveResponse| (r.allowed, r.statuses[0].remaining);
+        let a = c.reserve(job(2)).await.expect("reserved").into_inner();
+        assert_eq!(in_flight(&a), (true, 1), "{store:?}");
+        let limit = a.statuses[0].limit.as_ref().expect("a limit");
+        assert_eq!(
+            (limit.algorithm.as_str(), limit.requests),
+            ("concurrency", 3)
+        );
+        assert!(a.headers["RateLimit-Policy"].contains("qu=\"concurrent-requests\""));
+        let b = c.reserve(job(1)).await.expect("reserved").into_inner();
+        assert_eq!(in_flight(&b), (true, 0), "{store:?}");
+        let full = c.reserve(job(1)).await.expect("answered").into_inner();
+        assert_eq!(in_flight(&full), (false, 0), "{store:?}: 3 in flight");
+
+        // A commit ends the work: both leases of `a` come back, whatever it reports.
+        c.commit(pb::CommitRequest {
+            reservation_id: a.reservation_id,
+            actual_hits: 7,
+        })
+        .await
+        .expect("committed");
+        let again = c.reserve(job(2)).await.expect("reserved").into_inner();
+        assert_eq!(in_flight(&again), (true, 0), "{store:?}: 2 free again");
+        c.cancel(pb::CancelRequest {
+            reservation_id: b.reservation_id,
+        })
+        .await
+        .expect("cancelled");
+        c.cancel(pb::CancelRequest {
+            reservation_id: again.reservation_id,
+        })
+        .await
+        .expect("cancelled");
+        let all = c.reserve(job(3)).await.expect("reserved").into_inner();
+        assert_eq!(
+            in_flight(&all),
+            (true, 0),
+            "{store:?}: every lease released"
+        );
+        s.stop().await;
+    }
 }

@@ -105,6 +105,27 @@ fn scenarios() -> Vec<Scenario> {
             requests_base: 1_001,
             ..each("distinct (HyperLogLog)", Distinct)
         },
+        each("concurrency", Concurrency),
+        Scenario {
+            name: "concurrency (leases of odd lengths, often expiring)",
+            keys: [
+                spec(Concurrency, 1_234_567),
+                spec(Concurrency, 999),
+                spec(Concurrency, 7 * SEC),
+            ],
+            max_dt: 5 * SEC,
+            ..each("", Concurrency)
+        },
+        Scenario {
+            name: "concurrency beside other limits of one descriptor",
+            keys: [
+                spec(Concurrency, 5 * SEC),
+                spec(FixedWindow, 10 * SEC),
+                spec(TokenBucket, 60 * SEC),
+            ],
+            one_descriptor: true,
+            ..each("", FixedWindow)
+        },
         Scenario {
             name: "calendar windows",
             keys: [
@@ -179,7 +200,7 @@ fn step_strategy(max_dt: Micros, max_checks: usize) -> impl Strategy<Value = Ste
         .prop_map(|(dt, quota, checks)| Step { dt, quota, checks })
 }
 
-/// Cases per scenario: eleven scenarios share the < 60 s the Redis parity tests may take.
+/// Cases per scenario: fourteen scenarios share the < 60 s the Redis parity tests may take.
 const PARITY_CASES: u32 = 64;
 
 #[test]

@@ -212,6 +212,7 @@ async fn every_algorithm_serves_on_redis_as_in_memory() {
             descriptor(&[("sms", "s")]),
             descriptor(&[("user", "alice"), ("ip", &ip)]),
             descriptor(&[("login", "bob")]),
+            descriptor(&[("backend", "reports")]),
         ];
         for (i, d) in d.into_iter().enumerate() {
             // Alone, and with the next descriptor (several descriptors, one request).
@@ -233,7 +234,7 @@ async fn every_algorithm_serves_on_redis_as_in_memory() {
         }
         clock.advance(700_000);
     }
-    assert_eq!(checked, 12 * 8 * 2);
+    assert_eq!(checked, 12 * 9 * 2);
     assert!(
         over > 0 && over < checked,
         "{over} of {checked} over the limit"

@@ -14,6 +14,8 @@ mod config;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value as Json;
@@ -223,9 +225,13 @@ impl Drop for Envoy {
 
 /// The upstream behind Envoy: answers every request 200 with body `upstream`. A request header
 /// `x-echo-NAME: V` becomes the response header `NAME: V`, so a test can make the upstream
-/// answer with, for example, a token count.
+/// answer with, for example, a token count. A request with `x-hold` waits for a permit of
+/// [`Upstream::gate`] before it is answered (a slow request the test ends when it chooses);
+/// [`Upstream::held`] counts the requests waiting.
 pub struct Upstream {
     pub addr: SocketAddr,
+    pub gate: Arc<tokio::sync::Semaphore>,
+    pub held: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -234,17 +240,28 @@ pub const UPSTREAM_BODY: &str = "upstream";
 impl Upstream {
     pub async fn start() -> Upstream {
         use axum::http::{HeaderMap, HeaderName};
-        async fn answer(req: HeaderMap) -> (HeaderMap, &'static str) {
-            let mut resp = HeaderMap::new();
-            for (name, value) in &req {
-                if let Some(echo) = name.as_str().strip_prefix("x-echo-") {
-                    if let Ok(n) = HeaderName::from_bytes(echo.as_bytes()) {
-                        resp.insert(n, value.clone());
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let held = Arc::new(AtomicUsize::new(0));
+        let (g, h) = (gate.clone(), held.clone());
+        let answer = move |req: HeaderMap| {
+            let (gate, held) = (g.clone(), h.clone());
+            async move {
+                if req.contains_key("x-hold") {
+                    held.fetch_add(1, Ordering::SeqCst);
+                    gate.acquire().await.expect("gate open").forget();
+                    held.fetch_sub(1, Ordering::SeqCst);
+                }
+                let mut resp = HeaderMap::new();
+                for (name, value) in &req {
+                    if let Some(echo) = name.as_str().strip_prefix("x-echo-") {
+                        if let Ok(n) = HeaderName::from_bytes(echo.as_bytes()) {
+                            resp.insert(n, value.clone());
+                        }
                     }
                 }
+                (resp, UPSTREAM_BODY)
             }
-            (resp, UPSTREAM_BODY)
-        }
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind upstream");
@@ -253,7 +270,12 @@ impl Upstream {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Upstream { addr, task }
+        Upstream {
+            addr,
+            gate,
+            held,
+            task,
+        }
     }
 }
 
