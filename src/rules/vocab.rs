@@ -157,7 +157,7 @@ mod tests {
         assert_eq!(
             parse::<Algorithm>("GCRA").unwrap_err().to_string(),
             "invalid algorithm 'GCRA' (expected fixed_window, sliding_window, sliding_log, \
-             token_bucket, leaky_bucket, gcra or distinct)"
+             token_bucket, leaky_bucket, gcra, distinct or concurrency)"
         );
         assert_eq!(
             one_of::<Unit>(),

@@ -345,5 +345,10 @@ mod tests {
         fn distinct_rejections_are_free(events in events(40, 20 * S)) {
             check_rejections_are_free(&Limit::new(Algorithm::Distinct, 3, 60 * S), &events);
         }
+
+        #[test]
+        fn concurrency_rejections_are_free(events in events(40, S)) {
+            check_rejections_are_free(&Limit::new(Algorithm::Concurrency, 3, 2 * S), &events);
+        }
     }
 }

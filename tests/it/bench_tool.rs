@@ -305,7 +305,7 @@ fn redis_floor_runs_the_decision_script_for_every_algorithm() {
 fn memory_reports_bytes_per_key_for_every_algorithm() {
     let j = bench_json(&["memory", "--keys", "2000"]);
     let reports = j.as_array().expect("an array");
-    assert_eq!(reports.len(), 7);
+    assert_eq!(reports.len(), 8);
     for r in reports {
         assert_eq!(u(r, "keys"), 2000);
         let store = r["store_bytes_per_key"].as_f64().unwrap();

@@ -40,8 +40,8 @@ const CASES: &[(&str, &[&str])] = &[
             "7:24: invalid rate limit unit 'fortnight' (expected second, minute, hour, day, week, \
              month or year)",
             "9:54: unknown key 'algoritm' (expected one of: requests_per_unit, unit, unlimited, \
-             name, replaces, charge, on_store_error, window, algorithm, burst, precision, align, \
-             timezone)",
+             name, replaces, charge, on_store_error, window, algorithm, max_in_flight, lease_time, \
+             burst, precision, align, timezone)",
             "9:81: replaces entry must have a non-empty name",
             "9:82: unknown key 'nam' (expected one of: name)",
             "10:5: duplicate descriptor composite key 'unknown_keys_and_more.a'",
@@ -143,6 +143,17 @@ const CASES: &[(&str, &[&str])] = &[
             "2:17: invalid on_store_error 'closed' (expected unavailable, allow, deny or local)",
             "3:17: invalid redis_hash_tag 'everything' (expected descriptor or domain)",
             "6:70: invalid on_store_error 'open' (expected unavailable, allow, deny or local)",
+        ],
+    ),
+    (
+        "concurrency_with_a_rate.yaml",
+        &[
+            "5:79: concurrency limits requests in flight, not a rate: use max_in_flight instead \
+             of requests_per_unit",
+            "5:94: invalid lease_time 'soon' (expected a number and us, ms, s, m, h or d, e.g. \
+             250ms, 1.5s, 2h, 7d)",
+            "7:17: concurrency needs max_in_flight (the most requests in flight; 0 blocks every \
+             request)",
         ],
     ),
     (

@@ -325,9 +325,10 @@ mod tests {
         let codes: std::collections::HashSet<i64> =
             Algorithm::ALL.into_iter().map(algorithm_code).collect();
         assert_eq!(codes.len(), Algorithm::ALL.len());
-        // The script's table holds codes 1..=7.
-        assert!(codes.iter().all(|c| (1..=7).contains(c)));
+        // The script's table holds codes 1..=8.
+        assert!(codes.iter().all(|c| (1..=8).contains(c)));
         assert!(LUA.contains("[7] = new_distinct"));
+        assert!(LUA.contains("[8] = new_concurrency"));
     }
 
     #[test]
