@@ -9,8 +9,9 @@ use tonic_health::ServingStatus;
 
 use crate::model::Micros;
 
-/// The service names gRPC health answers for.
-pub const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
+/// The service names gRPC health answers for: the server, RLS (envoyproxy/ratelimit's name)
+/// and the native API.
+pub const HEALTH_SERVICES: [&str; 3] = ["", "ratelimit", "sluice.v1.RateLimiter"];
 
 /// What the last config loads did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -154,8 +154,8 @@ impl MemoryStore {
         self.stats.bytes.load(Ordering::Relaxed)
     }
 
-    /// Drops every entry that has expired at `now`, and halves tables left mostly empty;
-    /// returns how many entries.
+    /// Drops every entry (and reservation record) that has expired at `now`, and halves tables
+    /// left mostly empty; returns how many.
     pub fn sweep(&self, now: Micros) -> usize {
         let mut removed = self.records.sweep(now);
         for shard in self.shards.iter() {

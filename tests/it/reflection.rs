@@ -43,10 +43,21 @@ async fn reflection_lists_the_rls_service_and_resolves_its_types() {
         "{names:?}"
     );
     assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
+    assert!(names.contains(&"sluice.v1.RateLimiter"), "{names:?}");
 
     let MessageResponse::FileDescriptorResponse(files) = ask(
         &s,
         MessageRequest::FileContainingSymbol("envoy.service.ratelimit.v3.RateLimitService".into()),
+    )
+    .await
+    else {
+        panic!("expected file descriptors");
+    };
+    assert!(!files.file_descriptor_proto.is_empty());
+    // The native API's file, with its import (google/protobuf/duration.proto) resolvable.
+    let MessageResponse::FileDescriptorResponse(files) = ask(
+        &s,
+        MessageRequest::FileContainingSymbol("sluice.v1.RateLimiter".into()),
     )
     .await
     else {
