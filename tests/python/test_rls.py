@@ -2,7 +2,7 @@
 (`xds-protos`) over `grpcio`, against the real binary.
 
 Setup (once):   python3 -m venv .tools/venv
-                .tools/venv/bin/pip install pytest grpcio xds-protos
+                .tools/venv/bin/pip install pytest grpcio xds-protos grpcio-reflection
 Run:            .tools/venv/bin/python -m pytest tests/python
                 (or `python3 -m pytest tests/python` with those packages installed)
 
