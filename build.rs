@@ -1,5 +1,6 @@
-//! Compiles the wire-compatible Envoy RLS and RLQS protos in `proto/` with protox (pure Rust, no
-//! protoc) and writes the descriptor set next to the generated code for gRPC reflection.
+//! Compiles the protos in `proto/` (the wire-compatible Envoy RLS and RLQS copies and sluice's
+//! own `sluice.v1`) with protox (pure Rust, no protoc) and writes the descriptor set next to the
+//! generated code for gRPC reflection.
 
 use std::{env, fs, path::PathBuf};
 
@@ -7,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/envoy/service/ratelimit/v3/rls.proto",
         "proto/envoy/service/rate_limit_quota/v3/rlqs.proto",
+        "proto/sluice/v1/ratelimiter.proto",
     ];
     println!("cargo:rerun-if-changed=proto");
     let fds = protox::compile(protos, ["proto"])?;

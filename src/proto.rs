@@ -1,5 +1,5 @@
-//! Code generated from `proto/` (Envoy RLS v3 and RLQS v3, wire-compatible; RLS entry key/value
-//! as bytes).
+//! Code generated from `proto/`: Envoy RLS v3 and RLQS v3 (wire-compatible; RLS entry key/value
+//! as bytes) and sluice's own `sluice.v1` (the native API, [`sluice::v1`]).
 
 #[allow(clippy::all, missing_docs)]
 pub mod envoy {
@@ -38,6 +38,13 @@ pub mod envoy {
     }
 }
 
+#[allow(clippy::all, missing_docs)]
+pub mod sluice {
+    pub mod v1 {
+        tonic::include_proto!("sluice.v1");
+    }
+}
+
 pub use envoy::extensions::common::ratelimit::v3::{rate_limit_descriptor, RateLimitDescriptor};
 pub use envoy::service::ratelimit::v3::{
     rate_limit_response, rate_limit_service_client, rate_limit_service_server, RateLimitRequest,
@@ -46,6 +53,6 @@ pub use envoy::service::ratelimit::v3::{
 
 pub use envoy::service::rate_limit_quota::v3 as rlqs;
 
-/// Encoded `FileDescriptorSet` of the RLS and RLQS protos, for gRPC server reflection.
+/// Encoded `FileDescriptorSet` of every proto above, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));

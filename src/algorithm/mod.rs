@@ -263,6 +263,9 @@ pub struct Ask {
     pub refund: bool,
     /// distinct: the hash of the counted value ([`distinct::hash`]); 0 for other algorithms.
     pub value: u64,
+    /// Decide as if taking `hits`, but change no state (the native API's `dry_run`). The
+    /// algorithms ignore it: whether an outcome's state is kept is the store's business.
+    pub dry_run: bool,
 }
 
 impl Ask {
@@ -271,6 +274,7 @@ impl Ask {
             hits,
             refund: false,
             value: 0,
+            dry_run: false,
         }
     }
     pub fn refund(hits: u64) -> Self {

@@ -26,7 +26,9 @@ use crate::service::overload::InFlight;
 use crate::service::pipeline::Pipeline;
 use crate::service::ServiceState;
 use crate::settings::{Backend, ServeArgs};
-use crate::store::{FailurePolicy, Fallback, LocalCache, RedisStore, Store, StoreError};
+use crate::store::{
+    FailurePolicy, Fallback, LocalCache, RedisStore, Reservations, Store, StoreError,
+};
 use crate::tasks;
 
 use listeners::{serve_grpc, Listeners};
@@ -95,7 +97,7 @@ impl<S: Store> RuleTarget for Limiter<S> {
     }
 }
 
-async fn run<S: Store>(
+async fn run<S: Store + Reservations>(
     args: ServeArgs,
     clock: Arc<dyn Clock>,
     store: S,

@@ -103,6 +103,7 @@ fn add_file(
         name: name.as_str().into(),
         root: Node::default(),
         allow_refunds: false,
+        allow_reservations: false,
         allow_overrides: true,
         on_store_error: None,
         hash_tag: HashTag::default(),
@@ -111,6 +112,8 @@ fn add_file(
     domain.allow_overrides &= raw.allow_overrides;
     // Merged files: refunds are allowed when any file of the domain allows them.
     domain.allow_refunds |= raw.allow_refunds;
+    // Likewise reservations.
+    domain.allow_reservations |= raw.allow_reservations;
     if let Some(p) = &raw.on_store_error {
         if let Some(policy) = cx.word::<FailurePolicy>(p) {
             match domain.on_store_error {

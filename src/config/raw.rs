@@ -18,6 +18,9 @@ pub struct RawFile {
     /// sluice: accept `is_negative_hits` refunds for this domain (off by default).
     #[serde(default)]
     pub allow_refunds: bool,
+    /// sluice: accept `sluice.v1` Reserve calls for this domain (off by default).
+    #[serde(default)]
+    pub allow_reservations: bool,
     /// sluice: what the domain's requests get when the store fails (overrides
     /// `--on-store-error`): unavailable, allow, deny or local.
     pub on_store_error: Option<Spanned<String>>,

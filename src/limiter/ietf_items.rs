@@ -47,7 +47,8 @@ pub fn fields(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<(String, String)> {
                 name: policy_name(&plan.resolved[p.descriptor], limit),
                 quota: limit.limit.requests,
                 unit,
-                // Requests in flight have no window.
+                // Requests in flight have no window (a concurrency limit's `window` is its
+                // lease time).
                 window_secs: (unit == QuotaUnit::Requests)
                     .then(|| ietf_headers::window_secs(limit.limit.window)),
                 remaining: if v.allowed { v.remaining } else { 0 },
@@ -68,9 +69,8 @@ pub fn policy_name<'p>(resolved: &Resolved<'p>, limit: &'p RuleLimit) -> &'p str
     }
 }
 
-/// Every algorithm of sluice counts requests (`distinct` counts the distinct values of
-/// requests, which the registry has no unit for). An algorithm limiting requests in flight
-/// maps to [`QuotaUnit::ConcurrentRequests`] (no window) here.
+/// Every algorithm of sluice but `concurrency` counts requests (`distinct` counts the distinct
+/// values of requests, which the registry has no unit for).
 fn quota_unit(algorithm: Algorithm) -> QuotaUnit {
     match algorithm {
         Algorithm::FixedWindow
@@ -80,6 +80,8 @@ fn quota_unit(algorithm: Algorithm) -> QuotaUnit {
         | Algorithm::LeakyBucket
         | Algorithm::Gcra
         | Algorithm::Distinct => QuotaUnit::Requests,
+        // Leases, not requests per window.
+        Algorithm::Concurrency => QuotaUnit::ConcurrentRequests,
     }
 }
 

@@ -14,7 +14,9 @@ pub mod assemble;
 pub mod explain;
 pub mod ietf_headers;
 pub mod ietf_items;
+pub mod native;
 pub mod plan;
+pub mod reservation;
 pub mod resolve;
 pub mod response;
 pub mod share;
@@ -36,6 +38,7 @@ use crate::stats::StatsRegistry;
 use crate::store::{Deadline, Store, StoreError, Verdict};
 
 pub use explain::{Explanation, LimitExplanation};
+pub use native::{NativeLimit, NativeResponse, NativeStatus};
 pub use plan::Plan;
 pub use response::{Code, CurrentLimit, HeaderNames, Response, Status};
 
@@ -67,6 +70,12 @@ pub enum LimitError {
     PermissionDenied(String),
     #[error("{0}")]
     Unavailable(String),
+    /// The native API: a reservation that is unknown, expired or settled already.
+    #[error("{0}")]
+    NotFound(String),
+    /// The native API: the domain does not accept what is asked (reservations).
+    #[error("{0}")]
+    FailedPrecondition(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -38,6 +38,8 @@ pub struct Plan<'a> {
     pub planned: Vec<Planned>,
     /// Every key in one buffer (one allocation per request, not one per key).
     keys: Vec<u8>,
+    /// Decide without charging (the native API's `dry_run`): every check's ask says so.
+    pub dry_run: bool,
     quota_mode: bool,
     default_charge: Charge,
 }
@@ -57,6 +59,7 @@ impl<'a> Plan<'a> {
             resolved,
             planned: Vec::new(),
             keys: Vec::new(),
+            dry_run: false,
             quota_mode: opts.quota_mode,
             default_charge: if opts.charge_rejected {
                 Charge::Always
@@ -149,6 +152,7 @@ impl<'a> Plan<'a> {
                         hits: d.hits,
                         refund: d.refund,
                         value: p.value,
+                        dry_run: self.dry_run,
                     },
                     charge: limit.charge.unwrap_or(self.default_charge),
                     group: p.descriptor as u32,

@@ -167,6 +167,7 @@ mod tests {
             name: "d".into(),
             root: node,
             allow_refunds: false,
+            allow_reservations: false,
             allow_overrides: true,
             on_store_error: None,
             hash_tag: Default::default(),

@@ -50,6 +50,9 @@ pub struct Domain {
     /// Whether `is_negative_hits` refunds are accepted (YAML `allow_refunds`, off by default:
     /// any client that can reach the port could otherwise erase its own usage).
     pub allow_refunds: bool,
+    /// Whether `sluice.v1` reservations are accepted (YAML `allow_reservations`, off by
+    /// default: a reservation holds quota, and its settlement gives hits back).
+    pub allow_reservations: bool,
     /// Whether a descriptor's `limit` override is accepted (YAML `allow_overrides`, on by
     /// default as Envoy uses them; off for domains whose callers must not choose their limit).
     pub allow_overrides: bool,

@@ -1,5 +1,5 @@
-//! The gRPC server: the RLS service (through the one request pipeline), the RLQS service,
-//! gRPC health and reflection,
+//! The gRPC server: the RLS service and the native `sluice.v1.RateLimiter` (both through the
+//! one request pipeline, each behind the gate), the RLQS service, gRPC health and reflection,
 //! with the HTTP/2 settings of the hardening flags, served on one listener (plain or TLS).
 //! Built once and cloned per listener, so `--grpc-threads` serves the same router on each
 //! thread's own runtime.
@@ -13,6 +13,7 @@ use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
 use super::accept::{self, Port};
+use super::native::NativeService;
 use super::overload::Gate;
 use super::pipeline::Pipeline;
 use super::rlqs::{Rlqs, RlqsOptions};
@@ -20,8 +21,9 @@ use super::rls::RlsService;
 use super::tls::{self, ReloadingTls};
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
+use crate::proto::sluice::v1::rate_limiter_server::RateLimiterServer;
 use crate::settings::hardening::HardeningArgs;
-use crate::store::Store;
+use crate::store::{Reservations, Store};
 
 /// What the gRPC server serves and how.
 pub struct GrpcParts<'a, S, H> {
@@ -50,7 +52,7 @@ pub struct GrpcServer {
 
 impl GrpcServer {
     /// Builds the router; fails only if the reflection service cannot be built.
-    pub fn build<S: Store, H: Health>(
+    pub fn build<S: Store + Reservations, H: Health>(
         parts: GrpcParts<'_, S, H>,
     ) -> Result<GrpcServer, tonic_reflection::server::Error> {
         let hard = parts.hardening;
@@ -66,6 +68,14 @@ impl GrpcServer {
             parts.stop.clone(),
         )
         .server();
+        let native = RateLimiterServer::new(
+            NativeService::new(parts.pipeline.clone()).with_metrics(parts.metrics.clone()),
+        )
+        .max_decoding_message_size(parts.pipeline.limits().max_request_bytes);
+        let (max_bytes, read_timeout) = (
+            parts.pipeline.limits().max_request_bytes,
+            hard.grpc_request_read_timeout,
+        );
         // Server reflection, so grpcurl and similar tools need no .proto files.
         let reflection = || {
             tonic_reflection::server::Builder::configure()
@@ -91,10 +101,12 @@ impl GrpcServer {
             .add_service(rlqs)
             .add_service(
                 Gate::new(rls)
-                    .with_reading(
-                        parts.pipeline.limits().max_request_bytes,
-                        hard.grpc_request_read_timeout,
-                    )
+                    .with_reading(max_bytes, read_timeout)
+                    .with_metrics(parts.metrics.clone()),
+            )
+            .add_service(
+                Gate::new(native)
+                    .with_reading(max_bytes, read_timeout)
                     .with_metrics(parts.metrics.clone()),
             );
         Ok(GrpcServer {

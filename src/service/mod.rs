@@ -9,6 +9,7 @@ pub mod http;
 pub mod json;
 pub mod json_api;
 pub mod limits;
+pub mod native;
 pub mod overload;
 pub mod pipeline;
 pub mod propagation;

@@ -40,8 +40,19 @@ use super::rls::grpc_code_name;
 use crate::clock::monotonic;
 use crate::metrics::Metrics;
 
-/// The method label of refusals counted here (the gate guards only this RPC).
+/// The method label of refusals counted here, unless the path names a `sluice.v1` RPC.
 const METHOD: &str = "ShouldRateLimit";
+
+/// The method label of a refusal: the gate guards RLS and the native API (`sluice.v1`).
+fn method_of(path: &str) -> &'static str {
+    match path.rsplit('/').next() {
+        Some("Check") => "Check",
+        Some("Reserve") => "Reserve",
+        Some("Commit") => "Commit",
+        Some("Cancel") => "Cancel",
+        _ => METHOD,
+    }
+}
 /// Bytes of the gRPC message prefix: a compression flag and a big-endian length.
 const PREFIX: usize = 5;
 /// Default of `--grpc-request-read-timeout`.
@@ -148,9 +159,10 @@ where
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let started = monotonic();
         let metrics = self.metrics.clone();
+        let method = method_of(req.uri().path());
         let count = move |code: &'static str| {
             if let Some(m) = &metrics {
-                m.rpc(METHOD, code, started.elapsed().as_secs_f64());
+                m.rpc(method, code, started.elapsed().as_secs_f64());
             }
         };
         if !is_grpc(req.headers()) {

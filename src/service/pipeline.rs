@@ -1,7 +1,9 @@
-//! The one request pipeline of the RLS API, whatever the wire (gRPC, `POST /json`): size
-//! limits -> conversion to the model -> an in-flight slot -> the limiter, under the caller's
-//! deadline -> errors as gRPC statuses. Each face only decodes its wire format into a
-//! `RateLimitRequest` and encodes the answer.
+//! The one request pipeline, whatever the wire (RLS over gRPC, `POST /json`, the native
+//! `sluice.v1` API): size limits -> conversion to the model -> an in-flight slot -> the
+//! limiter, under the caller's deadline -> errors as gRPC statuses. Each face only decodes its
+//! wire format into a `RateLimitRequest` (the native API too: its requests are RLS requests
+//! with string entries) and encodes the answer. Commit and Cancel carry no descriptors: they
+//! take the slot and the deadline only.
 //!
 //! The in-flight slot is taken after the request is decoded and checked, so it is held only
 //! while a decision is under way: a client that sends a request slowly holds no slot.
@@ -14,9 +16,10 @@ use tonic::Status;
 use super::convert;
 use super::limits::RequestLimits;
 use super::overload::InFlight;
-use crate::limiter::{Explanation, LimitError, Limiter, Response};
+use crate::limiter::{Explanation, LimitError, Limiter, NativeResponse, Response};
+use crate::model::{Micros, Request};
 use crate::proto::RateLimitRequest;
-use crate::store::{Deadline, Store};
+use crate::store::{Deadline, Reservations, Store};
 
 /// What a caller wants back.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -96,9 +99,51 @@ impl<S: Store> Pipeline<S> {
         timeout: Option<Duration>,
         want: Want,
     ) -> Result<(Response, Vec<Explanation>), Status> {
+        self.admitted(req, timeout, async |limiter, req, deadline| match want {
+            Want::Response => limiter
+                .should_rate_limit(req, deadline)
+                .await
+                .map(|r| (r, Vec::new())),
+            Want::Explained => limiter.explain(req, deadline).await,
+        })
+        .await
+    }
+
+    /// The native API's Check: decides `req`, charging it unless `dry_run`.
+    pub async fn check(
+        &self,
+        req: RateLimitRequest,
+        dry_run: bool,
+        timeout: Option<Duration>,
+    ) -> Result<NativeResponse, Status> {
+        self.admitted(req, timeout, async |limiter, req, deadline| {
+            limiter.check(req, dry_run, deadline).await
+        })
+        .await
+    }
+
+    /// Validates and converts `req`, then runs `job` on it under [`Self::slotted`].
+    async fn admitted<T>(
+        &self,
+        req: RateLimitRequest,
+        timeout: Option<Duration>,
+        job: impl AsyncFnOnce(&Limiter<S>, &Request, Deadline) -> Result<T, LimitError>,
+    ) -> Result<T, Status> {
         self.limits.check(&req).map_err(Status::invalid_argument)?;
         let req = convert::request(req).map_err(Status::invalid_argument)?;
         tracing::Span::current().record("domain", req.domain.as_str());
+        self.slotted(timeout, async |limiter, deadline| {
+            job(limiter, &req, deadline).await
+        })
+        .await
+    }
+
+    /// Runs `job` holding an in-flight slot, within the caller's deadline.
+    async fn slotted<T>(
+        &self,
+        timeout: Option<Duration>,
+        job: impl AsyncFnOnce(&Limiter<S>, Deadline) -> Result<T, LimitError>,
+    ) -> Result<T, Status> {
         let _slot = self.in_flight.try_take().ok_or_else(|| {
             Status::resource_exhausted(format!(
                 "more than {} requests in flight (--max-in-flight); retry later",
@@ -108,16 +153,7 @@ impl<S: Store> Pipeline<S> {
         // The store sees the deadline too, so a slow Redis fails early enough for the
         // failure policy to answer in time.
         let deadline = Deadline::after(timeout);
-        let work = async {
-            match want {
-                Want::Response => self
-                    .limiter
-                    .should_rate_limit(&req, deadline)
-                    .await
-                    .map(|r| (r, Vec::new())),
-                Want::Explained => self.limiter.explain(&req, deadline).await,
-            }
-        };
+        let work = job(&self.limiter, deadline);
         let result = match timeout {
             Some(t) => tokio::time::timeout(t, work).await.map_err(|_| {
                 Status::deadline_exceeded("rate limit decision exceeded the request deadline")
@@ -128,12 +164,50 @@ impl<S: Store> Pipeline<S> {
     }
 }
 
+impl<S: Store + Reservations> Pipeline<S> {
+    /// The native API's Reserve: charges `req` and holds it for `ttl`.
+    pub async fn reserve(
+        &self,
+        req: RateLimitRequest,
+        ttl: Micros,
+        timeout: Option<Duration>,
+    ) -> Result<(NativeResponse, Option<String>), Status> {
+        self.admitted(req, timeout, async |limiter, req, deadline| {
+            limiter.reserve(req, ttl, deadline).await
+        })
+        .await
+    }
+
+    /// The native API's Commit.
+    pub async fn commit(
+        &self,
+        id: &str,
+        actual_hits: u64,
+        timeout: Option<Duration>,
+    ) -> Result<(), Status> {
+        self.slotted(timeout, async |limiter, deadline| {
+            limiter.commit(id, actual_hits, deadline).await
+        })
+        .await
+    }
+
+    /// The native API's Cancel.
+    pub async fn cancel(&self, id: &str, timeout: Option<Duration>) -> Result<(), Status> {
+        self.slotted(timeout, async |limiter, deadline| {
+            limiter.cancel(id, deadline).await
+        })
+        .await
+    }
+}
+
 /// A limiter error as the gRPC status both faces answer with.
 fn status(e: LimitError) -> Status {
     match e {
         LimitError::InvalidArgument(m) => Status::invalid_argument(m),
         LimitError::PermissionDenied(m) => Status::permission_denied(m),
         LimitError::Unavailable(m) => Status::unavailable(m),
+        LimitError::NotFound(m) => Status::not_found(m),
+        LimitError::FailedPrecondition(m) => Status::failed_precondition(m),
         LimitError::Store(e) => Status::unavailable(e.to_string()),
     }
 }

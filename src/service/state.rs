@@ -11,11 +11,12 @@ use crate::model::Micros;
 
 /// The service names gRPC health answers for: the server, envoyproxy/ratelimit's name, and
 /// each API by its full name.
-pub const HEALTH_SERVICES: [&str; 4] = [
+pub const HEALTH_SERVICES: [&str; 5] = [
     "",
     "ratelimit",
     "envoy.service.ratelimit.v3.RateLimitService",
     super::rlqs::SERVICE_NAME,
+    "sluice.v1.RateLimiter",
 ];
 
 /// What the last config loads did.

@@ -148,9 +148,9 @@ pub fn decide<T: StateTable>(table: &mut T, checks: &[Check<'_>], now: Micros) -
     verdicts
 }
 
-/// A check of zero hits changes no state (it only looks).
+/// A check of zero hits, or a dry run, changes no state (it only looks).
 fn takes_effect(ask: Ask) -> bool {
-    ask.hits > 0
+    ask.hits > 0 && !ask.dry_run
 }
 
 fn verdict(o: &Outcome, charged: bool) -> Verdict {

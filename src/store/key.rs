@@ -2,6 +2,7 @@
 //!
 //! `[prefix]sluice:v1:{<domain>|<k>=<v>|...}:<shape>`, or with `redis_hash_tag: domain`
 //! `[prefix]sluice:v1:{<domain>}|<k>=<v>|...:<shape>` (every key of the domain in one slot).
+//! A reservation record of the native API is `[prefix]sluice:v1:reservation:{<id>}` ([`reservation`]).
 //!
 //! * Every user-supplied byte outside `[A-Za-z0-9._/@-]` is percent-encoded, `%` included, so
 //!   the encoding is injective and the separators `|`, `=`, `~`, `:`, `{`, `}` never come from
@@ -22,6 +23,23 @@ use crate::model::Entry;
 
 /// The version of the key layout; bump it when the layout or a state encoding changes.
 pub const VERSION: &str = "v1";
+
+/// The key of a reservation record. The id is sluice's own (hex digits, never a client's
+/// bytes: [`reservation`] refuses anything else), so it cannot collide with a counter's key,
+/// whose `{` is followed by an escaped domain and a `|`.
+pub fn reservation(prefix: &[u8], id: &str) -> Option<Vec<u8>> {
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(prefix.len() + 40 + id.len());
+    out.extend_from_slice(prefix);
+    out.extend_from_slice(b"sluice:");
+    out.extend_from_slice(VERSION.as_bytes());
+    out.extend_from_slice(b":reservation:{");
+    out.extend_from_slice(id.as_bytes());
+    out.push(b'}');
+    Some(out)
+}
 
 /// One entry of a descriptor as it enters a key.
 #[derive(Clone, Copy, Debug)]

@@ -42,6 +42,7 @@ use crate::algorithm::{Ask, State};
 use crate::model::Micros;
 
 use super::batch::{self, StateTable, Verdict};
+use super::reservations::Records;
 use super::{Check, Deadline, Store, StoreError};
 
 const SHARDS: usize = 64;
@@ -92,6 +93,8 @@ pub struct MemoryStore {
     cap_per_shard: usize,
     bytes_per_shard: usize,
     stats: MemoryStats,
+    /// The native API's reservation records ([`super::reservations`]).
+    records: Records,
 }
 
 impl MemoryStore {
@@ -113,7 +116,12 @@ impl MemoryStore {
             cap_per_shard: max_entries.div_ceil(SHARDS).max(1),
             bytes_per_shard: usize::MAX,
             stats: MemoryStats::default(),
+            records: Records::new(max_entries),
         }
+    }
+
+    pub fn records(&self) -> &Records {
+        &self.records
     }
 
     /// Caps the bytes too. The cap is split over the shards, and a shard always keeps the
@@ -146,10 +154,10 @@ impl MemoryStore {
         self.stats.bytes.load(Ordering::Relaxed)
     }
 
-    /// Drops every entry that has expired at `now`, and halves tables left mostly empty;
-    /// returns how many entries.
+    /// Drops every entry (and reservation record) that has expired at `now`, and halves tables
+    /// left mostly empty; returns how many.
     pub fn sweep(&self, now: Micros) -> usize {
-        let mut removed = 0;
+        let mut removed = self.records.sweep(now);
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
             removed += reclaim_expired(&mut shard, now, &self.stats);

@@ -8,6 +8,7 @@ pub mod local_cache;
 pub mod map_table;
 pub mod memory;
 pub mod redis;
+pub mod reservations;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ pub use local_cache::LocalCache;
 pub use map_table::MapTable;
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
+pub use reservations::Reservations;
 
 /// One limit to decide for one descriptor of a request.
 #[derive(Clone, Debug)]

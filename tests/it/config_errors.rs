@@ -46,12 +46,13 @@ const CASES: &[(&str, &[&str])] = &[
             "9:82: unknown key 'nam' (expected one of: name)",
             "10:5: duplicate descriptor composite key 'unknown_keys_and_more.a'",
             "11:1: unknown key 'shadow' (expected one of: domain, descriptors, allow_refunds, \
-             on_store_error, redis_hash_tag, allow_overrides)",
+             allow_reservations, on_store_error, redis_hash_tag, allow_overrides)",
         ],
     ),
     (
         "unknown_top_level_key.yaml",
-        &["2:1: unknown key 'descriptor' (expected one of: domain, descriptors, allow_refunds, on_store_error, redis_hash_tag, allow_overrides)"],
+        &["2:1: unknown key 'descriptor' (expected one of: domain, descriptors, allow_refunds, \
+           allow_reservations, on_store_error, redis_hash_tag, allow_overrides)"],
     ),
     (
         "empty_domain.yaml",

@@ -51,7 +51,12 @@ async fn health_becomes(client: &mut HealthClient<tonic::transport::Channel>, wa
 async fn not_serving_until_a_config_loads() {
     let s = Sluice::start(StoreKind::Memory, None, &[]).await;
     let mut h = HealthClient::new(channel(s.server.grpc_addr).await);
-    for service in ["", "ratelimit", sluice::service::rlqs::SERVICE_NAME] {
+    for service in [
+        "",
+        "ratelimit",
+        sluice::service::rlqs::SERVICE_NAME,
+        "sluice.v1.RateLimiter",
+    ] {
         assert_eq!(
             health(&mut h, service).await,
             ServingStatus::NotServing as i32

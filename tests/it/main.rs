@@ -25,6 +25,7 @@ mod hostile;
 mod in_flight;
 mod memory_rss;
 mod metrics;
+mod native_api;
 mod ops_redis;
 mod overload;
 mod raw_bytes;

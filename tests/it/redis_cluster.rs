@@ -311,6 +311,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
                                 hits,
                                 refund,
                                 value: 0,
+                                dry_run: false,
                             },
                             charge: if always {
                                 Charge::Always

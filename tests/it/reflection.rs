@@ -47,6 +47,7 @@ async fn reflection_lists_the_rls_and_rlqs_services_and_resolves_their_types() {
         "{names:?}"
     );
     assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
+    assert!(names.contains(&"sluice.v1.RateLimiter"), "{names:?}");
 
     let MessageResponse::FileDescriptorResponse(files) = ask(
         &s,
@@ -62,6 +63,16 @@ async fn reflection_lists_the_rls_and_rlqs_services_and_resolves_their_types() {
         MessageRequest::FileContainingSymbol(
             "envoy.service.rate_limit_quota.v3.RateLimitQuotaService".into(),
         ),
+    )
+    .await
+    else {
+        panic!("expected file descriptors");
+    };
+    assert!(!files.file_descriptor_proto.is_empty());
+    // The native API's file, with its import (google/protobuf/duration.proto) resolvable.
+    let MessageResponse::FileDescriptorResponse(files) = ask(
+        &s,
+        MessageRequest::FileContainingSymbol("sluice.v1.RateLimiter".into()),
     )
     .await
     else {

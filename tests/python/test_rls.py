@@ -2,7 +2,7 @@
 (`xds-protos`) over `grpcio`, against the real binary.
 
 Setup (once):   python3 -m venv .tools/venv
-                .tools/venv/bin/pip install pytest grpcio xds-protos
+                .tools/venv/bin/pip install pytest grpcio xds-protos grpcio-reflection
 Run:            .tools/venv/bin/python -m pytest tests/python
                 (or `python3 -m pytest tests/python` with those packages installed)
 
@@ -58,9 +58,9 @@ def binary():
 
 
 class Server:
-    def __init__(self, binary, config_dir, flags=()):
+    def __init__(self, binary, config_dir, flags=(), config_text=CONFIG):
         config = Path(config_dir) / "config.yaml"
-        config.write_text(CONFIG)
+        config.write_text(config_text)
         self.proc = subprocess.Popen(
             [binary, "serve", "--config", str(config),
              "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",

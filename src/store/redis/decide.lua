@@ -16,7 +16,8 @@
 --   ARGV[3]    number of checks, then FIELDS values per check:
 --              key index (into KEYS), algorithm code, limit, window (us), param (burst of a
 --              bucket, precision of a sliding_window, else 0), value (distinct: the value's
---              hash as 16 hex digits, else ''), hits, refund (0/1), charge always (0/1), group,
+--              hash as 16 hex digits, else ''), hits, refund (0/1; 2: a dry run, decided but changing
+--              nothing), charge always (0/1), group,
 --              quota (0/1), window start, window end, previous window start, next window end
 --              (the four '' unless the caller computed the window: calendar windows; the
 --              previous and next ones only when `now` is read here, so that a Redis clock
@@ -916,6 +917,7 @@ for i = 1, n do
     value = ARGV[b + 6],
     hits = tonumber(ARGV[b + 7]),
     refund = ARGV[b + 8] == '1',
+    dry = ARGV[b + 8] == '2',
     always = ARGV[b + 9] == '1',
     group = tonumber(ARGV[b + 10]),
     quota = ARGV[b + 11] == '1',
@@ -1003,7 +1005,7 @@ local function reset_of(o, charged)
 end
 
 local function takes_effect(c)
-  return c.hits > 0
+  return c.hits > 0 and not c.dry
 end
 
 local function forced(c)

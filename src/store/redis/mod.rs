@@ -75,6 +75,7 @@ pub mod connect;
 mod errors;
 mod monitor;
 pub mod nodes;
+mod records;
 mod redirect;
 pub mod script;
 

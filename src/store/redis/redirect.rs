@@ -90,14 +90,14 @@ impl Inner {
 }
 
 /// A Cluster redirection: the call did not run where it was sent.
-enum Redirect {
+pub(super) enum Redirect {
     Moved(String),
     Ask(String),
     TryAgain,
 }
 
 impl Redirect {
-    fn of(e: &fred::error::Error) -> Option<Redirect> {
+    pub(super) fn of(e: &fred::error::Error) -> Option<Redirect> {
         let mut words = e.details().split_whitespace();
         match words.next()? {
             "MOVED" => Some(Redirect::Moved(words.nth(1)?.to_string())),

@@ -141,7 +141,11 @@ pub fn fast_fixed_window<'a, 'k, C: Borrow<Check<'k>>>(
     match checks {
         [c] if scope == Scope::All => {
             let c = c.borrow();
-            (c.limit.algorithm == Algorithm::FixedWindow && c.limit.calendar.is_none()).then_some(c)
+            // A dry run takes the general script, the one that knows it.
+            (c.limit.algorithm == Algorithm::FixedWindow
+                && c.limit.calendar.is_none()
+                && !c.ask.dry_run)
+                .then_some(c)
         }
         _ => None,
     }
@@ -227,7 +231,8 @@ fn push_argv<'k, C: Borrow<Check<'k>>>(
             args.push(EMPTY);
         }
         args.push(int(clamp(c.ask.hits)));
-        args.push(int(i64::from(c.ask.refund)));
+        // The refund column: 1 a refund, 2 a dry run (see `decide.lua`).
+        args.push(int(i64::from(c.ask.refund) + 2 * i64::from(c.ask.dry_run)));
         args.push(int(i64::from(c.charge == Charge::Always)));
         args.push(int(i64::from(c.group)));
         args.push(int(i64::from(c.quota)));

@@ -262,6 +262,7 @@ fn lua_script_matches_the_in_memory_policy() {
                                 } else {
                                     0
                                 },
+                                dry_run: false,
                             },
                             charge: if c.always {
                                 Charge::Always

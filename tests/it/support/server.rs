@@ -100,13 +100,25 @@ impl Sluice {
     /// Starts a server whose `--config` is one file holding `config`; with `None` the file does
     /// not exist, so no configuration is loaded (until [`Sluice::write_config`] and a reload).
     pub async fn start(store: StoreKind, config: Option<&str>, flags: &[&str]) -> Sluice {
+        Sluice::start_with(store, config, flags, |_| {}).await
+    }
+
+    /// [`Sluice::start`], with the parsed flags changed by `tweak` first (e.g. two servers
+    /// given one `key_prefix`, as replicas sharing a Redis are).
+    pub async fn start_with(
+        store: StoreKind,
+        config: Option<&str>,
+        flags: &[&str],
+        tweak: impl FnOnce(&mut ServeArgs),
+    ) -> Sluice {
         let dir = tempfile::tempdir().expect("temp dir");
         let config_path = dir.path().join("config.yaml");
         if let Some(c) = config {
             std::fs::write(&config_path, c).expect("write config");
         }
         let clock = ManualClock::new(T0);
-        let args = serve_args(&config_path, store, flags);
+        let mut args = serve_args(&config_path, store, flags);
+        tweak(&mut args);
         let server = sluice::app::start(args, Arc::new(clock.clone()))
             .await
             .expect("server starts");

@@ -1,0 +1,224 @@
+//! Reservation records of the native API (`sluice.v1` Reserve / Commit / Cancel): opaque bytes
+//! held under a random id until a ttl, and claimed at most once.
+//!
+//! A separate trait from [`Store`](super::Store), not a second decision call: a record is not a
+//! rate-limit decision, and settling one gives hits back through the one `Store::decide` (with
+//! refund checks). Both stores implement it, so reservations live where the counters do: in
+//! process for memory, in Redis (standalone, Sentinel, Cluster) so that any replica can settle
+//! a reservation another one made, and a restart of sluice loses none.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
+
+use super::{Deadline, ErrorKind, Fallback, LocalCache, MemoryStore, StoreError};
+use crate::model::Micros;
+
+/// Where reservation records are kept.
+pub trait Reservations: Send + Sync + 'static {
+    /// Keeps `record` under `key` (built by [`key::reservation`](super::key::reservation) from
+    /// a random id: none is held already) until `expires_at`.
+    fn hold(
+        &self,
+        key: &[u8],
+        record: Vec<u8>,
+        expires_at: Micros,
+        now: Micros,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Takes the record of `key` away, atomically: of any number of claims, one gets it.
+    /// `None`: unknown, expired or claimed already.
+    fn claim(
+        &self,
+        key: &[u8],
+        now: Micros,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+}
+
+/// Key -> (expiry, record).
+type RecordMap = HashMap<Box<[u8]>, (Micros, Vec<u8>)>;
+
+/// The in-memory store's records: a map with expiries, capped like the store's keys (a client
+/// that reserves without settling cannot grow it past `--memory-max-entries`).
+#[derive(Debug)]
+pub struct Records {
+    map: Mutex<RecordMap>,
+    cap: usize,
+}
+
+impl Records {
+    pub fn new(cap: usize) -> Self {
+        Records {
+            map: Mutex::new(HashMap::new()),
+            cap: cap.max(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RecordMap> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn hold(&self, key: &[u8], record: Vec<u8>, expires_at: Micros, now: Micros) -> bool {
+        let mut map = self.lock();
+        if map.len() >= self.cap {
+            map.retain(|_, (expiry, _)| *expiry > now);
+            if map.len() >= self.cap {
+                return false;
+            }
+        }
+        map.insert(key.into(), (expires_at, record));
+        true
+    }
+
+    pub fn claim(&self, key: &[u8], now: Micros) -> Option<Vec<u8>> {
+        let (expiry, record) = self.lock().remove(key)?;
+        (expiry > now).then_some(record)
+    }
+
+    /// Drops the records expired at `now` (with the store's sweep); returns how many.
+    pub fn sweep(&self, now: Micros) -> usize {
+        let mut map = self.lock();
+        let before = map.len();
+        map.retain(|_, (expiry, _)| *expiry > now);
+        before - map.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Reservations for MemoryStore {
+    async fn hold(
+        &self,
+        key: &[u8],
+        record: Vec<u8>,
+        expires_at: Micros,
+        now: Micros,
+        _: Deadline,
+    ) -> Result<(), StoreError> {
+        if self.records().hold(key, record, expires_at, now) {
+            Ok(())
+        } else {
+            Err(StoreError::new(
+                "memory",
+                ErrorKind::Server,
+                format!(
+                    "{} reservations held, the most --memory-max-entries allows",
+                    self.records().cap
+                ),
+            ))
+        }
+    }
+
+    async fn claim(
+        &self,
+        key: &[u8],
+        now: Micros,
+        _: Deadline,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.records().claim(key, now))
+    }
+}
+
+/// The failure policy answers decisions only: a record is kept by the primary store or not at
+/// all (a reservation held in one instance's memory could not be settled through another).
+impl<S: Reservations + super::Store> Reservations for Fallback<S> {
+    fn hold(
+        &self,
+        key: &[u8],
+        record: Vec<u8>,
+        expires_at: Micros,
+        now: Micros,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.primary().hold(key, record, expires_at, now, deadline)
+    }
+
+    fn claim(
+        &self,
+        key: &[u8],
+        now: Micros,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
+        self.primary().claim(key, now, deadline)
+    }
+}
+
+impl<S: Reservations + super::Store> Reservations for LocalCache<S> {
+    fn hold(
+        &self,
+        key: &[u8],
+        record: Vec<u8>,
+        expires_at: Micros,
+        now: Micros,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner().hold(key, record, expires_at, now, deadline)
+    }
+
+    fn claim(
+        &self,
+        key: &[u8],
+        now: Micros,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
+        self.inner().claim(key, now, deadline)
+    }
+}
+
+impl<S: Reservations> Reservations for std::sync::Arc<S> {
+    fn hold(
+        &self,
+        key: &[u8],
+        record: Vec<u8>,
+        expires_at: Micros,
+        now: Micros,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).hold(key, record, expires_at, now, deadline)
+    }
+
+    fn claim(
+        &self,
+        key: &[u8],
+        now: Micros,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
+        (**self).claim(key, now, deadline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_claimed_once_and_not_after_its_expiry() {
+        let r = Records::new(2);
+        assert!(r.hold(b"a", b"x".to_vec(), 100, 0));
+        assert_eq!(r.claim(b"a", 50), Some(b"x".to_vec()));
+        assert_eq!(r.claim(b"a", 50), None, "claimed already");
+        assert!(r.hold(b"b", b"y".to_vec(), 100, 0));
+        assert_eq!(r.claim(b"b", 100), None, "expired");
+        assert_eq!(r.claim(b"nope", 0), None);
+    }
+
+    #[test]
+    fn the_cap_makes_room_from_expired_records_only() {
+        let r = Records::new(2);
+        assert!(r.hold(b"a", vec![], 10, 0));
+        assert!(r.hold(b"b", vec![], 100, 0));
+        assert!(!r.hold(b"c", vec![], 100, 5), "full, none expired");
+        assert!(r.hold(b"c", vec![], 100, 10), "a expired at 10");
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.sweep(100), 2);
+        assert!(r.is_empty());
+    }
+}
