@@ -253,8 +253,25 @@ pub struct Reply {
     pub answers: Vec<Answer>,
 }
 
-/// Parses the flat integer reply for `n` checks.
+/// Parses the flat integer reply for `n` checks: `decide.lua`'s, or `fixed_window.lua`'s
+/// shorter one for its single check.
 pub fn decode(reply: Vec<i64>, n: usize) -> Result<Reply, StoreError> {
+    if let ([now, flags, remaining, reset], 1) = (reply.as_slice(), n) {
+        let allowed = flags & 1 != 0;
+        return Ok(Reply {
+            now: *now,
+            answers: vec![Answer {
+                verdict: Verdict {
+                    allowed,
+                    remaining: u64::try_from(*remaining).unwrap_or(0),
+                    reset: *reset,
+                    charged: flags & 2 != 0,
+                    cached: false,
+                },
+                first_allowed: allowed,
+            }],
+        });
+    }
     if reply.len() != 1 + n * 5 {
         return Err(StoreError::new(
             "redis",
@@ -410,5 +427,10 @@ mod tests {
         assert_eq!(r.now, 5);
         assert!(r.answers[0].verdict.allowed && r.answers[0].first_allowed);
         assert_eq!(r.answers[0].verdict.remaining, 3);
+        // fixed_window.lua's: now, flags (1 allowed + 2 charged), remaining, reset
+        let fast = decode(vec![5, 2, 0, 10], 1).unwrap().answers[0];
+        assert!(!fast.verdict.allowed && fast.verdict.charged && !fast.first_allowed);
+        assert_eq!(fast.verdict.reset, 10);
+        assert!(decode(vec![5, 2, 0, 10], 2).is_err());
     }
 }

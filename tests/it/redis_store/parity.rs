@@ -439,8 +439,8 @@ fn calendar_windows_follow_the_redis_clock() {
             .unwrap();
         let after = redis_now();
         assert!(v[0].allowed && v[0].remaining == 4, "{v:?}");
-        let stored = redis.cli(&["GET", std::str::from_utf8(&key).unwrap()]);
-        let start: Micros = stored.split(' ').next().unwrap().parse().unwrap();
+        let stored = redis.cli(&["HGETALL", std::str::from_utf8(&key).unwrap()]);
+        let (start, _) = crate::support::redis::fixed_window_state(&stored).expect("a window");
         // Kolkata's hours start at :30 UTC; an hour boundary may pass during the call.
         let starts = [
             limit.frame(before).window_start,
