@@ -333,37 +333,48 @@ local function new_sliding_window()
   return sliding_window
 end
 
--- sliding_log (src/algorithm/sliding_log.rs); state 'oldest d1 d2 ...': the first timestamp,
--- then each one's distance to the one before (mostly 0: the hits of one request share one).
+-- sliding_log (src/algorithm/sliding_log.rs); state: the entries' times, oldest first.
 local function new_sliding_log()
   local sliding_log = {}
-  sliding_log.read = function(key) return read_string(sliding_log, key) end
-  sliding_log.write = function(key, st, ttl) write_string(sliding_log, key, st, ttl) end
 
-  function sliding_log.decode(raw)
-    local v = ints(raw)
-    if v == nil then
+  -- A sorted set, one member per entry scored by its time (sliding_log.lua: the layout).
+  function sliding_log.read(key)
+    local z = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    if z[1] == nil then
       return nil
     end
-    local log = { v[1] }
-    for j = 2, #v do
-      if v[j] < 0 then
-        return nil
-      end
-      log[j] = log[j - 1] + v[j]
+    local log = {}
+    for j = 2, #z, 2 do
+      log[#log + 1] = tonumber(z[j])
     end
     return log
   end
 
-  function sliding_log.encode(log)
+  function sliding_log.write(key, log, ttl_ms)
+    redis.call('DEL', key)
     if #log == 0 then
-      return ''
+      return
     end
-    local parts = { int(log[1]) }
-    for j = 2, #log do
-      parts[j] = int(log[j] - log[j - 1])
+    -- Members: the time and a sequence number among the entries of that time. In chunks:
+    -- unpack has a stack limit.
+    local j, seq, prev = 1, 0, nil
+    while j <= #log do
+      local args = { 'ZADD', key }
+      local stop = min(j + 499, #log)
+      for i = j, stop do
+        local at = int(log[i])
+        if at == prev then
+          seq = seq + 1
+        else
+          seq, prev = 0, at
+        end
+        args[#args + 1] = at
+        args[#args + 1] = at .. ':' .. string.format('%010d', seq)
+      end
+      redis.call(unpack(args))
+      j = stop + 1
     end
-    return table.concat(parts, ' ')
+    redis.call('PEXPIRE', key, ttl_ms)
   end
 
   function sliding_log.evaluate(c, st, f, hits, refund)
