@@ -36,7 +36,7 @@ def section(rep):
       "by the calls Redis counted, on one Redis, sluice and floor in alternating order each run. "
       "sluice's side is `sluice-bench redis-floor`: the script the Redis store runs for one "
       "descriptor with the arguments it sends (`fixed_window.lua` for a fixed_window, "
-      "`decide.lua` otherwise). Each floor is the simplest script that does the job "
+      "`sliding_log.lua` for a sliding_log, `decide.lua` otherwise). Each floor is the simplest script that does the job "
       "(`bench/floors/`: the seeds' fixed-window script; GCRA as the redis-cell ports do it; "
       "token and leaky bucket as a hash of level and time; sliding log as a sorted set; sliding "
       "window as two counters). Decisions per second of one Redis core = 10⁶ ÷ µs per decision.")
@@ -78,7 +78,7 @@ def section(rep):
     hot = rep.stat(("redis-cost", "sluice", "sliding_log-full-10000"), US)
     if hot:
         p(f"A sliding_log key full at 10,000 entries (limit 10,000, one key, every call rejected) "
-          f"costs **{hot.fmt(1)} µs** of Redis CPU per decision: its state is one string holding "
-          "every entry, parsed on each call. Kuadrant/limitador was not run (`LIMITADOR_BIN` is "
+          f"costs **{hot.fmt(1)} µs** of Redis CPU per decision: its state is a sorted set, and "
+          "`sliding_log.lua` reads it by rank and count (O(log n)), never entry by entry. Kuadrant/limitador was not run (`LIMITADOR_BIN` is "
           "not wired yet; building it takes about 25 minutes of both cores here).")
         p()

@@ -32,7 +32,7 @@ pub const COUNT_CAP: u64 = 1 << 52;
 /// for centuries.
 pub const MAX_WINDOW: Micros = 10 * 365 * 86_400 * 1_000_000;
 /// sliding_log keeps one timestamp per hit: at most this many per key.
-pub const MAX_LOG: u64 = 1_000;
+pub const MAX_LOG: u64 = 10_000;
 /// sliding_window keeps `precision + 1` counters: at most this many sub-windows.
 pub const MAX_PRECISION: u32 = 100;
 /// The default number of sub-windows of a sliding_window.

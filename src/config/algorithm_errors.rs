@@ -56,8 +56,8 @@ fn what_cannot_work_is_rejected_where_it_is_written() {
             "4:89: precision applies to sliding_window only, not to sliding_log",
         ),
         (
-            "requests_per_unit: 5000, unit: hour, algorithm: sliding_log",
-            "4:37: sliding_log keeps one timestamp per request, and 5000 is more than the 1000 it keeps per key; use algorithm: sliding_window for large limits",
+            "requests_per_unit: 50000, unit: hour, algorithm: sliding_log",
+            "4:37: sliding_log keeps one timestamp per request, and 50000 is more than the 10000 it keeps per key; use algorithm: sliding_window for large limits",
         ),
         (
             "requests_per_unit: 5, unit: day, align: calendar, timezone: Mars/Olympus",

@@ -140,6 +140,6 @@ mod tests {
         assert_eq!(b.limits.len(), 1);
         let l = &b.limits[0];
         assert_eq!((l.reset_ms, l.window_ms, l.allowed), (2, 60_000, false));
-        assert!(l.key.starts_with("sluice:v1:{d|b=2}:fixed_window:"));
+        assert!(l.key.starts_with("sluice:v2:{d|b=2}:fixed_window:"));
     }
 }

@@ -238,7 +238,7 @@ descriptors:
             key(0).contains("burst") && key(1).contains("hourly"),
             "named limits"
         );
-        assert!(key(2).starts_with("sluice:v1:{d|a=1}:"));
+        assert!(key(2).starts_with("sluice:v2:{d|a=1}:"));
         assert_eq!(
             plan.groups().collect::<Vec<_>>(),
             [(0, 0..2), (2, 2..3), (3, 3..4)]
@@ -265,7 +265,7 @@ descriptors:
         let plan = Plan::new(&rules, &req, &opts).unwrap();
         let checks = plan.checks();
         assert_eq!(checks[0].key, checks[1].key);
-        assert!(checks[0].key.starts_with(b"pre:sluice:v1:{d|seen=p|user#}"));
+        assert!(checks[0].key.starts_with(b"pre:sluice:v2:{d|seen=p|user#}"));
         assert_ne!(checks[0].ask.value, checks[1].ask.value);
         assert!(checks.iter().all(|c| c.charge == Charge::Always && c.quota));
     }

@@ -1,8 +1,8 @@
 //! Storage keys, built in one place for every store.
 //!
-//! `[prefix]sluice:v1:{<domain>|<k>=<v>|...}:<shape>`, or with `redis_hash_tag: domain`
-//! `[prefix]sluice:v1:{<domain>}|<k>=<v>|...:<shape>` (every key of the domain in one slot).
-//! A reservation record of the native API is `[prefix]sluice:v1:reservation:{<id>}` ([`reservation`]).
+//! `[prefix]sluice:v2:{<domain>|<k>=<v>|...}:<shape>`, or with `redis_hash_tag: domain`
+//! `[prefix]sluice:v2:{<domain>}|<k>=<v>|...:<shape>` (every key of the domain in one slot).
+//! A reservation record of the native API is `[prefix]sluice:v2:reservation:{<id>}` ([`reservation`]).
 //!
 //! * Every user-supplied byte outside `[A-Za-z0-9._/@-]` is percent-encoded, `%` included, so
 //!   the encoding is injective and the separators `|`, `=`, `~`, `:`, `{`, `}` never come from
@@ -22,7 +22,7 @@ use crate::algorithm::{Algorithm, Limit};
 use crate::model::Entry;
 
 /// The version of the key layout; bump it when the layout or a state encoding changes.
-pub const VERSION: &str = "v1";
+pub const VERSION: &str = "v2";
 
 /// The key of a reservation record. The id is sluice's own (hex digits, never a client's
 /// bytes: [`reservation`] refuses anything else), so it cannot collide with a counter's key,
@@ -237,7 +237,7 @@ mod tests {
     fn layout() {
         assert_eq!(
             key("d", &[(b"k", b"v w"), (b"ip", b"{1}")]),
-            b"sluice:v1:{d|k=v%20w|ip=%7B1%7D}:fixed_window:1000000".to_vec()
+            b"sluice:v2:{d|k=v%20w|ip=%7B1%7D}:fixed_window:1000000".to_vec()
         );
     }
 
@@ -271,13 +271,13 @@ mod tests {
         let distinct = Limit::new(Algorithm::Distinct, 1, 1_000_000);
         assert_eq!(
             of(&fixed, false),
-            "xsluice:v1:{d|path=/a/1|user=bob}:fixed_window:1000000"
+            "xsluice:v2:{d|path=/a/1|user=bob}:fixed_window:1000000"
         );
         assert_eq!(
             of(&fixed, true),
-            "xsluice:v1:{d|path~/a/%2A|user=bob}:fixed_window:1000000"
+            "xsluice:v2:{d|path~/a/%2A|user=bob}:fixed_window:1000000"
         );
-        assert!(of(&distinct, false).starts_with("xsluice:v1:{d|path=/a/1|user#}:distinct:"));
+        assert!(of(&distinct, false).starts_with("xsluice:v2:{d|path=/a/1|user#}:distinct:"));
     }
 
     #[test]
@@ -295,7 +295,7 @@ mod tests {
         sw.precision = 4;
         assert_eq!(
             build_with(&sw, &[user], Some("per-second")),
-            "sluice:v1:{d|user=u1}:sliding_window:1000000:p=4:per-second"
+            "sluice:v2:{d|user=u1}:sliding_window:1000000:p=4:per-second"
         );
         let mut cal = Limit::fixed_window(5, 86_400_000_000);
         cal.calendar = Some(crate::algorithm::Calendar {
@@ -304,12 +304,12 @@ mod tests {
         });
         assert_eq!(
             build_with(&cal, &[user], None),
-            "sluice:v1:{d|user=u1}:fixed_window:86400000000:tz=Asia/Shanghai"
+            "sluice:v2:{d|user=u1}:fixed_window:86400000000:tz=Asia/Shanghai"
         );
         let d = Limit::new(Algorithm::Distinct, 5_000, 1_000_000);
         assert_eq!(
             build_with(&d, &[user, Part::Counted { key: b"ip" }], None),
-            "sluice:v1:{d|user=u1|ip#}:distinct:1000000:set=hll"
+            "sluice:v2:{d|user=u1|ip#}:distinct:1000000:set=hll"
         );
     }
 
@@ -331,7 +331,7 @@ mod tests {
         );
         assert_eq!(
             out,
-            b"p:sluice:v1:{d}|k=%7Bv%7D:fixed_window:1000000".to_vec()
+            b"p:sluice:v2:{d}|k=%7Bv%7D:fixed_window:1000000".to_vec()
         );
         assert_eq!(hash_tag(&out), b"d");
         assert_ne!(out, key("d", &[(b"k", b"{v}")]), "the layouts differ");
@@ -369,7 +369,7 @@ mod tests {
             let tag = hash_tag(&k);
             prop_assert!(tag.starts_with(b"d|k="));
             prop_assert!(k.ends_with(b"}:fixed_window:1000000"), "suffix");
-            prop_assert_eq!(tag.len() + "sluice:v1:{}:fixed_window:1000000".len(), k.len());
+            prop_assert_eq!(tag.len() + "sluice:v2:{}:fixed_window:1000000".len(), k.len());
         }
     }
 }

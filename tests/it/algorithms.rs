@@ -323,7 +323,7 @@ async fn an_override_keeps_the_algorithm_and_replaces_rate_and_unit() {
         .client
         .should_rate_limit(RateLimitRequest {
             domain: "over".into(),
-            descriptors: vec![with(5_000)],
+            descriptors: vec![with(50_000)],
             hits_addend: 0,
         })
         .await

@@ -99,8 +99,12 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_together() {
     let keys = redis.cli(&["KEYS", "*"]);
     let keys: Vec<&str> = keys.lines().collect();
     assert_eq!(keys.len(), 1, "{keys:?}");
-    let state = redis.cli(&["GET", keys[0]]);
-    assert!(state.ends_with(&format!(" {LIMIT}")), "{state:?}");
+    let state = support::redis::fixed_window_state(&redis.cli(&["HGETALL", keys[0]]));
+    assert_eq!(
+        state.map(|(_, count)| count),
+        Some(LIMIT as u64),
+        "{state:?}"
+    );
 
     a.stop().await;
     b.stop().await;

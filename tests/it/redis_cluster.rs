@@ -47,11 +47,9 @@ fn check<'a>(key: &'a [u8], limit: &'a Limit, hits: u64, group: u32) -> Check<'a
 
 /// The stored count of a fixed_window key (0 when absent).
 fn count(cluster: &RedisCluster, key: &[u8]) -> u64 {
-    let v = cluster.get(key);
-    v.split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    cluster
+        .fixed_window_state(key)
+        .map_or(0, |(_, count)| count)
 }
 
 #[test]
@@ -406,14 +404,14 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     // The slot now answers on a promoted replica (asked without following redirections).
     let key0 = String::from_utf8(keys[0].clone()).unwrap();
     let owner_now = crate::support::poll::wait_until_value("the slot to move", || {
-        let answer = survivors[0].cli(&["GET", &key0]);
+        let answer = survivors[0].cli(&["EXISTS", &key0]);
         match answer.strip_prefix("MOVED ") {
             Some(rest) => rest
                 .rsplit(':')
                 .next()
                 .and_then(|p| p.parse::<u16>().ok())
                 .filter(|&p| p != victim),
-            // Served here: the state (numbers) or nothing; anything else is an error reply.
+            // Served here: 0 or 1; anything else is an error reply.
             None if answer.is_empty() || answer.starts_with(|c: char| c.is_ascii_digit()) => {
                 Some(survivors[0].port)
             }

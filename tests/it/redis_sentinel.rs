@@ -58,6 +58,9 @@ async fn the_store_finds_the_primary_through_sentinel_and_decides() {
     let v = store.decide_checks(&c, 0, Deadline::NONE).await.unwrap();
     assert!(!v[0].allowed, "the limit of 1 holds");
     // The state lives on the primary the sentinel named.
-    let stored = redis.master.cli(&["GET", std::str::from_utf8(&k).unwrap()]);
-    assert!(stored.ends_with(" 1"), "{stored}");
+    let stored = redis
+        .master
+        .cli(&["HGETALL", std::str::from_utf8(&k).unwrap()]);
+    let state = crate::support::redis::fixed_window_state(&stored);
+    assert_eq!(state.map(|(_, count)| count), Some(1), "{stored}");
 }

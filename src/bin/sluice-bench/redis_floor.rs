@@ -265,7 +265,7 @@ mod tests {
         let (lua, a) = evalsha_args(&args(Algorithm::Gcra, None));
         assert_eq!(lua, script::LUA);
         assert_eq!(a[0], "1");
-        assert_eq!(a[1], "sluice:v1:{bench|k=v__rand_int__}:gcra:60000000");
+        assert_eq!(a[1], "sluice:v2:{bench|k=v__rand_int__}:gcra:60000000");
         // scope, now ('' = Redis' clock), number of checks, then 15 fields
         assert_eq!(&a[2..5], ["all", "", "1"]);
         assert_eq!(a.len(), 5 + 15);
@@ -284,7 +284,7 @@ mod tests {
             a,
             [
                 "1",
-                "sluice:v1:{bench|k=v__rand_int__}:fixed_window:60000000",
+                "sluice:v2:{bench|k=v__rand_int__}:fixed_window:60000000",
                 "",
                 "1000",
                 "60000000",

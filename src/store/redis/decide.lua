@@ -119,8 +119,9 @@ local function ints(raw)
 end
 
 ---------------------------------------------------------------------------------------------
--- Algorithms: each decodes its stored string, evaluates (limit, state, frame, ask) exactly as
--- its Rust twin, and encodes the charged state. Outcome: { allowed, remaining, reset,
+-- Algorithms: each reads its stored state (`read`: a hash for fixed_window, else a string it
+-- decodes), evaluates (limit, state, frame, ask) exactly as its Rust twin, and writes the
+-- charged state (`write`, with the key's expiry in ms). Outcome: { allowed, remaining, reset,
 -- debt_reset, state, expires_at } as Rust's `Outcome`. States are never modified in place:
 -- an outcome's state may be another check's input (the same key twice in one request).
 ---------------------------------------------------------------------------------------------
@@ -146,15 +147,39 @@ local function encode_pair(st)
   return int(st[1]) .. ' ' .. int(st[2])
 end
 
--- fixed_window (src/algorithm/fixed_window.rs); state 'window_start count'.
+-- The string state of most algorithms: GET, and SET with an expiry.
+local function read_string(a, key)
+  local raw = redis.call('GET', key)
+  if raw then
+    return a.decode(raw)
+  end
+  return nil
+end
+
+local function write_string(a, key, st, ttl_ms)
+  redis.call('SET', key, a.encode(st), 'PX', ttl_ms)
+end
+
+-- fixed_window (src/algorithm/fixed_window.rs); state { window_start, count }, stored as a
+-- hash of one field, the window's start, holding count + 1 (fixed_window.lua: the layout and
+-- why; that script increments it in place).
 local function new_fixed_window()
   local fixed_window = {}
 
-  function fixed_window.decode(raw)
-    return pair(raw)
+  function fixed_window.read(key)
+    local f = redis.call('HGETALL', key)
+    local s, v = tonumber(f[1]), tonumber(f[2])
+    if s == nil or v == nil or v < 1 then
+      return nil
+    end
+    return { s, v - 1 }
   end
 
-  fixed_window.encode = encode_pair
+  function fixed_window.write(key, st, ttl_ms)
+    redis.call('DEL', key)
+    redis.call('HSET', key, st[1], st[2] + 1)
+    redis.call('PEXPIRE', key, ttl_ms)
+  end
 
   function fixed_window.evaluate(c, st, f, hits, refund)
     local start, e, until_end = window_of(st and st[1], f)
@@ -185,6 +210,8 @@ end
 -- newest first, trailing zeros left out.
 local function new_sliding_window()
   local sliding_window = {}
+  sliding_window.read = function(key) return read_string(sliding_window, key) end
+  sliding_window.write = function(key, st, ttl) write_string(sliding_window, key, st, ttl) end
 
   function sliding_window.decode(raw)
     local v = ints(raw)
@@ -307,35 +334,48 @@ local function new_sliding_window()
   return sliding_window
 end
 
--- sliding_log (src/algorithm/sliding_log.rs); state 'oldest d1 d2 ...': the first timestamp,
--- then each one's distance to the one before (mostly 0: the hits of one request share one).
+-- sliding_log (src/algorithm/sliding_log.rs); state: the entries' times, oldest first.
 local function new_sliding_log()
   local sliding_log = {}
 
-  function sliding_log.decode(raw)
-    local v = ints(raw)
-    if v == nil then
+  -- A sorted set, one member per entry scored by its time (sliding_log.lua: the layout).
+  function sliding_log.read(key)
+    local z = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    if z[1] == nil then
       return nil
     end
-    local log = { v[1] }
-    for j = 2, #v do
-      if v[j] < 0 then
-        return nil
-      end
-      log[j] = log[j - 1] + v[j]
+    local log = {}
+    for j = 2, #z, 2 do
+      log[#log + 1] = tonumber(z[j])
     end
     return log
   end
 
-  function sliding_log.encode(log)
+  function sliding_log.write(key, log, ttl_ms)
+    redis.call('DEL', key)
     if #log == 0 then
-      return ''
+      return
     end
-    local parts = { int(log[1]) }
-    for j = 2, #log do
-      parts[j] = int(log[j] - log[j - 1])
+    -- Members: the time and a sequence number among the entries of that time. In chunks:
+    -- unpack has a stack limit.
+    local j, seq, prev = 1, 0, nil
+    while j <= #log do
+      local args = { 'ZADD', key }
+      local stop = min(j + 499, #log)
+      for i = j, stop do
+        local at = int(log[i])
+        if at == prev then
+          seq = seq + 1
+        else
+          seq, prev = 0, at
+        end
+        args[#args + 1] = at
+        args[#args + 1] = at .. ':' .. string.format('%010d', seq)
+      end
+      redis.call(unpack(args))
+      j = stop + 1
     end
-    return table.concat(parts, ' ')
+    redis.call('PEXPIRE', key, ttl_ms)
   end
 
   function sliding_log.evaluate(c, st, f, hits, refund)
@@ -422,6 +462,8 @@ end
 -- 'at level' in ticks.
 local function new_bucket()
   local bucket = {}
+  bucket.read = function(key) return read_string(bucket, key) end
+  bucket.write = function(key, st, ttl) write_string(bucket, key, st, ttl) end
 
   function bucket.decode(raw)
     return pair(raw)
@@ -510,6 +552,8 @@ end
 -- 2^14 registers, one byte each. States are { ws, hll, data, ranks }.
 local function new_distinct()
   local distinct = {}
+  distinct.read = function(key) return read_string(distinct, key) end
+  distinct.write = function(key, st, ttl) write_string(distinct, key, st, ttl) end
   local EXACT_MAX = 1000
   local REGISTERS = 16384
   local MAX_RANK = 51
@@ -968,11 +1012,7 @@ local stored = {}
 local function stored_state(c)
   local s = stored[c.k]
   if s == nil then
-    local raw = redis.call('GET', KEYS[c.k])
-    s = false
-    if raw then
-      s = c.algo.decode(raw) or false
-    end
+    s = c.algo.read(KEYS[c.k]) or false
     stored[c.k] = s
   end
   return s or nil
@@ -988,7 +1028,7 @@ local function put(c, o)
   if ttl < 1 then
     ttl = 1
   end
-  redis.call('SET', KEYS[c.k], c.algo.encode(o.state), 'PX', int(ttl + GRACE_MS))
+  c.algo.write(KEYS[c.k], o.state, ttl + GRACE_MS)
 end
 
 local function evaluate(c, st, hits, refund)

@@ -1,16 +1,19 @@
 -- sluice: the commonest request's decision alone: one fixed_window check of a whole request
 -- (one descriptor, one limit, epoch-aligned window). The same decision as decide.lua gives
--- such a request, on the same state ('window_start count' in the same key, so both scripts
--- can share keys), without decide.lua's per-call setup (its closures, tables and argument
--- loop cost several times the work itself). Written by src/store/redis/script.rs:
+-- such a request, on the same state, without decide.lua's per-call setup. Written by
+-- src/store/redis/script.rs:
 --
 --   KEYS[1]   the key
 --   ARGV[1]   now in microseconds, or '' to read the Redis clock (TIME)
 --   ARGV[2]   limit      ARGV[3] window (us, >= 1)      ARGV[4] hits
 --   ARGV[5]   mode: 0, or 1 refund + 2 charge always
 --
--- Reply: { now, allowed, remaining, reset (us), charged, allowed in the first pass } as
--- decide.lua's for one check.
+-- State (layout v2, shared with decide.lua): a hash of one field, the window's start (us),
+-- holding the count plus one (so that a count given back to 0 still marks its window, and
+-- HINCRBY on an absent field tells itself apart by its result). A later window replaces an
+-- earlier one; the key expires GRACE_MS after its window's end.
+--
+-- Reply: { now, flags (1 allowed + 2 charged), remaining, reset (us) }.
 
 local MAX = 9007199254740991 -- 2^53 - 1
 local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
@@ -25,6 +28,7 @@ local limit = tonumber(ARGV[2])
 local w = tonumber(ARGV[3])
 local hits = tonumber(ARGV[4])
 local mode = tonumber(ARGV[5])
+local key = KEYS[1]
 
 -- The epoch-aligned window of now (fmod is exact; made Euclidean before the epoch).
 local r = math.fmod(now, w)
@@ -37,21 +41,42 @@ if we > MAX then
   we = MAX
 end
 
--- The stored window (decide.lua `pair`): a later one than ours wins (a clock running ahead).
-local start, e, count = ws, we, 0
-local raw = redis.call('GET', KEYS[1])
-if raw then
-  local a, b = string.match(raw, '^%s*(%-?%d+)%s+(%-?%d+)%s*$')
-  if a ~= nil then
-    a, b = tonumber(a), tonumber(b)
-    if b >= 0 and a >= ws then
-      if a ~= ws then
-        start, e = a, a + (we - ws)
+-- The common case, a take in the window the key already counts: one command. Numbers reach
+-- Redis as '%.17g', exact below 2^53, so the field is the same text decide.lua writes.
+if mode == 0 and hits > 0 then
+  local c = redis.call('HINCRBY', key, ws, hits)
+  if c > hits then
+    local after = c - 1
+    if after <= limit and after <= COUNT_CAP then
+      return { now, 3, limit - after, we - now }
+    end
+    -- Rejected, or past the cap (the general path below saturates): give it back.
+    redis.call('HINCRBY', key, ws, -hits)
+    if after > limit then
+      return { now, 0, 0, we - now }
+    end
+  elseif c == hits then
+    -- The field was absent: a new window here, or a later one stored (a clock ahead).
+    redis.call('HDEL', key, ws)
+  end
+end
+
+-- Everything else, as decide.lua's fixed_window: read the stored window; a later one than
+-- ours wins.
+local start, e, count, stored = ws, we, 0, nil
+local f = redis.call('HGETALL', key)
+if f[1] ~= nil then
+  local s, v = tonumber(f[1]), tonumber(f[2])
+  if s ~= nil and v ~= nil and v >= 1 then
+    stored = s
+    if s >= ws then
+      if s ~= ws then
+        start, e = s, s + (we - ws)
         if e > MAX then
           e = MAX
         end
       end
-      count = b
+      count = v - 1
     end
   end
 end
@@ -91,20 +116,25 @@ else
   end
 end
 
-local first = 0
+local flags = 0
 if allowed then
-  first = 1
+  flags = 1
 elseif mode < 2 then
   -- rejected and not charged anyway
-  return { now, 0, 0, until_end, 0, 0 }
+  return { now, 0, 0, until_end }
 end
 if hits > 0 then
-  local ttl = math.ceil((e - now) / 1000)
-  if ttl < 1 then
-    ttl = 1
+  if stored ~= start then
+    redis.call('DEL', key)
+    local ttl = math.ceil((e - now) / 1000)
+    if ttl < 1 then
+      ttl = 1
+    end
+    redis.call('HSET', key, start, after + 1)
+    redis.call('PEXPIRE', key, ttl + GRACE_MS)
+  else
+    redis.call('HSET', key, start, after + 1)
   end
-  redis.call('SET', KEYS[1], string.format('%.0f %.0f', start, after), 'PX',
-    string.format('%.0f', ttl + GRACE_MS))
-  return { now, first, rem, until_end, 1, first }
+  flags = flags + 2
 end
-return { now, first, rem, until_end, 0, first }
+return { now, flags, rem, until_end }

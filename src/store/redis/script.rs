@@ -1,11 +1,12 @@
-//! The decision scripts (`decide.lua`, `fixed_window.lua`): which one a call runs, its
-//! argument layout and its reply.
+//! The decision scripts (`decide.lua`, `fixed_window.lua`, `sliding_log.lua`): which one a
+//! call runs, its argument layout and its reply.
 //!
 //! `decide.lua` decides every check it is given atomically; its layout is documented at the
 //! top of the script and written only here. Adding an algorithm means a Lua port next to the
-//! others in the script and a code in [`algorithm_code`]. The commonest request, one
-//! epoch-aligned fixed_window check, runs `fixed_window.lua` instead ([`fast_fixed_window`]):
-//! the same decision on the same state for a fraction of the Redis CPU.
+//! others in the script and a code in [`algorithm_code`]. A request of one check of some
+//! algorithms runs a script of that algorithm alone instead ([`fast_path`]): the same decision
+//! on the same state for a fraction of the Redis CPU (fixed_window: one HINCRBY; sliding_log:
+//! O(log n) sorted-set commands where `decide.lua` reads the whole log).
 
 use std::borrow::Borrow;
 use std::sync::LazyLock;
@@ -20,15 +21,20 @@ use crate::store::{Charge, Check, ErrorKind, StoreError, Verdict};
 /// The Lua source; its SHA-1 names it in `EVALSHA`.
 pub const LUA: &str = include_str!("decide.lua");
 
-/// The fast path's Lua source.
+/// The fixed_window fast path's Lua source.
 pub const FIXED_WINDOW_LUA: &str = include_str!("fixed_window.lua");
 
-/// Every script a decision may call: each is loaded (`SCRIPT LOAD`) wherever one is.
-pub const SCRIPTS: [&str; 2] = [LUA, FIXED_WINDOW_LUA];
+/// The sliding_log fast path's Lua source.
+pub const SLIDING_LOG_LUA: &str = include_str!("sliding_log.lua");
 
-/// `fixed_window.lua`'s SHA-1, computed once.
+/// Every script a decision may call: each is loaded (`SCRIPT LOAD`) wherever one is.
+pub const SCRIPTS: [&str; 3] = [LUA, FIXED_WINDOW_LUA, SLIDING_LOG_LUA];
+
+/// The fast paths' SHA-1s, computed once.
 static FIXED_WINDOW_SHA: LazyLock<Value> =
     LazyLock::new(|| Value::from(fred::util::sha1_hash(FIXED_WINDOW_LUA)));
+static SLIDING_LOG_SHA: LazyLock<Value> =
+    LazyLock::new(|| Value::from(fred::util::sha1_hash(SLIDING_LOG_LUA)));
 
 /// Values per check in `ARGV` (must match `FIELDS` in the script).
 const FIELDS: usize = 15;
@@ -131,36 +137,47 @@ pub fn encode<'k, C: Borrow<Check<'k>>>(
     (keys, args)
 }
 
-/// The check `fixed_window.lua` decides exactly as `decide.lua` would: the only check of a
-/// whole request, a fixed_window with an epoch-aligned window (calendar windows need the
-/// bounds only Rust computes).
-pub fn fast_fixed_window<'a, 'k, C: Borrow<Check<'k>>>(
+/// A script of one algorithm for a lone check: its source and SHA-1.
+pub struct FastPath {
+    pub lua: &'static str,
+    sha: &'static LazyLock<Value>,
+}
+
+/// The check a fast path decides exactly as `decide.lua` would, and that path: the only check
+/// of a whole request, a fixed_window with an epoch-aligned window (calendar windows need the
+/// bounds only Rust computes) or a sliding_log. Both take the same arguments and answer in
+/// the same short layout.
+pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
     checks: &'a [C],
     scope: Scope,
-) -> Option<&'a Check<'k>> {
-    match checks {
-        [c] if scope == Scope::All => {
-            let c = c.borrow();
-            // A dry run takes the general script, the one that knows it.
-            (c.limit.algorithm == Algorithm::FixedWindow
-                && c.limit.calendar.is_none()
-                && !c.ask.dry_run)
-                .then_some(c)
-        }
-        _ => None,
+) -> Option<(&'a Check<'k>, FastPath)> {
+    let [c] = checks else { return None };
+    let c = c.borrow();
+    // A dry run takes the general script, the one that knows it.
+    if scope != Scope::All || c.limit.calendar.is_some() || c.ask.dry_run {
+        return None;
     }
+    let path = match c.limit.algorithm {
+        Algorithm::FixedWindow => FastPath {
+            lua: FIXED_WINDOW_LUA,
+            sha: &FIXED_WINDOW_SHA,
+        },
+        Algorithm::SlidingLog => FastPath {
+            lua: SLIDING_LOG_LUA,
+            sha: &SLIDING_LOG_SHA,
+        },
+        _ => return None,
+    };
+    Some((c, path))
 }
 
 /// The source of the script a call over `checks` runs (what [`evalsha`] names).
 pub fn lua_for<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> &'static str {
-    match fast_fixed_window(checks, scope) {
-        Some(_) => FIXED_WINDOW_LUA,
-        None => LUA,
-    }
+    fast_path(checks, scope).map_or(LUA, |(_, p)| p.lua)
 }
 
 /// The whole `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`) built in one allocation:
-/// this runs for every request. `sha` names `decide.lua`; the fast path names its own.
+/// this runs for every request. `sha` names `decide.lua`; a fast path names its own.
 /// Both scripts answer in the layout [`decode`] reads.
 pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     sha: &Value,
@@ -169,11 +186,11 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     now: Option<Micros>,
     local: Micros,
 ) -> Vec<Value> {
-    if let Some(c) = fast_fixed_window(checks, scope) {
+    if let Some((c, path)) = fast_path(checks, scope) {
         let int = Value::Integer;
         let mode = i64::from(c.ask.refund) + 2 * i64::from(c.charge == Charge::Always);
         return vec![
-            FIXED_WINDOW_SHA.clone(),
+            Value::clone(path.sha),
             int(1),
             Value::Bytes(Bytes::copy_from_slice(c.key)),
             now.map_or(EMPTY, int),
@@ -259,8 +276,25 @@ pub struct Reply {
     pub answers: Vec<Answer>,
 }
 
-/// Parses the flat integer reply for `n` checks.
+/// Parses the flat integer reply for `n` checks: `decide.lua`'s, or `fixed_window.lua`'s
+/// shorter one for its single check.
 pub fn decode(reply: Vec<i64>, n: usize) -> Result<Reply, StoreError> {
+    if let ([now, flags, remaining, reset], 1) = (reply.as_slice(), n) {
+        let allowed = flags & 1 != 0;
+        return Ok(Reply {
+            now: *now,
+            answers: vec![Answer {
+                verdict: Verdict {
+                    allowed,
+                    remaining: u64::try_from(*remaining).unwrap_or(0),
+                    reset: *reset,
+                    charged: flags & 2 != 0,
+                    cached: false,
+                },
+                first_allowed: allowed,
+            }],
+        });
+    }
     if reply.len() != 1 + n * 5 {
         return Err(StoreError::new(
             "redis",
@@ -373,7 +407,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_lone_epoch_aligned_fixed_window_takes_the_fast_path() {
+    fn only_a_lone_epoch_aligned_fixed_window_or_sliding_log_takes_a_fast_path() {
         let fixed = Limit::fixed_window(10, 60_000_000);
         let mut calendar = fixed.clone();
         calendar.calendar = Some(crate::algorithm::Calendar {
@@ -394,11 +428,19 @@ mod tests {
             on_error: None,
         };
         let (one, cal, other) = (mk(&fixed), mk(&calendar), mk(&gcra));
-        assert!(fast_fixed_window(&[&one], Scope::All).is_some());
-        assert!(fast_fixed_window(&[&one], Scope::Part).is_none());
-        assert!(fast_fixed_window(&[&one, &one], Scope::All).is_none());
-        assert!(fast_fixed_window(&[&cal], Scope::All).is_none());
-        assert!(fast_fixed_window(&[&other], Scope::All).is_none());
+        let log = Limit::new(Algorithm::SlidingLog, 10, 60_000_000);
+        let log = mk(&log);
+        assert!(fast_path(&[&one], Scope::All).is_some());
+        assert!(fast_path(&[&one], Scope::Part).is_none());
+        assert!(fast_path(&[&one, &one], Scope::All).is_none());
+        assert!(fast_path(&[&cal], Scope::All).is_none());
+        assert!(fast_path(&[&other], Scope::All).is_none());
+        assert_eq!(lua_for(&[&log], Scope::All), SLIDING_LOG_LUA);
+        assert_eq!(
+            evalsha(&Value::Null, &[&log], Scope::All, None, 5)[0],
+            *SLIDING_LOG_SHA
+        );
+        assert_eq!(lua_for(&[&log, &log], Scope::All), LUA);
         let sha = Value::from("decide");
         let args = evalsha(&sha, &[&one], Scope::All, None, 5);
         assert_eq!(args[0], *FIXED_WINDOW_SHA);
@@ -417,5 +459,10 @@ mod tests {
         assert_eq!(r.now, 5);
         assert!(r.answers[0].verdict.allowed && r.answers[0].first_allowed);
         assert_eq!(r.answers[0].verdict.remaining, 3);
+        // fixed_window.lua's: now, flags (1 allowed + 2 charged), remaining, reset
+        let fast = decode(vec![5, 2, 0, 10], 1).unwrap().answers[0];
+        assert!(!fast.verdict.allowed && fast.verdict.charged && !fast.first_allowed);
+        assert_eq!(fast.verdict.reset, 10);
+        assert!(decode(vec![5, 2, 0, 10], 2).is_err());
     }
 }

@@ -2,15 +2,17 @@
 //! Cluster, Sentinel with a replica): a stall shorter than the command timeout fails nothing,
 //! a longer one recovers within 100 ms of its end; a restart recovers within a bound; the
 //! start-up race (requests sent the moment health says SERVING all succeed); a Cluster
-//! primary killed costs only its own slots; a reshard under load; a Sentinel failover.
+//! primary killed costs only its own slots; a reshard under load; a Sentinel failover; a hot
+//! sliding_log key beside other tenants.
 //!
 //! Load comes from a few concurrent workers, each pacing itself; every outcome is recorded
 //! with its time so the assertions read the timeline. Waits poll with a bound.
 //!
 //! Modules: `standalone` (stall, restart, the start-up race), `cluster` (a primary killed, a
-//! reshard), `sentinel` (a failover).
+//! reshard), `sentinel` (a failover), `hot_key` (one key full at 10,000 entries).
 
 mod cluster;
+mod hot_key;
 mod sentinel;
 mod standalone;
 

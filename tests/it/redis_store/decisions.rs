@@ -89,8 +89,8 @@ async fn the_redis_clock_decides_by_default() {
     let v = store.decide_checks(&c, 0, Deadline::NONE).await.unwrap();
     assert!(v[0].allowed && v[0].remaining == 1);
     assert!(v[0].reset > 0 && v[0].reset <= 3_600 * SEC);
-    let stored = redis.cli(&["GET", std::str::from_utf8(c[0].key).unwrap()]);
-    let window_start: i64 = stored.split(' ').next().unwrap().parse().unwrap();
+    let stored = redis.cli(&["HGETALL", std::str::from_utf8(c[0].key).unwrap()]);
+    let (window_start, _) = fixed_window_state(&stored).expect("a window");
     assert!(
         window_start > T0,
         "the window comes from Redis' TIME: {stored}"

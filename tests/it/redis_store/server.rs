@@ -91,9 +91,8 @@ async fn tls_with_a_custom_ca() {
     let c = [take(&k, &limit, 1, 0)];
     assert!(store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
     assert!(!store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
-    assert!(redis
-        .cli(&["GET", std::str::from_utf8(&k).unwrap()])
-        .ends_with(" 1"));
+    let stored = redis.cli(&["HGETALL", std::str::from_utf8(&k).unwrap()]);
+    assert_eq!(fixed_window_state(&stored).map(|(_, count)| count), Some(1));
 
     // A CA file without certificates is a configuration error, not an outage.
     let empty = redis.dir().join("empty.pem");
@@ -122,10 +121,14 @@ async fn acl_username_and_password_from_the_url() {
         "--pass",
         "s3cret",
         "--no-auth-warning",
-        "GET",
+        "HGETALL",
         std::str::from_utf8(&k).unwrap(),
     ]);
-    assert!(got.ends_with(" 1"), "{got}");
+    assert_eq!(
+        fixed_window_state(&got).map(|(_, count)| count),
+        Some(1),
+        "{got}"
+    );
 }
 
 /// Every algorithm loads and serves on the Redis backend: config/algorithms.yaml (one

@@ -28,6 +28,15 @@ fn free_port() -> u16 {
 
 /// Sends PING over a raw connection; true when the server answers anything (+PONG, or an
 /// error such as NOAUTH: it is up and not stalled).
+/// The (window start, count) of a fixed_window key from `redis-cli HGETALL key`'s output:
+/// key layout v2 keeps one field, the window's start, holding the count plus one.
+pub fn fixed_window_state(hgetall: &str) -> Option<(i64, u64)> {
+    let mut lines = hgetall.lines().map(str::trim);
+    let start = lines.next()?.parse().ok()?;
+    let stored: u64 = lines.next()?.parse().ok()?;
+    Some((start, stored.checked_sub(1)?))
+}
+
 pub fn ping(port: u16) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
@@ -342,17 +351,18 @@ impl RedisCluster {
             .expect("a slot number")
     }
 
-    /// `GET key` following redirections (`redis-cli -c`).
-    pub fn get(&self, key: &[u8]) -> String {
+    /// The stored window of a fixed_window key ([`fixed_window_state`]), following
+    /// redirections (`redis-cli -c`).
+    pub fn fixed_window_state(&self, key: &[u8]) -> Option<(i64, u64)> {
         let key = String::from_utf8(key.to_vec()).expect("sluice keys are ASCII");
-        self.nodes[0].cli(&["-c", "GET", &key])
+        fixed_window_state(&self.nodes[0].cli(&["-c", "HGETALL", &key]))
     }
 
     /// The port of the primary that owns `key`'s slot (asking a node without following).
     pub fn owner(&self, key: &[u8]) -> u16 {
         let key = String::from_utf8(key.to_vec()).expect("sluice keys are ASCII");
         let first = &self.nodes[0];
-        let answer = first.cli(&["GET", &key]);
+        let answer = first.cli(&["EXISTS", &key]);
         match answer.strip_prefix("MOVED ") {
             Some(rest) => rest
                 .rsplit(':')

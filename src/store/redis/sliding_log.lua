@@ -1,0 +1,158 @@
+-- sluice: one sliding_log check of a whole request, decided on a sorted set in O(log n) of the
+-- entries (decide.lua's port walks the whole log). The same decision as decide.lua gives such
+-- a request, on the same state. Written by src/store/redis/script.rs:
+--
+--   KEYS[1]   the key
+--   ARGV[1]   now in microseconds, or '' to read the Redis clock (TIME)
+--   ARGV[2]   limit      ARGV[3] window (us, >= 1)      ARGV[4] hits
+--   ARGV[5]   mode: 0, or 1 refund + 2 charge always
+--
+-- State (layout v2, shared with decide.lua): a sorted set, one member per admitted hit, scored
+-- by its time (us); the member is the time and a 10-digit sequence number among the entries
+-- of that time, so members are unique and sort like the log (ALGORITHMS.md, "Sliding log").
+-- Entries at or before now - window have left the log; they are removed when the key is
+-- written (a rejected, uncharged call writes nothing: a clock that steps back still sees them,
+-- as the Rust state does).
+--
+-- Reply: { now, flags (1 allowed + 2 charged), remaining, reset (us) }.
+
+local GRACE_MS = 1000 -- as decide.lua: state outlives its last entry by this much
+
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local n = tonumber(ARGV[2])
+local window = tonumber(ARGV[3])
+local hits = tonumber(ARGV[4])
+local mode = tonumber(ARGV[5])
+local key = KEYS[1]
+local cut = now - window
+
+-- The live entries: those after `cut`.
+local len = redis.call('ZCOUNT', key, '(' .. string.format('%.0f', cut), '+inf')
+
+-- The time of the i-th live entry (1 = oldest), given how many dead ones precede them.
+local function live_at(dead, i)
+  local e = redis.call('ZRANGE', key, dead + i - 1, dead + i - 1, 'WITHSCORES')
+  return tonumber(e[2])
+end
+
+-- Until the newest live entry leaves the window (0 when none is live).
+local function until_empty(count)
+  if count == 0 then
+    return 0
+  end
+  local e = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local r = tonumber(e[2]) + window - now
+  if r < 0 then
+    return 0
+  end
+  return r
+end
+
+-- Until `hits` more would fit among `count` live entries after `dead` dead ones.
+local function retry(dead, count)
+  if hits > n then
+    return until_empty(count)
+  end
+  local m = count + hits - n
+  if m <= 0 then
+    return 0
+  end
+  local r = live_at(dead, m) + window - now
+  if r < 0 then
+    return 0
+  end
+  return r
+end
+
+local function expire(reset)
+  local ttl = math.ceil(reset / 1000)
+  if ttl < 1 then
+    ttl = 1
+  end
+  redis.call('PEXPIRE', key, ttl + GRACE_MS)
+end
+
+if mode % 2 == 1 then
+  -- Refund: the newest `hits` entries go.
+  if hits > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', cut))
+    if hits >= len then
+      redis.call('DEL', key)
+      len = 0
+    else
+      redis.call('ZREMRANGEBYRANK', key, -hits, -1)
+      len = len - hits
+    end
+  end
+  local reset = until_empty(len)
+  local rem = n - len
+  if rem < 0 then
+    rem = 0
+  end
+  if hits > 0 then
+    expire(reset)
+    return { now, 3, rem, reset }
+  end
+  return { now, 1, rem, reset }
+end
+
+local allowed = hits <= n and len + hits <= n
+local uncharged = 0
+local dead = 0
+if not allowed then
+  dead = redis.call('ZCARD', key) - len
+  uncharged = retry(dead, len)
+  if mode < 2 or hits == 0 then
+    -- Not charged: nothing is written.
+    return { now, 0, 0, uncharged }
+  end
+end
+if hits == 0 then
+  local rem = n - len
+  return { now, 1, rem, until_empty(len) }
+end
+
+-- Charge: min(hits, n) entries at now, after every entry at or before now, then only the
+-- newest n kept.
+redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', cut))
+local at = string.format('%.0f', now)
+local seq = 0
+local last = redis.call('ZRANGE', key, at, at, 'BYSCORE', 'REV', 'LIMIT', 0, 1)
+if last[1] ~= nil then
+  seq = tonumber(string.sub(last[1], -10)) + 1
+end
+local add = hits
+if add > n then
+  add = n
+end
+-- In chunks: unpack has a stack limit.
+local j = 0
+while j < add do
+  local args = { 'ZADD', key }
+  local stop = j + 500
+  if stop > add then
+    stop = add
+  end
+  for i = j, stop - 1 do
+    args[#args + 1] = at
+    args[#args + 1] = at .. ':' .. string.format('%010d', seq + i)
+  end
+  redis.call(unpack(args))
+  j = stop
+end
+local kept = len + add
+if kept > n then
+  redis.call('ZREMRANGEBYRANK', key, 0, kept - n - 1)
+  kept = n
+end
+local u = until_empty(kept)
+expire(u)
+if allowed then
+  return { now, 3, n - kept, u }
+end
+-- Rejected but charged: it waits out its own debt (batch.rs `verdict`).
+return { now, 2, 0, retry(0, kept) }
