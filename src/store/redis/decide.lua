@@ -906,6 +906,8 @@ local function new_concurrency()
     return { allowed = allowed, remaining = remaining, reset = reset, debt_reset = reset,
       state = leases, expires_at = now + until_empty() }
   end
+  concurrency.read = function(key) return read_string(concurrency, key) end
+  concurrency.write = function(key, st, ttl) write_string(concurrency, key, st, ttl) end
   return concurrency
 end
 
