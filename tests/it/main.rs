@@ -32,5 +32,6 @@ mod redis_store;
 mod redis_tls_acl;
 mod reflection;
 mod reload;
+mod slow_clients;
 mod telemetry;
 mod trust;
