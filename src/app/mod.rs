@@ -216,8 +216,8 @@ async fn run<S: Store>(
         let mut rx = stop_rx.clone();
         let metrics = metrics.clone();
         async move {
-            let http_task = tokio::spawn(async move { http_server.await });
-            let prom_task = prometheus_server.map(|p| tokio::spawn(async move { p.await }));
+            let http_task = tokio::spawn(http_server);
+            let prom_task = prometheus_server.map(tokio::spawn);
             let _ = rx.wait_for(|s| *s).await;
             state.set_draining().await;
             let drained = tokio::time::timeout(drain_timeout, async {
