@@ -14,47 +14,19 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 
-use crate::clock::monotonic;
+use crate::quiet::QuietWarn;
 
 /// Longest pause after a failed accept; the first is [`FIRST_BACKOFF`], doubling up to this.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
-/// One warning of a kind per this interval; the others are counted into the next line.
-pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
-
-/// A warning logged at most once per [`WARN_INTERVAL`], with how many were held back.
-#[derive(Debug, Default)]
-pub struct QuietWarn {
-    last: Mutex<Option<Instant>>,
-    held: AtomicU64,
-}
-
-impl QuietWarn {
-    /// `Some(held back since the last line)` when this occurrence should be logged.
-    pub fn due(&self) -> Option<u64> {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let now = monotonic();
-        match *last {
-            Some(t) if now.duration_since(t) < WARN_INTERVAL => {
-                self.held.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-            _ => {
-                *last = Some(now);
-                Some(self.held.swap(0, Ordering::Relaxed))
-            }
-        }
-    }
-}
-
 /// The requests open on one connection, as its server reports them.
 #[derive(Debug, Default)]
 pub struct Streams {
@@ -297,16 +269,6 @@ pub fn incoming(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_warning_is_due_once_per_interval_with_the_count_held_back() {
-        let w = QuietWarn::default();
-        assert_eq!(w.due(), Some(0));
-        assert_eq!(w.due(), None);
-        assert_eq!(w.due(), None);
-        *w.last.lock().unwrap() = monotonic().checked_sub(WARN_INTERVAL);
-        assert_eq!(w.due(), Some(2));
-    }
 
     #[tokio::test]
     async fn the_cap_closes_connections_beyond_it_and_frees_on_close() {
