@@ -130,6 +130,7 @@ fn status(e: LimitError) -> Status {
         LimitError::InvalidArgument(m) => Status::invalid_argument(m),
         LimitError::PermissionDenied(m) => Status::permission_denied(m),
         LimitError::Unavailable(m) => Status::unavailable(m),
+        LimitError::DeadlineExceeded(m) => Status::deadline_exceeded(m),
         LimitError::Store(e) => Status::unavailable(e.to_string()),
     }
 }

@@ -10,6 +10,7 @@ mod concurrency;
 mod config_errors;
 mod conformance;
 mod connections;
+mod costly_matching;
 mod drop_in_env;
 mod envoy_algorithms;
 mod envoy_failure_modes;
