@@ -249,6 +249,8 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   value: {{ $h.httpMaxConnections | toString | quote }}
 - name: SLUICE_HTTP_IDLE_TIMEOUT
   value: {{ $h.httpIdleTimeout | toString | quote }}
+- name: SLUICE_HTTP_HEADER_READ_TIMEOUT
+  value: {{ $h.httpHeaderReadTimeout | toString | quote }}
 {{- if $v.tls.enabled }}
 - name: SLUICE_GRPC_TLS_CERT
   value: /etc/sluice/grpc-tls/tls.crt
