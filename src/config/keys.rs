@@ -39,6 +39,8 @@ pub fn unknown_keys(
                     .map(|(at, message)| ConfigError::new(Position::at(file, at), message))
                     .collect();
             }
+            // A budget stop (an alias bomb) is no syntax error: a cut would spend it again.
+            Err(e) if over_budget(&e) => break,
             Err(e) => match e.location().and_then(|l| line_start(text, l.line())) {
                 Some(cut) if cut > 0 && cut < text.len() => text = &text[..cut],
                 _ => break,
@@ -46,6 +48,22 @@ pub fn unknown_keys(
         }
     }
     Vec::new()
+}
+
+/// Whether serde-saphyr stopped at one of its budgets rather than at an error in the text.
+fn over_budget(mut e: &serde_saphyr::Error) -> bool {
+    while let serde_saphyr::Error::WithSnippet { error, .. }
+    | serde_saphyr::Error::AliasError { error, .. } = e
+    {
+        e = error;
+    }
+    matches!(
+        e,
+        serde_saphyr::Error::Budget { .. }
+            | serde_saphyr::Error::AliasReplayLimitExceeded { .. }
+            | serde_saphyr::Error::AliasExpansionLimitExceeded { .. }
+            | serde_saphyr::Error::AliasReplayStackDepthExceeded { .. }
+    )
 }
 
 /// The byte offset where 1-based `line` of `text` starts.
