@@ -129,4 +129,38 @@ mod tests {
         *w.last.lock().unwrap() = monotonic().checked_sub(WARN_INTERVAL);
         assert_eq!(w.due(), Some(2));
     }
+
+    /// Counts the events a layer behind the filter sees.
+    struct Count(Arc<AtomicU64>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
+        fn on_event(&self, _: &Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn other_crates_warnings_pass_once_per_call_site_and_ours_always() {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::Layer;
+        let seen = Arc::new(AtomicU64::new(0));
+        let quiet = QuietLog::default();
+        let subscriber =
+            tracing_subscriber::registry().with(Count(seen.clone()).with_filter(quiet.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..50 {
+                tracing::warn!(target: "h2::proto", "reset limit reached");
+            }
+            for _ in 0..3 {
+                tracing::warn!(target: "sluice::config", "config load failed");
+                tracing::info!(target: "h2::proto", "not a warning");
+            }
+            assert_eq!(seen.load(Ordering::Relaxed), 1 + 3 + 3);
+            // The 49 held back are reported in one line of our own.
+            quiet.report_held();
+            assert_eq!(seen.load(Ordering::Relaxed), 8);
+            quiet.report_held();
+            assert_eq!(seen.load(Ordering::Relaxed), 8, "nothing more held back");
+        });
+    }
 }
