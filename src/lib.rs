@@ -20,6 +20,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod model;
 pub mod proto;
+pub mod quiet;
 pub mod rules;
 pub mod service;
 pub mod settings;

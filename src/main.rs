@@ -13,12 +13,14 @@ use clap::{CommandFactory, FromArgMatches};
 use opentelemetry::trace::TracerProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
 use sluice::clock::SystemClock;
 use sluice::config::{self, LoadOptions};
+use sluice::quiet::QuietLog;
 use sluice::settings::{CheckArgs, Cli, Command, LogArgs, LogFormat, ServeArgs};
 
 fn main() -> ExitCode {
@@ -51,7 +53,7 @@ fn main() -> ExitCode {
                 }
             };
             // The OTLP exporter needs the runtime to exist.
-            let tracer = {
+            let (tracer, quiet) = {
                 let _guard = rt.enter();
                 match init_logging(&args.log, args.otlp_endpoint.as_deref()) {
                     Ok(t) => t,
@@ -64,6 +66,13 @@ fn main() -> ExitCode {
             for note in notes {
                 tracing::info!("envoyproxy/ratelimit setting {note}");
             }
+            rt.spawn(async move {
+                let mut every = tokio::time::interval(sluice::quiet::WARN_INTERVAL);
+                loop {
+                    every.tick().await;
+                    quiet.report_held();
+                }
+            });
             let result = rt.block_on(serve(args));
             if let Some(t) = tracer {
                 // Exports the last spans (the runtime still drives the connection).
@@ -163,14 +172,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     server.wait().await
 }
 
-/// Logs to stderr per `--log-level` / `--log-format`; with an OTLP endpoint, also exports the
-/// request spans (target `sluice::otel`, TRACE, so they cost nothing when tracing is off).
+/// Logs to stderr per `--log-level` / `--log-format`, other crates' warnings at most once per
+/// call site and interval (the returned `QuietLog` reports what it held back); with an OTLP
+/// endpoint, also exports the request spans (target `sluice::otel`, TRACE, so they cost
+/// nothing when tracing is off).
 fn init_logging(
     args: &LogArgs,
     otlp_endpoint: Option<&str>,
-) -> anyhow::Result<Option<SdkTracerProvider>> {
+) -> anyhow::Result<(Option<SdkTracerProvider>, QuietLog)> {
+    let quiet = QuietLog::default();
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        .and(quiet.clone());
     // Colours only on a terminal: in files and container logs the escape codes are noise.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = tracing_subscriber::fmt::layer()
@@ -207,5 +220,5 @@ fn init_logging(
             )
     });
     tracing_subscriber::registry().with(fmt).with(otel).init();
-    Ok(provider)
+    Ok((provider, quiet))
 }

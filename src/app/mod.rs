@@ -18,9 +18,10 @@ use crate::config::{LoadOptions, Reloader, RuleTarget};
 use crate::limiter::{Limiter, LimiterMetrics};
 use crate::metrics::{Metrics, MetricsOptions, StoreSources};
 use crate::rules::RuleSet;
-use crate::service::accept::{HttpListener, Port};
+use crate::service::accept::Port;
 use crate::service::grpc::{GrpcParts, GrpcServer};
 use crate::service::http::{self, HttpContext};
+use crate::service::http_serve;
 use crate::service::json_api;
 use crate::service::overload::InFlight;
 use crate::service::pipeline::Pipeline;
@@ -192,31 +193,26 @@ async fn run<S: Store + Reservations>(
         limiter,
         metrics: Some(metrics.clone()),
     };
-    let http_server = {
-        let mut rx = stop_rx.clone();
-        let json = json_api::router(args.json_api.then_some(pipeline), Some(metrics.clone()));
-        let router = http::router(cx.clone()).merge(json);
-        let listener = HttpListener {
-            listener: http,
-            port: Port::new("http", hard.http_max_connections, hard.http_idle_timeout),
-        };
-        axum::serve(listener, router).with_graceful_shutdown(async move {
-            let _ = rx.wait_for(|s| *s).await;
-        })
-    };
+    let json = json_api::router(args.json_api.then_some(pipeline), Some(metrics.clone()));
+    let http_server = http_serve::serve(
+        http,
+        Port::new("http", hard.http_max_connections, hard.http_idle_timeout),
+        http::router(cx.clone()).merge(json),
+        hard.http_header_read_timeout,
+        stop_rx.clone(),
+    );
     let prometheus_server = prometheus.map(|l| {
-        let mut rx = stop_rx.clone();
-        let listener = HttpListener {
-            listener: l,
-            port: Port::new(
+        http_serve::serve(
+            l,
+            Port::new(
                 "prometheus",
                 hard.http_max_connections,
                 hard.http_idle_timeout,
             ),
-        };
-        axum::serve(listener, http::metrics_router(cx)).with_graceful_shutdown(async move {
-            let _ = rx.wait_for(|s| *s).await;
-        })
+            http::metrics_router(cx),
+            hard.http_header_read_timeout,
+            stop_rx.clone(),
+        )
     });
     let drain_timeout = args.drain_timeout;
     let task = tokio::spawn({
@@ -224,8 +220,8 @@ async fn run<S: Store + Reservations>(
         let mut rx = stop_rx.clone();
         let metrics = metrics.clone();
         async move {
-            let http_task = tokio::spawn(async move { http_server.await });
-            let prom_task = prometheus_server.map(|p| tokio::spawn(async move { p.await }));
+            let http_task = tokio::spawn(http_server);
+            let prom_task = prometheus_server.map(tokio::spawn);
             let _ = rx.wait_for(|s| *s).await;
             state.set_draining().await;
             let drained = tokio::time::timeout(drain_timeout, async {
@@ -242,8 +238,7 @@ async fn run<S: Store + Reservations>(
             match drained {
                 Ok((g, h)) => {
                     g?;
-                    h.context("HTTP server panicked")?
-                        .context("HTTP server failed")?;
+                    h.context("HTTP server panicked")?;
                 }
                 Err(_) => tracing::warn!(?drain_timeout, "drain timed out; exiting anyway"),
             }

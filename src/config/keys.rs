@@ -16,20 +16,64 @@ use serde_saphyr::{Location, Spanned};
 use super::error::{ConfigError, Position};
 use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces};
 
-/// Every unknown key of the file `content`, in file order. A file that is no valid YAML gives
-/// none here: the typed parse reports it.
+/// How many times a file that is no valid YAML is cut shorter to find the keys before its
+/// error (each cut ends above the error of the previous try).
+const CUTS: usize = 8;
+
+/// Every unknown key of the file `content`, in file order. In a file that is no valid YAML
+/// (the typed parse reports its error), the keys above the error are still checked: the walk
+/// runs again on the lines before it, as long as that is valid YAML (a flow map cut in its
+/// middle is not, so the cut moves up to the line the error names in that prefix, a few times
+/// at most).
 pub fn unknown_keys(
     file: &Arc<str>,
     content: &str,
     opts: serde_saphyr::Options,
 ) -> Vec<ConfigError> {
-    let Ok(Unknown(found)) = serde_saphyr::from_str_with_options::<Unknown>(content, opts) else {
-        return Vec::new();
-    };
-    found
-        .into_iter()
-        .map(|(at, message)| ConfigError::new(Position::at(file, at), message))
-        .collect()
+    let mut text = content;
+    for _ in 0..=CUTS {
+        match serde_saphyr::from_str_with_options::<Unknown>(text, opts.clone()) {
+            Ok(Unknown(found)) => {
+                return found
+                    .into_iter()
+                    .map(|(at, message)| ConfigError::new(Position::at(file, at), message))
+                    .collect();
+            }
+            // A budget stop (an alias bomb) is no syntax error: a cut would spend it again.
+            Err(e) if over_budget(&e) => break,
+            Err(e) => match e.location().and_then(|l| line_start(text, l.line())) {
+                Some(cut) if cut > 0 && cut < text.len() => text = &text[..cut],
+                _ => break,
+            },
+        }
+    }
+    Vec::new()
+}
+
+/// Whether serde-saphyr stopped at one of its budgets rather than at an error in the text.
+fn over_budget(mut e: &serde_saphyr::Error) -> bool {
+    while let serde_saphyr::Error::WithSnippet { error, .. }
+    | serde_saphyr::Error::AliasError { error, .. } = e
+    {
+        e = error;
+    }
+    matches!(
+        e,
+        serde_saphyr::Error::Budget { .. }
+            | serde_saphyr::Error::AliasReplayLimitExceeded { .. }
+            | serde_saphyr::Error::AliasExpansionLimitExceeded { .. }
+            | serde_saphyr::Error::AliasReplayStackDepthExceeded { .. }
+    )
+}
+
+/// The byte offset where 1-based `line` of `text` starts.
+fn line_start(text: &str, line: u64) -> Option<usize> {
+    if line <= 1 {
+        return Some(0);
+    }
+    text.match_indices('\n')
+        .nth(usize::try_from(line - 2).ok()?)
+        .map(|(i, _)| i + 1)
 }
 
 /// The unknown keys of one file: where, and the message.

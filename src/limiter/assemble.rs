@@ -230,7 +230,7 @@ descriptors:
     fn answer(descriptors: &[&str], verdicts: &[Verdict], opts: &LimiterOptions) -> Response {
         let rules = rules(CONFIG);
         let req = request(descriptors.iter().map(|k| d(&[(k, "1")])).collect());
-        let plan = Plan::new(&rules, &req, opts).unwrap();
+        let plan = Plan::new(&rules, &req, opts, crate::store::Deadline::NONE).unwrap();
         assert_eq!(plan.planned.len(), verdicts.len(), "one verdict per check");
         assemble(&plan, verdicts, opts)
     }

@@ -116,7 +116,7 @@ mod tests {
             d(&[("x", "")]),
         ]);
         let opts = LimiterOptions::default();
-        let plan = Plan::new(&rules, &req, &opts).unwrap();
+        let plan = Plan::new(&rules, &req, &opts, crate::store::Deadline::NONE).unwrap();
         let verdicts = [Verdict {
             allowed: false,
             remaining: 0,

@@ -170,7 +170,13 @@ descriptors:
     fn check(entries: &[(&str, &str)], verdicts: &[Verdict], policy: &str, limit: &str) {
         let rules = rules(CONFIG);
         let req = request(vec![d(entries)]);
-        let plan = Plan::new(&rules, &req, &LimiterOptions::default()).unwrap();
+        let plan = Plan::new(
+            &rules,
+            &req,
+            &LimiterOptions::default(),
+            crate::store::Deadline::NONE,
+        )
+        .unwrap();
         let got = fields(&plan, verdicts);
         let want = [
             ("RateLimit-Policy".to_string(), policy.to_string()),
@@ -245,14 +251,26 @@ descriptors:
             unit: crate::model::Unit::Minute,
         });
         let req = request(vec![d(&[("no", "rule")]), over]);
-        let plan = Plan::new(&rules, &req, &LimiterOptions::default()).unwrap();
+        let plan = Plan::new(
+            &rules,
+            &req,
+            &LimiterOptions::default(),
+            crate::store::Deadline::NONE,
+        )
+        .unwrap();
         let got = fields(&plan, &[v(true, 8, 60_000_000)]);
         let here = pk(&["here"]);
         assert_eq!(got[0].1, format!(r#""override";q=9;w=60;pk={here}"#));
         assert_eq!(got[1].1, format!(r#""override";r=8;t=60;pk={here}"#));
         // Nothing limited: no fields at all (an empty List is not a valid field).
         let req = request(vec![d(&[("no", "rule")])]);
-        let plan = Plan::new(&rules, &req, &LimiterOptions::default()).unwrap();
+        let plan = Plan::new(
+            &rules,
+            &req,
+            &LimiterOptions::default(),
+            crate::store::Deadline::NONE,
+        )
+        .unwrap();
         assert!(fields(&plan, &[]).is_empty());
     }
 }

@@ -76,6 +76,9 @@ pub enum LimitError {
     /// The native API: the domain does not accept what is asked (reservations).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The caller's deadline passed before the decision (while matching).
+    #[error("{0}")]
+    DeadlineExceeded(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -152,8 +155,13 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Stages 1 and 2: resolves `req` against `rules` into its checks.
-    pub fn plan<'a>(&self, rules: &'a RuleSet, req: &'a Request) -> Result<Plan<'a>, LimitError> {
-        Plan::new(rules, req, &self.opts)
+    pub fn plan<'a>(
+        &self,
+        rules: &'a RuleSet,
+        req: &'a Request,
+        deadline: Deadline,
+    ) -> Result<Plan<'a>, LimitError> {
+        Plan::new(rules, req, &self.opts, deadline)
     }
 
     /// Stage 3: the store decides the plan's checks (timed, traced), giving up by `deadline`.
@@ -204,7 +212,7 @@ impl<S: Store> Limiter<S> {
         deadline: Deadline,
     ) -> Result<Response, LimitError> {
         let rules = self.loaded_rules()?;
-        let plan = self.plan(&rules, req)?;
+        let plan = self.plan(&rules, req, deadline)?;
         let verdicts = self.run(&plan, deadline).await?;
         Ok(self.assemble(&plan, &verdicts))
     }
@@ -217,7 +225,7 @@ impl<S: Store> Limiter<S> {
         deadline: Deadline,
     ) -> Result<(Response, Vec<Explanation>), LimitError> {
         let rules = self.loaded_rules()?;
-        let plan = self.plan(&rules, req)?;
+        let plan = self.plan(&rules, req, deadline)?;
         let verdicts = self.run(&plan, deadline).await?;
         let response = self.assemble(&plan, &verdicts);
         let explanation = explain::explain(&plan, &verdicts, &response);

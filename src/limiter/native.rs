@@ -97,7 +97,7 @@ impl<S: Store> Limiter<S> {
         deadline: Deadline,
     ) -> Result<NativeResponse, LimitError> {
         let rules = self.loaded_rules()?;
-        let mut plan = self.plan(&rules, req)?;
+        let mut plan = self.plan(&rules, req, deadline)?;
         plan.dry_run = dry_run;
         let verdicts = self.run(&plan, deadline).await?;
         // A dry run is not a request: it stays out of the per-rule statistics.
@@ -130,7 +130,7 @@ impl<S: Store + Reservations> Limiter<S> {
                 req.domain
             )));
         }
-        let plan = self.plan(&rules, req)?;
+        let plan = self.plan(&rules, req, deadline)?;
         let verdicts = self.run(&plan, deadline).await?;
         let response = native(&plan, &verdicts, &self.assemble(&plan, &verdicts));
         if !response.allowed {

@@ -10,7 +10,7 @@ use super::{LimitError, LimiterOptions};
 use crate::algorithm::{distinct, Algorithm, Ask};
 use crate::model::Request;
 use crate::rules::{Domain, RuleLimit, RuleSet, Step};
-use crate::store::{key, Charge, Check};
+use crate::store::{key, Charge, Check, Deadline};
 
 /// One check of the plan.
 #[derive(Clone, Debug)]
@@ -45,14 +45,15 @@ pub struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
-    /// Resolves `req` against `rules` and builds its checks.
+    /// Resolves `req` against `rules` and builds its checks (matching gives up by `deadline`).
     pub fn new(
         rules: &'a RuleSet,
         req: &'a Request,
         opts: &LimiterOptions,
+        deadline: Deadline,
     ) -> Result<Self, LimitError> {
         let domain = rules.domain(&req.domain);
-        let resolved = resolve(domain, req)?;
+        let resolved = resolve(domain, req, deadline)?;
         let mut plan = Plan {
             request: req,
             domain,
@@ -215,7 +216,13 @@ descriptors:
             d(&[("a", "1")]),
             d(&[("q", "1")]),
         ]);
-        let plan = Plan::new(&rules, &req, &LimiterOptions::default()).unwrap();
+        let plan = Plan::new(
+            &rules,
+            &req,
+            &LimiterOptions::default(),
+            crate::store::Deadline::NONE,
+        )
+        .unwrap();
         let checks = plan.checks();
         assert_eq!(
             checks.iter().map(|c| c.group).collect::<Vec<_>>(),
@@ -262,7 +269,7 @@ descriptors:
             quota_mode: true,
             ..LimiterOptions::default()
         };
-        let plan = Plan::new(&rules, &req, &opts).unwrap();
+        let plan = Plan::new(&rules, &req, &opts, crate::store::Deadline::NONE).unwrap();
         let checks = plan.checks();
         assert_eq!(checks[0].key, checks[1].key);
         assert!(checks[0].key.starts_with(b"pre:sluice:v2:{d|seen=p|user#}"));
@@ -275,7 +282,13 @@ descriptors:
         let rules = rules(CONFIG);
         let mut req = request(vec![d(&[("a", "1")])]);
         req.domain = "elsewhere".into();
-        let plan = Plan::new(&rules, &req, &LimiterOptions::default()).unwrap();
+        let plan = Plan::new(
+            &rules,
+            &req,
+            &LimiterOptions::default(),
+            crate::store::Deadline::NONE,
+        )
+        .unwrap();
         assert!(plan.checks().is_empty());
         assert_eq!(plan.resolved.len(), 1);
     }

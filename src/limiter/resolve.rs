@@ -8,7 +8,8 @@ use std::sync::Arc;
 use super::LimitError;
 use crate::algorithm::{Algorithm, Calendar, Limit};
 use crate::model::{Descriptor, Request, Unit};
-use crate::rules::{Domain, Match, Rule, RuleKind, RuleLimit, Step};
+use crate::rules::{Budget, Domain, Expired, Match, Rule, RuleKind, RuleLimit, Step};
+use crate::store::Deadline;
 
 /// What one descriptor resolved to.
 #[derive(Debug)]
@@ -60,20 +61,35 @@ impl<'r> Resolved<'r> {
     }
 }
 
-/// Resolves every descriptor of `req` in `domain` (`None`: a domain with no rules).
+/// Resolves every descriptor of `req` in `domain` (`None`: a domain with no rules), giving up
+/// with DEADLINE_EXCEEDED once `deadline` passes while matching (asked at a coarse
+/// granularity: see [`Budget`]).
 pub fn resolve<'r>(
     domain: Option<&'r Domain>,
     req: &Request,
+    deadline: Deadline,
 ) -> Result<Vec<Resolved<'r>>, LimitError> {
     let Some(domain) = domain else {
         return Ok(req.descriptors.iter().map(|_| Resolved::NoLimit).collect());
     };
     permitted(domain, req)?;
+    let expired = || deadline.expired();
+    // One budget for the whole request: a stride of work spans descriptors.
+    let mut budget = Budget::new(&expired);
     let mut resolved: Vec<Resolved<'r>> = req
         .descriptors
         .iter()
         .enumerate()
-        .map(|(i, d)| descriptor(domain.find(&d.entries), d, i))
+        .map(|(i, d)| {
+            let found = domain
+                .find_within(&d.entries, &mut budget)
+                .map_err(|Expired| {
+                    LimitError::DeadlineExceeded(format!(
+                        "the request deadline passed while matching descriptor {i}"
+                    ))
+                })?;
+            descriptor(found, d, i)
+        })
         .collect::<Result<_, _>>()?;
     apply_replaces(&mut resolved);
     Ok(resolved)
@@ -252,10 +268,13 @@ descriptors:
         let rules = rules(CONFIG);
         let domain = rules.domain("d");
         let req = request(vec![d(&[("a", "1")]), d(&[("u", "")]), d(&[("zzz", "")])]);
-        let r = resolve(domain, &req).unwrap();
+        let r = resolve(domain, &req, Deadline::NONE).unwrap();
         assert_eq!(kinds(&r), ["1 limits", "unlimited", "none"]);
         // An unknown domain: nothing applies.
-        assert_eq!(kinds(&resolve(None, &req).unwrap()), ["none"; 3]);
+        assert_eq!(
+            kinds(&resolve(None, &req, Deadline::NONE).unwrap()),
+            ["none"; 3]
+        );
     }
 
     #[test]
@@ -263,7 +282,7 @@ descriptors:
         let rules = rules(CONFIG);
         let domain = rules.domain("d");
         let req = request(vec![d(&[("a", "1")]), d(&[("b", "")]), d(&[("many", "")])]);
-        let r = resolve(domain, &req).unwrap();
+        let r = resolve(domain, &req, Deadline::NONE).unwrap();
         assert_eq!(kinds(&r), ["replaced", "1 limits", "1 limits"]);
         assert_eq!(r[0].matched().map(|r| r.full_key.as_str()), Some("d.a"));
         assert!(r[0].rule().is_none());
@@ -281,7 +300,7 @@ descriptors:
         });
         let mut without = with_rule.clone();
         without.entries[0].key = b"nothing".to_vec();
-        let r = resolve(domain, &request(vec![with_rule, without])).unwrap();
+        let r = resolve(domain, &request(vec![with_rule, without]), Deadline::NONE).unwrap();
         assert_eq!(kinds(&r), ["override", "override"]);
         assert_eq!(r[0].limits()[0].limit.requests, 7);
         assert!(r[0].rule().is_none(), "no shadow mode, no metadata");
@@ -295,11 +314,26 @@ descriptors:
             requests_per_unit: 2,
             unit: Unit::Second,
         });
-        let r = resolve(rules.domain("d"), &request(vec![o])).unwrap();
+        let r = resolve(rules.domain("d"), &request(vec![o]), Deadline::NONE).unwrap();
         let l = &r[0].limits()[0];
         assert_eq!(l.limit.algorithm, Algorithm::Concurrency);
         assert_eq!((l.limit.requests, l.limit.window), (2, 90_000_000));
         assert_eq!(l.unit, Unit::Minute, "the unit reported for the lease time");
+    }
+
+    #[test]
+    fn matching_past_the_deadline_is_deadline_exceeded() {
+        let rules = rules(CONFIG);
+        let domain = rules.domain("d");
+        // The deadline is asked once per stride of work: a value long enough to spend one.
+        let long = "x".repeat(64 * Budget::STRIDE as usize);
+        let req = request(vec![d(&[("a", &long)])]);
+        let passed = Deadline::at(crate::clock::monotonic());
+        assert!(resolve(domain, &req, Deadline::NONE).is_ok());
+        match resolve(domain, &req, passed) {
+            Err(LimitError::DeadlineExceeded(m)) => assert!(m.contains("while matching"), "{m}"),
+            other => panic!("{:?}", other.map(|r| r.len())),
+        }
     }
 
     #[test]
@@ -308,14 +342,14 @@ descriptors:
         let domain = rules.domain("d");
         let mut refund = d(&[("a", "1")]);
         refund.refund = true;
-        let e = resolve(domain, &request(vec![refund])).unwrap_err();
+        let e = resolve(domain, &request(vec![refund]), Deadline::NONE).unwrap_err();
         assert!(matches!(e, LimitError::PermissionDenied(_)), "{e}");
         let mut o = d(&[("a", "1")]);
         o.limit_override = Some(crate::model::LimitOverride {
             requests_per_unit: 1,
             unit: Unit::Second,
         });
-        let e = resolve(domain, &request(vec![o])).unwrap_err();
+        let e = resolve(domain, &request(vec![o]), Deadline::NONE).unwrap_err();
         assert!(matches!(e, LimitError::PermissionDenied(_)), "{e}");
     }
 }

@@ -177,7 +177,9 @@ mod tests {
             .collect();
         let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (&**k, &**v)).collect();
         let req = request(vec![d(&refs)]);
-        let resolved = super::super::resolve::resolve(Some(&domain), &req).unwrap();
+        let resolved =
+            super::super::resolve::resolve(Some(&domain), &req, crate::store::Deadline::NONE)
+                .unwrap();
         let key = stats_key_of(&domain, &resolved[0], &req.descriptors[0]).expect("limited");
         assert!(key.starts_with("d.k0.k1."), "{key}");
         assert!(key.ends_with(".k68.k69_v69"), "{key}");

@@ -6,6 +6,7 @@
 //! and the key-only default. Matching a descriptor costs a few hash lookups per entry, however
 //! many rules and patterns there are.
 
+pub mod budget;
 pub mod dump;
 pub mod duration;
 pub mod pattern;
@@ -22,6 +23,7 @@ use crate::algorithm::Limit;
 use crate::model::{Entry, Unit};
 pub use policy::{Charge, ClockSource, FailurePolicy, HashTag};
 
+pub use budget::{Budget, Expired};
 pub use pattern::Pattern;
 pub use position::Position;
 pub use wildcard::{ByteMap, Wildcard, Wildcards};
@@ -209,14 +211,28 @@ impl Domain {
     /// values in file order, then the key-only default. The limit applies only if the node
     /// matched at the last entry has one.
     pub fn find<'r>(&'r self, entries: &[Entry]) -> Option<Match<'r>> {
+        // An unlimited budget never runs out.
+        self.find_within(entries, &mut Budget::unlimited())
+            .unwrap_or(None)
+    }
+
+    /// [`Self::find`], giving up once `budget` runs out.
+    pub fn find_within<'r>(
+        &'r self,
+        entries: &[Entry],
+        budget: &mut Budget<'_>,
+    ) -> Result<Option<Match<'r>>, Expired> {
         let mut children = &self.root.children;
         let mut steps = Vec::with_capacity(entries.len());
         let mut value_to_metric = Vec::new();
         for (i, e) in entries.iter().enumerate() {
-            let branch = children.get(&e.key[..])?;
+            budget.spend(Budget::bytes(e.key.len() + e.value.len()))?;
+            let Some(branch) = children.get(&e.key[..]) else {
+                return Ok(None);
+            };
             let (node, step) = if let Some(n) = branch.exact.get(&e.value[..]) {
                 (n, Step::Exact)
-            } else if let Some(w) = branch.wildcards.find(&e.value) {
+            } else if let Some(w) = branch.wildcards.find_within(&e.value, budget)? {
                 (
                     &w.node,
                     Step::Wildcard {
@@ -227,7 +243,7 @@ impl Domain {
             } else if let Some(n) = &branch.default {
                 (&**n, Step::Default)
             } else {
-                return None;
+                return Ok(None);
             };
             steps.push(step);
             if node.value_to_metric {
@@ -235,18 +251,18 @@ impl Domain {
                 value_to_metric.push(true);
             }
             if i + 1 == entries.len() {
-                return node.rule.as_ref().map(|rule| Match {
+                return Ok(node.rule.as_ref().map(|rule| Match {
                     rule,
                     steps,
                     value_to_metric,
-                });
+                }));
             }
             if node.children.is_empty() {
-                return None;
+                return Ok(None);
             }
             children = &node.children;
         }
-        None
+        Ok(None)
     }
 }
 

@@ -22,7 +22,7 @@ mod infix;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use super::{Node, Pattern, RuleSet};
+use super::{Budget, Expired, Node, Pattern, RuleSet};
 use infix::Infix;
 
 /// Hash maps keyed by bytes of the config. Lookups use request bytes, but only the config
@@ -120,18 +120,34 @@ impl Wildcards {
 
     /// The first pattern in file order that matches `value`, through the indexes.
     pub fn find(&self, value: &[u8]) -> Option<&Wildcard> {
+        // An unlimited budget never runs out.
+        self.find_within(value, &mut Budget::unlimited())
+            .unwrap_or(None)
+    }
+
+    /// [`Self::find`], giving up once `budget` runs out.
+    pub fn find_within(
+        &self,
+        value: &[u8],
+        budget: &mut Budget<'_>,
+    ) -> Result<Option<&Wildcard>, Expired> {
         let best = self.find_affix(value);
         let best = match self.infix() {
-            Some(infix) => infix.find(&self.list, value, best),
+            Some(infix) => infix.find(&self.list, value, best, budget)?,
             // No infix pattern, or (unreachable in practice) no automaton: match them in turn.
-            None => self
-                .infix_ids
-                .iter()
-                .take_while(|&&id| id < best)
-                .find(|&&id| self.list[id].pattern.matches(value))
-                .map_or(best, |&id| id),
+            None => {
+                let mut found = best;
+                for &id in self.infix_ids.iter().take_while(|&&id| id < best) {
+                    budget.spend(Budget::bytes(value.len()))?;
+                    if self.list[id].pattern.matches(value) {
+                        found = id;
+                        break;
+                    }
+                }
+                found
+            }
         };
-        self.list.get(best)
+        Ok(self.list.get(best))
     }
 
     /// The smallest index of a matching affix pattern, else `usize::MAX`.

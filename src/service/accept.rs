@@ -2,55 +2,68 @@
 //! with one log line per interval when accepting fails (out of file descriptors), and idle
 //! connections reaped.
 //!
-//! A connection from which no byte has arrived for the port's idle time is closed: that reaps
-//! connections that never send anything after connecting, idle ones whose clients left
-//! without closing, and (on the HTTP port, whose idle time is short) clients that stall.
-//! HTTP/2 keep-alive pings, when on, are answered by a live client, so a live gRPC connection
-//! is never idle for longer than the keep-alive interval.
+//! Idle means no request open: a connection on which no request (HTTP/2 stream, HTTP/1
+//! exchange) has been open at any moment of the port's idle time is closed. Bytes do not count,
+//! so a connection that only answers keep-alive pings, or sends its own pings and
+//! WINDOW_UPDATEs, is reaped like one that never sends anything after connecting; Envoy's
+//! connections, which carry requests, stay. The servers report requests through the
+//! connection's [`Streams`] (`service::every_call` on the gRPC port, `service::http_serve` on
+//! the HTTP ports).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 
-use crate::clock::monotonic;
+use crate::quiet::QuietWarn;
 
 /// Longest pause after a failed accept; the first is [`FIRST_BACKOFF`], doubling up to this.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
-/// One warning of a kind per this interval; the others are counted into the next line.
-pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
-
-/// A warning logged at most once per [`WARN_INTERVAL`], with how many were held back.
+/// The requests open on one connection, as its server reports them.
 #[derive(Debug, Default)]
-pub struct QuietWarn {
-    last: Mutex<Option<Instant>>,
-    held: AtomicU64,
+pub struct Streams {
+    open: AtomicUsize,
+    /// A request began since the idle timer last looked.
+    began: AtomicBool,
 }
 
-impl QuietWarn {
-    /// `Some(held back since the last line)` when this occurrence should be logged.
-    pub fn due(&self) -> Option<u64> {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let now = monotonic();
-        match *last {
-            Some(t) if now.duration_since(t) < WARN_INTERVAL => {
-                self.held.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-            _ => {
-                *last = Some(now);
-                Some(self.held.swap(0, Ordering::Relaxed))
-            }
-        }
+impl Streams {
+    /// One request open until the guard is dropped (with the response body, for streams).
+    pub fn begin(self: &Arc<Self>) -> StreamGuard {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        self.began.store(true, Ordering::Release);
+        StreamGuard(self.clone())
     }
+
+    /// Whether a request was open at some moment since the last call.
+    fn busy_since_check(&self) -> bool {
+        let began = self.began.swap(false, Ordering::AcqRel);
+        began || self.open.load(Ordering::Acquire) > 0
+    }
+}
+
+/// An open request of [`Streams`].
+#[derive(Debug)]
+pub struct StreamGuard(Arc<Streams>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What tonic puts in each request's extensions: the connection's [`Streams`].
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub streams: Arc<Streams>,
 }
 
 /// The limits and counters of one port (shared by its `--grpc-threads` listeners).
@@ -133,7 +146,7 @@ impl Port {
             _slot: slot,
             idle: self.idle,
             deadline: (!self.idle.is_zero()).then(|| Box::pin(tokio::time::sleep(self.idle))),
-            read_since_check: false,
+            streams: Arc::default(),
         }
     }
 }
@@ -148,20 +161,25 @@ impl Drop for Slot {
     }
 }
 
-/// A connection that fails its reads (so the server closes it) once no byte has arrived for
-/// the port's idle time.
+/// A connection that fails its reads (so the server closes it) once no request has been open
+/// on it for the port's idle time.
 #[derive(Debug)]
 pub struct Tracked<IO> {
     io: IO,
     _slot: Slot,
     idle: Duration,
     deadline: Option<Pin<Box<Sleep>>>,
-    read_since_check: bool,
+    streams: Arc<Streams>,
 }
 
 impl<IO> Tracked<IO> {
     pub fn get_ref(&self) -> &IO {
         &self.io
+    }
+
+    /// Where the server reports this connection's requests.
+    pub fn streams(&self) -> &Arc<Streams> {
+        &self.streams
     }
 }
 
@@ -171,20 +189,16 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
         let this = &mut *self;
         match Pin::new(&mut this.io).poll_read(cx, buf) {
-            Poll::Ready(r) => {
-                this.read_since_check |= buf.filled().len() > before;
-                Poll::Ready(r)
-            }
+            Poll::Ready(r) => Poll::Ready(r),
             Poll::Pending => {
                 let Some(deadline) = this.deadline.as_mut() else {
                     return Poll::Pending;
                 };
-                // Re-armed lazily: a read does not touch the timer, only its expiry does.
+                // Re-armed lazily: a request does not touch the timer, only its expiry does.
                 while deadline.as_mut().poll(cx).is_ready() {
-                    if !std::mem::take(&mut this.read_since_check) {
+                    if !this.streams.busy_since_check() {
                         return Poll::Ready(Err(std::io::Error::new(
                             std::io::ErrorKind::TimedOut,
                             "connection idle",
@@ -230,10 +244,12 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
 }
 
 impl tonic::transport::server::Connected for Tracked<TcpStream> {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    type ConnectInfo = ConnInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
+        ConnInfo {
+            streams: self.streams.clone(),
+        }
     }
 }
 
@@ -250,39 +266,9 @@ pub fn incoming(
     })
 }
 
-/// The HTTP port's listener for `axum::serve`, within `port`'s limits.
-pub struct HttpListener {
-    pub listener: TcpListener,
-    pub port: Arc<Port>,
-}
-
-impl axum::serve::Listener for HttpListener {
-    type Io = Tracked<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (tcp, peer, slot) = self.port.accept(&self.listener).await;
-        (self.port.track(tcp, slot), peer)
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_warning_is_due_once_per_interval_with_the_count_held_back() {
-        let w = QuietWarn::default();
-        assert_eq!(w.due(), Some(0));
-        assert_eq!(w.due(), None);
-        assert_eq!(w.due(), None);
-        *w.last.lock().unwrap() = monotonic().checked_sub(WARN_INTERVAL);
-        assert_eq!(w.due(), Some(2));
-    }
 
     #[tokio::test]
     async fn the_cap_closes_connections_beyond_it_and_frees_on_close() {

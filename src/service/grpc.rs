@@ -11,8 +11,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
+use tower::layer::util::Stack;
 
 use super::accept::{self, Port};
+use super::every_call::EveryCallLayer;
 use super::native::NativeService;
 use super::overload::Gate;
 use super::pipeline::Pipeline;
@@ -43,7 +45,7 @@ pub struct GrpcParts<'a, S, H> {
 /// A gRPC server ready to serve any number of listeners.
 #[derive(Clone)]
 pub struct GrpcServer {
-    router: Router,
+    router: Router<Stack<EveryCallLayer, tower::layer::util::Identity>>,
     tls: Option<Arc<ReloadingTls>>,
     /// The connection cap and idle reaping, shared by every listener (serving thread).
     port: Arc<Port>,
@@ -94,7 +96,9 @@ impl GrpcServer {
                 .max_connection_age(age)
                 .max_connection_age_grace(hard.grpc_max_connection_age_grace);
         }
+        // 415 and idle reaping hold for every service of the port, so they wrap the router.
         let router = builder
+            .layer(EveryCallLayer::new(Some(parts.metrics.clone())))
             .add_service(parts.health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)

@@ -4,8 +4,10 @@
 
 pub mod accept;
 pub mod convert;
+pub mod every_call;
 pub mod grpc;
 pub mod http;
+pub mod http_serve;
 pub mod json;
 pub mod json_api;
 pub mod limits;

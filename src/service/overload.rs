@@ -1,5 +1,5 @@
-//! The bound on requests in flight, and the gate in front of the RLS service: the content
-//! type, the time to receive a request, and the answer for requests too big to decode.
+//! The bound on requests in flight, and the gate in front of the RLS service: the time to
+//! receive a request, and the answer for requests too big to decode.
 //!
 //! A request first arrives whole: its body is read (at most `--max-request-bytes`, judged from
 //! the gRPC length prefix before the bytes come) within `--grpc-request-read-timeout`, so a
@@ -12,9 +12,9 @@
 //! into unbounded memory and tasks. The request pipeline ([`super::pipeline`]) takes the slot
 //! once the request is decoded and checked, for gRPC and `POST /json` alike.
 //!
-//! A content type other than `application/grpc*` gets HTTP 415, as the gRPC spec asks. Every
-//! refusal here is counted in `sluice_rpc_requests_total` with its code (the pipeline's own,
-//! RESOURCE_EXHAUSTED among them, are counted by the RLS service).
+//! Every refusal here is counted in `sluice_rpc_requests_total` with its code (the pipeline's
+//! own, RESOURCE_EXHAUSTED among them, are counted by the RLS service; a content type other
+//! than gRPC's never reaches the gate: [`super::every_call`] answers 415 for every service).
 //!
 //! tonic refuses a message above its decode limit with OUT_OF_RANGE, and bytes that are not a
 //! valid message (say a domain that is not UTF-8) with INTERNAL; the gate rewrites both into
@@ -165,10 +165,6 @@ where
                 m.rpc(method, code, started.elapsed().as_secs_f64());
             }
         };
-        if !is_grpc(req.headers()) {
-            count("UNSUPPORTED_MEDIA_TYPE");
-            return Box::pin(std::future::ready(Ok(unsupported_media_type())));
-        }
         // The ready service goes into the future; a clone stays for the next call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
@@ -198,28 +194,6 @@ where
             Ok(answer)
         })
     }
-}
-
-/// `application/grpc`, alone or with a `+proto`-like suffix or parameters.
-fn is_grpc(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.strip_prefix("application/grpc")
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['+', ';']))
-        })
-}
-
-/// HTTP 415, so that no plain HTTP client mistakes a gRPC error (status 200) for success.
-fn unsupported_media_type() -> Answer {
-    let mut answer = http::Response::new(Body::empty());
-    *answer.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
-    answer.headers_mut().insert(
-        http::header::ACCEPT,
-        http::HeaderValue::from_static("application/grpc"),
-    );
-    answer
 }
 
 /// The whole body of a unary call, refused as soon as its gRPC length prefix announces more
@@ -281,25 +255,6 @@ fn rewrite_too_large(answer: Answer) -> (Answer, Option<&'static str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grpc_content_types() {
-        let ct = |v: &'static str| {
-            let mut h = http::HeaderMap::new();
-            h.insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static(v),
-            );
-            is_grpc(&h)
-        };
-        assert!(ct("application/grpc"));
-        assert!(ct("application/grpc+proto"));
-        assert!(ct("application/grpc;charset=utf-8"));
-        assert!(!ct("application/grpcx"));
-        assert!(!ct("text/plain"));
-        assert!(!ct("application/json"));
-        assert!(!is_grpc(&http::HeaderMap::new()));
-    }
 
     fn framed(len: u32, payload: &[u8]) -> Body {
         let mut b = vec![0u8];

@@ -208,6 +208,7 @@ fn status(e: LimitError) -> Status {
         LimitError::Unavailable(m) => Status::unavailable(m),
         LimitError::NotFound(m) => Status::not_found(m),
         LimitError::FailedPrecondition(m) => Status::failed_precondition(m),
+        LimitError::DeadlineExceeded(m) => Status::deadline_exceeded(m),
         LimitError::Store(e) => Status::unavailable(e.to_string()),
     }
 }

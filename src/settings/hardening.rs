@@ -77,8 +77,9 @@ pub struct HardeningArgs {
     #[arg(long, env = "SLUICE_GRPC_MAX_CONNECTIONS", default_value_t = 4096)]
     pub grpc_max_connections: usize,
 
-    /// A gRPC connection from which no byte arrives for this long is closed (`0`: never). A
-    /// live client answers keep-alive pings, so only dead or silent connections reach it.
+    /// A gRPC connection on which no stream has been open for this long is closed (`0`:
+    /// never), whatever else it sends (pings, WINDOW_UPDATEs); connections carrying requests
+    /// stay.
     #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
     pub grpc_idle_timeout: Duration,
 
@@ -86,10 +87,15 @@ pub struct HardeningArgs {
     #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS", default_value_t = 1024)]
     pub http_max_connections: usize,
 
-    /// An HTTP connection from which no byte arrives for this long is closed (`0`: never):
-    /// idle keep-alive connections, and clients that stall while sending a request.
+    /// An HTTP connection on which no request has been open for this long is closed (`0`:
+    /// never): idle keep-alive connections, and clients that connect and send no request.
     #[arg(long, env = "SLUICE_HTTP_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub http_idle_timeout: Duration,
+
+    /// Time for an HTTP/1 request's headers to arrive whole on the HTTP ports; a client still
+    /// sending them then (slowloris) is disconnected (`0`: no limit).
+    #[arg(long, env = "SLUICE_HTTP_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_header_read_timeout: Duration,
 
     #[command(flatten)]
     pub tls: TlsArgs,

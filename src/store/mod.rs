@@ -150,6 +150,11 @@ impl Deadline {
         self.0
     }
 
+    /// Whether the deadline has passed (never, without one).
+    pub fn expired(self) -> bool {
+        self.0.is_some_and(|d| crate::clock::monotonic() >= d)
+    }
+
     /// What a store call may take of the time left: nine tenths of it, keeping the rest for
     /// the failure policy and the answer. `None` without a deadline.
     pub fn budget(self) -> Option<Duration> {

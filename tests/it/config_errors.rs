@@ -127,6 +127,16 @@ const CASES: &[(&str, &[&str])] = &[
         &["4:4: while parsing a block collection, did not find expected '-' indicator"],
     ),
     (
+        // A syntax error ends the typed parse, but the unknown keys above it are still found.
+        "syntax_error_after_unknown_key.yaml",
+        &[
+            "4:5: unknown key 'ratelimit' (expected one of: key, value, rate_limit, rate_limits, \
+           descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, \
+           metadata)",
+            "8:8: while parsing a flow mapping, did not find expected ',' or '}'",
+        ],
+    ),
+    (
         "fractional_requests.yaml",
         &["4:51: invalid u32: expected a whole number from 0 to 4294967295"],
     ),

@@ -253,6 +253,8 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   value: {{ $h.httpMaxConnections | toString | quote }}
 - name: SLUICE_HTTP_IDLE_TIMEOUT
   value: {{ $h.httpIdleTimeout | toString | quote }}
+- name: SLUICE_HTTP_HEADER_READ_TIMEOUT
+  value: {{ $h.httpHeaderReadTimeout | toString | quote }}
 {{- $q := $v.rlqs }}
 - name: SLUICE_RLQS_ASSIGNMENT_TTL
   value: {{ $q.assignmentTtl | toString | quote }}

@@ -27,6 +27,7 @@ use std::collections::{BinaryHeap, HashMap};
 use aho_corasick::{AhoCorasick, MatchKind};
 
 use super::{ByteMap, Wildcard};
+use crate::rules::{Budget, Expired};
 
 type IdMap<V> = HashMap<u32, V, foldhash::fast::RandomState>;
 
@@ -92,11 +93,18 @@ impl Infix {
         })
     }
 
-    /// The smallest file-order index below `best` of a pattern matching `value`, else `best`.
-    pub(super) fn find(&self, list: &[Wildcard], value: &[u8], best: usize) -> usize {
+    /// The smallest file-order index below `best` of a pattern matching `value`, else `best`;
+    /// each occurrence report spends a unit of `budget`.
+    pub(super) fn find(
+        &self,
+        list: &[Wildcard],
+        value: &[u8],
+        best: usize,
+        budget: &mut Budget<'_>,
+    ) -> Result<usize, Expired> {
         let Ok(reports) = self.automaton.try_find_overlapping_iter(value) else {
             // Unreachable: the automaton is built with the kind overlapping search needs.
-            return best;
+            return Ok(best);
         };
         let mut pass = Pass {
             infix: self,
@@ -108,9 +116,10 @@ impl Infix {
             due: BinaryHeap::new(),
         };
         for m in reports {
+            budget.spend(1)?;
             pass.report(m.pattern().as_u32(), m.start(), m.end());
         }
-        pass.best
+        Ok(pass.best)
     }
 }
 

@@ -91,7 +91,8 @@ pub async fn assess<S: Store>(
         b.demand = allowed.saturating_add(denied);
     }
     b.request.descriptors[0].hits = 1;
-    let plan = cx.limiter.plan(cx.rules, &b.request)?;
+    // A report has no deadline of its own; the bucket is one size-checked descriptor.
+    let plan = cx.limiter.plan(cx.rules, &b.request, Deadline::NONE)?;
     let matched = matched(&plan, cx.limiter.options().shadow_mode);
     let before = b.matched.replace(matched.clone());
     if before.as_ref().is_some_and(|m| *m != matched) {

@@ -20,7 +20,6 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::accept::QuietWarn;
 use super::limits::RequestLimits;
 use super::rls::grpc_code_name;
 use crate::limiter::share::Demands;
@@ -30,6 +29,7 @@ use crate::proto::rlqs::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
 };
 use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+use crate::quiet::QuietWarn;
 use crate::store::Store;
 
 /// The gRPC service name (for health and reflection).

@@ -1,0 +1,164 @@
+//! What every call on the gRPC port passes, whatever its service (RLS, health, reflection,
+//! any added later), as one tower layer on the whole router: HTTP 415 for a content type other
+//! than `application/grpc*` (the gRPC spec's answer), counted in `sluice_rpc_requests_total`,
+//! and the call reported as a request open on its connection (see [`super::accept`]) until its
+//! response body ends, so that a connection is idle only while no stream is open.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http_body_util::BodyExt;
+use tonic::body::Body;
+
+use super::accept::ConnInfo;
+use crate::metrics::Metrics;
+
+/// The layer of [`EveryCall`], for `tonic::transport::Server::layer`.
+#[derive(Clone, Default)]
+pub struct EveryCallLayer {
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl EveryCallLayer {
+    /// Counts its refusals in `metrics` (`None`: not counted).
+    pub fn new(metrics: Option<Arc<Metrics>>) -> Self {
+        EveryCallLayer { metrics }
+    }
+}
+
+impl<S> tower::Layer<S> for EveryCallLayer {
+    type Service = EveryCall<S>;
+
+    fn layer(&self, inner: S) -> EveryCall<S> {
+        EveryCall {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// The gRPC router behind the checks every call passes.
+#[derive(Clone)]
+pub struct EveryCall<S> {
+    inner: S,
+    metrics: Option<Arc<Metrics>>,
+}
+
+type Answer = http::Response<Body>;
+
+impl<S> tower::Service<http::Request<Body>> for EveryCall<S>
+where
+    S: tower::Service<http::Request<Body>, Response = Answer, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Answer;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let stream = req
+            .extensions()
+            .get::<ConnInfo>()
+            .map(|c| c.streams.begin());
+        if !is_grpc(req.headers()) {
+            if let Some(m) = &self.metrics {
+                // Refused before any work: no duration worth timing.
+                m.rpc(method(req.uri().path()), "UNSUPPORTED_MEDIA_TYPE", 0.0);
+            }
+            return Box::pin(std::future::ready(Ok(unsupported_media_type())));
+        }
+        // The ready service goes into the future; a clone stays for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(async move {
+            let answer = inner.call(req).await?;
+            let Some(stream) = stream else {
+                return Ok(answer);
+            };
+            // The stream stays open while its answer streams (health's Watch).
+            Ok(answer.map(|body| {
+                Body::new(body.map_frame(move |frame| {
+                    let _open = &stream;
+                    frame
+                }))
+            }))
+        })
+    }
+}
+
+/// The method label of a refused call: the method's name for the services the port serves,
+/// else `other` (a path is the client's choice, and labels must stay few).
+fn method(path: &str) -> &'static str {
+    match path {
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" => "ShouldRateLimit",
+        "/grpc.health.v1.Health/Check" => "Check",
+        "/grpc.health.v1.Health/Watch" => "Watch",
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+        | "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo" => {
+            "ServerReflectionInfo"
+        }
+        _ => "other",
+    }
+}
+
+/// `application/grpc`, alone or with a `+proto`-like suffix or parameters.
+fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.strip_prefix("application/grpc")
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['+', ';']))
+        })
+}
+
+/// HTTP 415, so that no plain HTTP client mistakes a gRPC error (status 200) for success.
+fn unsupported_media_type() -> Answer {
+    let mut answer = http::Response::new(Body::empty());
+    *answer.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    answer.headers_mut().insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_content_types() {
+        let ct = |v: &'static str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(v),
+            );
+            is_grpc(&h)
+        };
+        assert!(ct("application/grpc"));
+        assert!(ct("application/grpc+proto"));
+        assert!(ct("application/grpc;charset=utf-8"));
+        assert!(!ct("application/grpcx"));
+        assert!(!ct("text/plain"));
+        assert!(!ct("application/json"));
+        assert!(!is_grpc(&http::HeaderMap::new()));
+    }
+
+    #[test]
+    fn only_known_methods_name_their_label() {
+        assert_eq!(method("/grpc.health.v1.Health/Check"), "Check");
+        assert_eq!(method("/x.Y/Z"), "other");
+    }
+}
