@@ -8,11 +8,12 @@
 //! with its time so the assertions read the timeline. Waits poll with a bound.
 //!
 //! Modules: `standalone` (stall, restart, the start-up race), `cluster` (a primary killed, a
-//! reshard), `sentinel` (a failover).
+//! reshard), `sentinel` (a failover), `threads` (the serving threads' own connections).
 
 mod cluster;
 mod sentinel;
 mod standalone;
+mod threads;
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
