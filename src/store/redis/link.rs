@@ -151,8 +151,19 @@ impl Shared {
     }
 }
 
+/// Marks the link down when its task ends (aborted with the store), so no caller waits on a
+/// connection nobody serves.
+struct Down(Arc<Shared>);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        self.0.close("the store was dropped");
+    }
+}
+
 /// Connects, serves, and connects again, for as long as the link exists.
 async fn run(shared: Arc<Shared>, dial: Dial, stall: Duration) {
+    let _down = Down(shared.clone());
     let mut delay = Duration::ZERO;
     let mut warned: Option<Instant> = None;
     loop {

@@ -48,11 +48,12 @@
 //!   clock and Redis' differ), plus one second of grace for instances whose clocks run behind.
 //!   A call that times out may still run in Redis later (its charge stands, unseen). Hit counts and limits are clamped to 2^53 - 1
 //!   (Lua numbers are doubles); below that the arithmetic is identical to Rust's.
-//! * **Connections**: a pool (`--redis-pool-size`) on the runtime that connected the store,
-//!   and one client per gRPC serving thread ([`RedisStore::attach_thread`]) driven by that
-//!   thread's runtime: a fred command is handed to its connection's task, so a request on a
-//!   serving thread that used the shared pool would wake another thread twice. The breaker,
-//!   readiness and status are the store's, over all of them. Cluster: sluice routes by slot
+//! * **Connections**: a fred pool (`--redis-pool-size`) on the runtime that connected the
+//!   store, and one connection of our own per gRPC serving thread ([`RedisStore::attach_thread`],
+//!   [`link`]) driven by that thread's runtime, so a request crosses no thread, and the
+//!   `EVALSHA`s of one scheduler tick leave in one write (fred flushes after each). A thread
+//!   whose own connection is not up uses the pool, and so does a command that never left it.
+//!   The breaker, readiness and status are the store's, over all of them. Cluster: sluice routes by slot
 //!   itself ([`nodes`]): a pool and a breaker per primary, shared by every thread, so a dead
 //!   primary or a reshard costs only the slots concerned (`redirect.rs` follows `MOVED`, `ASK`
 //!   and `TRYAGAIN`: a redirected call did not run, so it is sent again).
@@ -82,7 +83,7 @@ pub mod resp;
 pub mod script;
 
 use std::cell::RefCell;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use fred::prelude::{Client, ClientLike, LuaInterface, Options, Pool};
@@ -193,7 +194,7 @@ thread_local! {
     /// This thread's own connections, one per store attached to it (keyed by the store's
     /// address): a link's task runs on the runtime that started it, so a serving thread that
     /// uses its own link sends and receives without waking another thread.
-    static THREAD_LINKS: RefCell<Vec<(usize, Link)>> = const { RefCell::new(Vec::new()) };
+    static THREAD_LINKS: RefCell<Vec<(Weak<Inner>, Link)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The decision command (what `script::evalsha`'s arguments follow).
@@ -251,8 +252,14 @@ impl RedisStore {
         let Some(dial) = &self.inner.dial else {
             return Ok(());
         };
-        let id = Arc::as_ptr(&self.inner) as usize;
-        if THREAD_LINKS.with(|t| t.borrow().iter().any(|(i, _)| *i == id)) {
+        let id = Arc::as_ptr(&self.inner);
+        let attached = THREAD_LINKS.with(|t| {
+            let mut t = t.borrow_mut();
+            // Links of stores dropped meanwhile (their tasks ended with them).
+            t.retain(|(s, _)| s.strong_count() > 0);
+            t.iter().any(|(s, _)| s.as_ptr() == id)
+        });
+        if attached {
             return Ok(());
         }
         let (link, task) = Link::start(dial.clone(), self.inner.stall);
@@ -261,7 +268,7 @@ impl RedisStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(task);
-        THREAD_LINKS.with(|t| t.borrow_mut().push((id, link)));
+        THREAD_LINKS.with(|t| t.borrow_mut().push((Arc::downgrade(&self.inner), link)));
         Ok(())
     }
 
@@ -323,7 +330,11 @@ impl RedisStore {
         };
         let timeout = inner.timeout(deadline);
         match &inner.links {
-            Links::Cluster(nodes) => inner.decide_cluster(nodes, checks, now, timeout).await,
+            // Boxed, as the pool's path below: each is far larger than the own connection's,
+            // and a request's future is moved (copied) several times on its way to the runtime.
+            Links::Cluster(nodes) => {
+                Box::pin(inner.decide_cluster(nodes, checks, now, timeout)).await
+            }
             Links::Pool(pool) => {
                 if !inner.breaker.allows() {
                     return Err(breaker_open());
@@ -336,8 +347,7 @@ impl RedisStore {
                     Some(r) => r,
                     // No own connection up, or the command never left it: the shared pool.
                     None => {
-                        inner
-                            .decide_one(pool.next_connected(), checks, now, timeout)
+                        Box::pin(inner.decide_one(pool.next_connected(), checks, now, timeout))
                             .await
                     }
                 };
@@ -416,11 +426,11 @@ impl Inner {
 
     /// This thread's own connection, when it has one and it is up.
     fn own_link(&self) -> Option<Link> {
-        let id = self as *const Inner as usize;
+        let id = self as *const Inner;
         THREAD_LINKS.with(|t| {
             t.borrow()
                 .iter()
-                .find(|(i, l)| *i == id && l.is_up())
+                .find(|(s, l)| s.as_ptr() == id && l.is_up())
                 .map(|(_, l)| l.clone())
         })
     }
@@ -439,17 +449,12 @@ impl Inner {
         let args = script::evalsha(&self.sha, checks, Scope::All, now.script, now.local);
         let mut reply = link.call(EVALSHA, &args, timeout).await;
         if matches!(&reply, Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT")) {
+            // Rare: boxed, so it does not enlarge every request's future.
             let load = load_timeout(timeout, now.deadline);
-            for lua in script::SCRIPTS {
-                let args = [Value::from("LOAD"), Value::from(lua)];
-                match link.call("SCRIPT", &args, load).await {
-                    Ok(Frame::Error(e)) => return Some(Err(from_reply(&e))),
-                    Ok(_) => {}
-                    Err(CallError::NotSent) => return None,
-                    Err(e) => return Some(Err(from_call(e))),
-                }
+            if let Err(e) = Box::pin(load_on_link(link, load)).await {
+                return e;
             }
-            reply = link.call(EVALSHA, &args, timeout).await;
+            reply = Box::pin(link.call(EVALSHA, &args, timeout)).await;
         }
         let reply = match reply {
             // A demoted primary (Sentinel failover): find the new one; nothing was written.
@@ -559,6 +564,24 @@ async fn eval(
         ..Options::default()
     };
     client.with_options(&opts).custom(cmd, args).await
+}
+
+/// `SCRIPT LOAD` of every script on a thread's own connection; the error is what
+/// [`Inner::decide_on_link`] answers (`None`: the command never left, use the pool).
+async fn load_on_link(
+    link: &Link,
+    timeout: Duration,
+) -> Result<(), Option<Result<Vec<Verdict>, StoreError>>> {
+    for lua in script::SCRIPTS {
+        let args = [Value::from("LOAD"), Value::from(lua)];
+        match link.call("SCRIPT", &args, timeout).await {
+            Ok(Frame::Error(e)) => return Err(Some(Err(from_reply(&e)))),
+            Ok(_) => {}
+            Err(CallError::NotSent) => return Err(None),
+            Err(e) => return Err(Some(Err(from_call(e)))),
+        }
+    }
+    Ok(())
 }
 
 /// `SCRIPT LOAD` of every script on the client's server (every primary, for fred's cluster

@@ -95,6 +95,9 @@ async fn serving_threads_decide_on_their_own_connections_and_each_reply_reaches_
         own.iter().any(|l| l.contains(" cmd=evalsha ")),
         "no EVALSHA on the threads' connections: {own:?}"
     );
+    // The scripts flushed: the threads load them again themselves (NOSCRIPT), nothing fails.
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    burst(server.grpc_addr, 200, "flushed").await.unwrap();
     server.shutdown();
     server.wait().await.unwrap();
 }
