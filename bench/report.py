@@ -188,9 +188,10 @@ class Report:
         row(f"Redis: Redis CPU/request ≤ 1.2× the script's under redis-benchmark (pipeline {HEAD[1:]})",
             self.ratio(("redis", "sluice", HEAD), "redis.cpu_us_per_request",
                        ("redis", "floor", "p" + HEAD[1:]), "redis_cpu_us_per_call"), 1.2, True, "×")
-        row("Redis: sluice CPU/request ≤ 2× the memory store's (10k keys both)",
+        # Issue 13, item 3 (bench/sluice_cpu.sh measures it A/B on its own).
+        row("Redis: sluice CPU/request ≤ 1.3× the memory store's (10k keys both)",
             self.ratio(("redis", "sluice", HEAD), "server_cpu_us_per_request",
-                       ("memory-10k-keys", "sluice", HEAD)), 2.0, True, "×")
+                       ("memory-10k-keys", "sluice", HEAD)), 1.3, True, "×")
         over = Stat([v["admitted"] - v["allowed"]
                      for v in self.runs(("two-instances", "sluice", HEAD)).values()])
         if over:

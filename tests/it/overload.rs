@@ -86,6 +86,11 @@ async fn start_patient(
         "60s",
     ]);
     let (server, dir) = start(redis, &all).await;
+    // The shared pool (what `/json` on the main runtime uses): a gRPC answer proves only that
+    // a serving thread's own connection is up, which may come first.
+    tokio::time::timeout(std::time::Duration::from_secs(30), server.store_ready())
+        .await
+        .expect("the store is ready within 30 s");
     let client = RateLimitServiceClient::new(channel(server.grpc_addr).await);
     ready(&client).await;
     (server, dir, client)

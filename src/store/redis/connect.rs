@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{Builder, Client, Config, Pool, ReconnectPolicy, ServerConfig, TlsConnector};
+use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, ServerConfig, TlsConnector};
 
 use crate::settings::hardening::Secret;
 
@@ -104,14 +104,6 @@ pub fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), ConfigError
     Ok((pool, topology))
 }
 
-/// Builds one more client (not connected yet) with the pool's settings.
-pub fn build_client(opts: &ConnectOptions) -> Result<Client, ConfigError> {
-    builder(opts)?
-        .0
-        .build()
-        .map_err(|e| ConfigError(e.details().to_string()))
-}
-
 /// The nodes named by a Cluster URL (where the slot map is first read).
 pub fn cluster_seeds(opts: &ConnectOptions) -> Result<Vec<(String, u16)>, ConfigError> {
     match config(opts)?.0.server {
@@ -139,7 +131,7 @@ fn builder(opts: &ConnectOptions) -> Result<(Builder, Topology), ConfigError> {
 }
 
 /// The fred configuration the URL and flags describe.
-fn config(opts: &ConnectOptions) -> Result<(Config, Topology), ConfigError> {
+pub(super) fn config(opts: &ConnectOptions) -> Result<(Config, Topology), ConfigError> {
     let url = normalize_url(&opts.url);
     let mut config = Config::from_url(&url)
         .map_err(|e| ConfigError(format!("invalid --redis-url: {}", e.details())))?;

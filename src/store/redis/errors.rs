@@ -1,6 +1,8 @@
-//! What a Redis failure is: fred's errors classified into the store's [`ErrorKind`]s, the
-//! metrics label and what the breaker counts (outages, never script errors).
+//! What a Redis failure is: fred's errors and our own connections' ([`super::link`])
+//! classified into the store's [`ErrorKind`]s, the metrics label and what the breaker counts
+//! (outages, never script errors).
 
+use super::link::CallError;
 use super::BACKEND;
 use crate::store::{ErrorKind, StoreError};
 
@@ -26,17 +28,38 @@ pub(super) fn kind_of(e: &fred::error::Error) -> ErrorKind {
         F::Parse | F::Protocol | F::InvalidArgument | F::InvalidCommand | F::NotFound => {
             ErrorKind::Script
         }
-        F::Unknown => match e.details().split_whitespace().next().unwrap_or("") {
-            "BUSY" | "LOADING" | "OOM" | "READONLY" | "MASTERDOWN" | "TRYAGAIN" | "NOREPLICAS" => {
-                ErrorKind::Server
-            }
-            "CLUSTERDOWN" | "MOVED" | "ASK" | "CROSSSLOT" => ErrorKind::Cluster,
-            // An error reply's code is one upper-case word (ERR, NOSCRIPT, WRONGTYPE...).
-            w if !w.is_empty() && w.bytes().all(|b| b.is_ascii_uppercase()) => ErrorKind::Script,
-            _ => ErrorKind::Connection,
-        },
+        F::Unknown => reply_kind(e.details()),
         // IO, TLS, auth, configuration, sentinel, cancelled by a closing connection.
         _ => ErrorKind::Connection,
+    }
+}
+
+/// Classifies an error reply by its code (its first word); text that is no reply code is
+/// a client-side failure, an outage.
+pub(super) fn reply_kind(details: &str) -> ErrorKind {
+    match details.split_whitespace().next().unwrap_or("") {
+        "BUSY" | "LOADING" | "OOM" | "READONLY" | "MASTERDOWN" | "TRYAGAIN" | "NOREPLICAS" => {
+            ErrorKind::Server
+        }
+        "CLUSTERDOWN" | "MOVED" | "ASK" | "CROSSSLOT" => ErrorKind::Cluster,
+        // An error reply's code is one upper-case word (ERR, NOSCRIPT, WRONGTYPE...).
+        w if !w.is_empty() && w.bytes().all(|b| b.is_ascii_uppercase()) => ErrorKind::Script,
+        _ => ErrorKind::Connection,
+    }
+}
+
+/// An error reply read by a thread's own connection ([`super::link`]).
+pub(super) fn from_reply(details: &str) -> StoreError {
+    error(reply_kind(details), details)
+}
+
+/// A call on a thread's own connection that got no reply.
+pub(super) fn from_call(e: CallError) -> StoreError {
+    match e {
+        CallError::Timeout => error(ErrorKind::Timeout, "redis call timed out"),
+        CallError::NotSent => error(ErrorKind::Connection, "not connected"),
+        CallError::Lost(why) => error(ErrorKind::Connection, format!("connection lost: {why}")),
+        CallError::Argument(e) => error(ErrorKind::Script, e.to_string()),
     }
 }
 

@@ -48,11 +48,12 @@
 //!   clock and Redis' differ), plus one second of grace for instances whose clocks run behind.
 //!   A call that times out may still run in Redis later (its charge stands, unseen). Hit counts and limits are clamped to 2^53 - 1
 //!   (Lua numbers are doubles); below that the arithmetic is identical to Rust's.
-//! * **Connections**: a pool (`--redis-pool-size`) on the runtime that connected the store,
-//!   and one client per gRPC serving thread ([`RedisStore::attach_thread`]) driven by that
-//!   thread's runtime: a fred command is handed to its connection's task, so a request on a
-//!   serving thread that used the shared pool would wake another thread twice. The breaker,
-//!   readiness and status are the store's, over all of them. Cluster: sluice routes by slot
+//! * **Connections**: a fred pool (`--redis-pool-size`) on the runtime that connected the
+//!   store, and one connection of our own per gRPC serving thread ([`RedisStore::attach_thread`],
+//!   [`link`]) driven by that thread's runtime, so a request crosses no thread, and the
+//!   `EVALSHA`s of one scheduler tick leave in one write (fred flushes after each). A thread
+//!   whose own connection is not up uses the pool, and so does a command that never left it.
+//!   The breaker, readiness and status are the store's, over all of them. Cluster: sluice routes by slot
 //!   itself ([`nodes`]): a pool and a breaker per primary, shared by every thread, so a dead
 //!   primary or a reshard costs only the slots concerned (`redirect.rs` follows `MOVED`, `ASK`
 //!   and `TRYAGAIN`: a redirected call did not run, so it is sent again).
@@ -72,15 +73,18 @@
 pub mod breaker;
 mod cluster;
 pub mod connect;
+mod dial;
 mod errors;
+mod link;
 mod monitor;
 pub mod nodes;
 mod records;
 mod redirect;
+pub mod resp;
 pub mod script;
 
 use std::cell::RefCell;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use fred::prelude::{Client, ClientLike, LuaInterface, Options, Pool};
@@ -92,9 +96,13 @@ use tokio::task::JoinHandle;
 
 use self::breaker::{Breaker, BreakerOptions};
 pub use self::connect::{ConfigError, ConnectOptions, Topology};
-use self::errors::{error, from_fred};
+use self::dial::Dial;
+pub use self::dial::CLIENT_NAME;
+use self::errors::{error, from_call, from_fred, from_reply};
+use self::link::{CallError, Link};
 use self::nodes::Nodes;
 use self::redirect::eval_asking;
+use self::resp::Frame;
 use self::script::{Answer, Scope};
 use super::batch::admission;
 use super::{Charge, Check, Deadline, ErrorKind, Store, StoreError, Verdict};
@@ -140,11 +148,13 @@ enum Links {
 
 struct Inner {
     links: Links,
-    /// To build the serving threads' own clients ([`RedisStore::attach_thread`]).
-    connect: ConnectOptions,
-    /// The serving threads' clients (for the status) and their connection tasks (aborted
-    /// with the store, like the pool's).
-    threads: Mutex<Vec<(Client, ConnectionTask)>>,
+    /// To open the serving threads' own connections ([`RedisStore::attach_thread`]);
+    /// `None` in Cluster mode.
+    dial: Option<Dial>,
+    /// How long an own connection may leave commands unanswered before it is replaced.
+    stall: Duration,
+    /// The serving threads' connection tasks (aborted with the store, like the pool's).
+    threads: Mutex<Vec<JoinHandle<()>>>,
     topology: Topology,
     sha: Value,
     command_timeout: Duration,
@@ -167,7 +177,7 @@ impl Drop for Inner {
         for c in &self.connections {
             c.abort();
         }
-        for (_, c) in self
+        for c in self
             .threads
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
@@ -182,11 +192,14 @@ impl Drop for Inner {
 type ConnectionTask = JoinHandle<Result<(), fred::error::Error>>;
 
 thread_local! {
-    /// This thread's own clients, one per store attached to it (keyed by the store's address):
-    /// a client's connection task runs on the runtime that connected it, so a serving thread
-    /// that uses its own client sends and receives without waking another thread.
-    static THREAD_CLIENTS: RefCell<Vec<(usize, Client)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's own connections, one per store attached to it (keyed by the store's
+    /// address): a link's task runs on the runtime that started it, so a serving thread that
+    /// uses its own link sends and receives without waking another thread.
+    static THREAD_LINKS: RefCell<Vec<(Weak<Inner>, Link)>> = const { RefCell::new(Vec::new()) };
 }
+
+/// The decision command (what `script::evalsha`'s arguments follow).
+const EVALSHA: &str = "EVALSHA";
 
 impl RedisStore {
     /// Starts connecting in the background and returns at once: Redis being down is not an
@@ -208,7 +221,9 @@ impl RedisStore {
         let (ready_tx, ready) = watch::channel(false);
         let inner = Arc::new(Inner {
             links,
-            connect: opts.connect.clone(),
+            dial: Dial::new(&opts.connect)?,
+            // As long as fred waits for an unresponsive connection (`connect::configure`).
+            stall: opts.connect.connect_timeout.max(Duration::from_secs(1)),
             threads: Mutex::new(Vec::new()),
             topology,
             sha,
@@ -226,29 +241,35 @@ impl RedisStore {
         Ok(RedisStore { inner })
     }
 
-    /// Gives the calling thread its own connection, created on (and driven by) the runtime it
-    /// runs, for the requests it decides: a serving thread of `--grpc-threads`. Requests on
-    /// other threads, and on this one while its connection is down, use the shared pool. The
+    /// Gives the calling thread its own connection ([`link`]: our RESP client, which writes
+    /// the commands of one scheduler tick with one write), driven by the runtime it runs, for
+    /// the requests it decides: a serving thread of `--grpc-threads`. Requests on other
+    /// threads, and on this one while its connection is not up, use the shared pool. The
     /// breaker, readiness and status stay the store's as a whole. Must be called within the
     /// thread's (current-thread) Tokio runtime; a second call on one thread does nothing.
     pub fn attach_thread(&self) -> Result<(), ConfigError> {
-        if self.inner.topology == Topology::Cluster {
-            // One pool per primary, shared: a client per thread and primary would multiply
-            // the connections for a wake-up saved.
+        // Cluster: one pool per primary, shared: a connection per thread and primary would
+        // multiply the connections for a wake-up saved.
+        let Some(dial) = &self.inner.dial else {
+            return Ok(());
+        };
+        let id = Arc::as_ptr(&self.inner);
+        let attached = THREAD_LINKS.with(|t| {
+            let mut t = t.borrow_mut();
+            // Links of stores dropped meanwhile (their tasks ended with them).
+            t.retain(|(s, _)| s.strong_count() > 0);
+            t.iter().any(|(s, _)| s.as_ptr() == id)
+        });
+        if attached {
             return Ok(());
         }
-        let id = Arc::as_ptr(&self.inner) as usize;
-        if THREAD_CLIENTS.with(|t| t.borrow().iter().any(|(i, _)| *i == id)) {
-            return Ok(());
-        }
-        let client = connect::build_client(&self.inner.connect)?;
-        let task = client.connect();
+        let (link, task) = Link::start(dial.clone(), self.inner.stall);
         self.inner
             .threads
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((client.clone(), task));
-        THREAD_CLIENTS.with(|t| t.borrow_mut().push((id, client)));
+            .push(task);
+        THREAD_LINKS.with(|t| t.borrow_mut().push((Arc::downgrade(&self.inner), link)));
         Ok(())
     }
 
@@ -310,13 +331,27 @@ impl RedisStore {
         };
         let timeout = inner.timeout(deadline);
         match &inner.links {
-            Links::Cluster(nodes) => inner.decide_cluster(nodes, checks, now, timeout).await,
+            // Boxed, as the pool's path below: each is far larger than the own connection's,
+            // and a request's future is moved (copied) several times on its way to the runtime.
+            Links::Cluster(nodes) => {
+                Box::pin(inner.decide_cluster(nodes, checks, now, timeout)).await
+            }
             Links::Pool(pool) => {
                 if !inner.breaker.allows() {
                     return Err(breaker_open());
                 }
-                let client = inner.client(pool);
-                let result = inner.decide_one(&client, checks, now, timeout).await;
+                let on_link = match inner.own_link() {
+                    Some(link) => inner.decide_on_link(&link, checks, now, timeout).await,
+                    None => None,
+                };
+                let result = match on_link {
+                    Some(r) => r,
+                    // No own connection up, or the command never left it: the shared pool.
+                    None => {
+                        Box::pin(inner.decide_one(pool.next_connected(), checks, now, timeout))
+                            .await
+                    }
+                };
                 record(&inner.breaker, &result);
                 result
             }
@@ -390,17 +425,54 @@ impl Inner {
         Ok(reply.answers.into_iter().map(|a| a.verdict).collect())
     }
 
-    /// The client for a call: this thread's own when it has one and it is up, else one of the
-    /// shared pool.
-    fn client(&self, pool: &Pool) -> Client {
-        let id = self as *const Inner as usize;
-        let own = THREAD_CLIENTS.with(|t| {
+    /// This thread's own connection, when it has one and it is up.
+    fn own_link(&self) -> Option<Link> {
+        let id = self as *const Inner;
+        THREAD_LINKS.with(|t| {
             t.borrow()
                 .iter()
-                .find(|(i, c)| *i == id && c.is_connected())
-                .map(|(_, c)| c.clone())
-        });
-        own.unwrap_or_else(|| pool.next_connected().clone())
+                .find(|(s, l)| s.as_ptr() == id && l.is_up())
+                .map(|(_, l)| l.clone())
+        })
+    }
+
+    /// Standalone and Sentinel on this thread's own connection: the whole request in one
+    /// `EVALSHA`, loading the scripts on `NOSCRIPT`. `None`: it was not run (the command
+    /// never left the connection, or the server turned out to be a replica, which refuses
+    /// every write), so the caller sends it on the shared pool.
+    async fn decide_on_link(
+        &self,
+        link: &Link,
+        checks: &[Check<'_>],
+        now: When,
+        timeout: Duration,
+    ) -> Option<Result<Vec<Verdict>, StoreError>> {
+        let args = script::evalsha(&self.sha, checks, Scope::All, now.script, now.local);
+        let mut reply = link.call(EVALSHA, &args, timeout).await;
+        if matches!(&reply, Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT")) {
+            // Rare: boxed, so it does not enlarge every request's future.
+            let load = load_timeout(timeout, now.deadline);
+            if let Err(e) = Box::pin(load_on_link(link, load)).await {
+                return e;
+            }
+            reply = Box::pin(link.call(EVALSHA, &args, timeout)).await;
+        }
+        let reply = match reply {
+            // A demoted primary (Sentinel failover): find the new one; nothing was written.
+            Ok(Frame::Error(e)) if e.contains("READONLY") => {
+                link.redial();
+                return None;
+            }
+            Ok(Frame::Error(e)) => Err(from_reply(&e)),
+            Ok(frame) => resp::integers(frame).map_err(|m| error(ErrorKind::Script, m)),
+            Err(CallError::NotSent) => return None,
+            Err(e) => Err(from_call(e)),
+        };
+        Some(
+            reply
+                .and_then(|r| script::decode(r, checks.len()))
+                .map(|r| r.answers.into_iter().map(|a| a.verdict).collect()),
+        )
     }
 
     /// One `EVALSHA` of the script over `checks` on `client`, loading the script on
@@ -440,12 +512,7 @@ impl Inner {
         };
         match once().await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
-                // Longer than a decision, unless the request's deadline is nearer.
-                let load = match deadline.budget() {
-                    Some(b) => LOAD_TIMEOUT_MIN.min(b).max(MIN_TIMEOUT),
-                    None => LOAD_TIMEOUT_MIN,
-                };
-                load_script(client, timeout.max(load)).await?;
+                load_script(client, load_timeout(timeout, deadline)).await?;
                 // Encoded again rather than kept: NOSCRIPT is rare, requests are not.
                 once().await
             }
@@ -469,6 +536,16 @@ const LOAD_TIMEOUT_MIN: Duration = Duration::from_millis(500);
 /// The shortest timeout a call is given, however near the deadline.
 const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 
+/// How long loading the scripts may take: longer than a decision, unless the request's
+/// deadline is nearer.
+fn load_timeout(timeout: Duration, deadline: Deadline) -> Duration {
+    let load = match deadline.budget() {
+        Some(b) => LOAD_TIMEOUT_MIN.min(b).max(MIN_TIMEOUT),
+        None => LOAD_TIMEOUT_MIN,
+    };
+    timeout.max(load)
+}
+
 async fn eval(
     client: &fred::prelude::Client,
     slot: Option<u16>,
@@ -480,7 +557,7 @@ async fn eval(
         Some(s) => ClusterHash::Custom(s),
         None => ClusterHash::Offset(2),
     };
-    let cmd = CustomCommand::new_static("EVALSHA", hash, false);
+    let cmd = CustomCommand::new_static(EVALSHA, hash, false);
     let opts = Options {
         timeout: Some(timeout),
         // Not connected: fail now rather than queue until the timeout.
@@ -488,6 +565,24 @@ async fn eval(
         ..Options::default()
     };
     client.with_options(&opts).custom(cmd, args).await
+}
+
+/// `SCRIPT LOAD` of every script on a thread's own connection; the error is what
+/// [`Inner::decide_on_link`] answers (`None`: the command never left, use the pool).
+async fn load_on_link(
+    link: &Link,
+    timeout: Duration,
+) -> Result<(), Option<Result<Vec<Verdict>, StoreError>>> {
+    for lua in script::SCRIPTS {
+        let args = [Value::from("LOAD"), Value::from(lua)];
+        match link.call("SCRIPT", &args, timeout).await {
+            Ok(Frame::Error(e)) => return Err(Some(Err(from_reply(&e)))),
+            Ok(_) => {}
+            Err(CallError::NotSent) => return Err(None),
+            Err(e) => return Err(Some(Err(from_call(e)))),
+        }
+    }
+    Ok(())
 }
 
 /// `SCRIPT LOAD` of every script on the client's server (every primary, for fred's cluster

@@ -9,12 +9,14 @@
 //! with its time so the assertions read the timeline. Waits poll with a bound.
 //!
 //! Modules: `standalone` (stall, restart, the start-up race), `cluster` (a primary killed, a
-//! reshard), `sentinel` (a failover), `hot_key` (one key full at 10,000 entries).
+//! reshard), `sentinel` (a failover), `hot_key` (one key full at 10,000 entries), `threads` (the
+//! serving threads' own connections).
 
 mod cluster;
 mod hot_key;
 mod sentinel;
 mod standalone;
+mod threads;
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};

@@ -1,0 +1,270 @@
+//! RESP2, the Redis wire format, for the serving threads' own connections ([`super::link`]):
+//! commands written into a byte buffer (many per write) and replies read back from one.
+//! Pure: no I/O, so the framing is tested here byte for byte.
+
+use fred::types::Value;
+
+/// One reply from the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// `+OK`
+    Simple(Vec<u8>),
+    /// `-ERR ...`: the server refused the command (its text, code first).
+    Error(String),
+    Integer(i64),
+    /// `$n` (`None`: the null bulk string, `$-1`).
+    Bulk(Option<Vec<u8>>),
+    /// `*n` (`None`: the null array, `*-1`).
+    Array(Option<Vec<Frame>>),
+}
+
+/// The stream carries something that is not RESP2: the connection cannot be trusted further.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed reply from redis: {0}")]
+pub struct ProtocolError(pub &'static str);
+
+/// A value a command argument cannot be (only strings, bytes and integers are sent).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot send a {0} as a redis command argument")]
+pub struct ArgumentError(pub String);
+
+/// Nested arrays deeper than this are refused: no reply of ours nests more than twice.
+const MAX_DEPTH: usize = 8;
+
+/// The longest bulk string or array accepted (Redis' own `proto-max-bulk-len` default).
+const MAX_LEN: i64 = 512 * 1024 * 1024;
+
+/// Appends `name args..` as one RESP command to `out`. On error `out` is left as it was.
+pub fn encode(out: &mut Vec<u8>, name: &str, args: &[Value]) -> Result<(), ArgumentError> {
+    let start = out.len();
+    header(out, b'*', args.len() + 1);
+    bulk(out, name.as_bytes());
+    for a in args {
+        match a {
+            Value::Bytes(b) => bulk(out, b),
+            Value::String(s) => bulk(out, s.as_bytes()),
+            Value::Integer(i) => bulk(out, digits(*i, &mut [0; 20])),
+            other => {
+                out.truncate(start);
+                return Err(ArgumentError(other.kind().to_string()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Appends a command of string arguments (the connection's own: `AUTH`, `SELECT`, ...).
+pub fn encode_strs(out: &mut Vec<u8>, args: &[&[u8]]) {
+    header(out, b'*', args.len());
+    for a in args {
+        bulk(out, a);
+    }
+}
+
+fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
+    out.push(kind);
+    out.extend_from_slice(digits(n as i64, &mut [0; 20]));
+    out.extend_from_slice(b"\r\n");
+}
+
+fn bulk(out: &mut Vec<u8>, b: &[u8]) {
+    header(out, b'$', b.len());
+    out.extend_from_slice(b);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// An integer's decimal digits, written into `buf` without allocating (20 bytes hold
+/// `i64::MIN`).
+fn digits(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    let mut v = n.unsigned_abs();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    &buf[i..]
+}
+
+/// Reads one reply from the front of `buf`: `Ok(Some((frame, bytes used)))`, `Ok(None)` when
+/// `buf` holds only part of it (read more, then call again from the same start).
+pub fn parse(buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtocolError> {
+    let mut at = 0;
+    match frame(buf, &mut at, 0)? {
+        Some(f) => Ok(Some((f, at))),
+        None => Ok(None),
+    }
+}
+
+fn frame(buf: &[u8], at: &mut usize, depth: usize) -> Result<Option<Frame>, ProtocolError> {
+    let Some(line) = line(buf, *at) else {
+        return Ok(None);
+    };
+    let (kind, text) = match line.split_first() {
+        Some((k, t)) => (*k, t),
+        None => return Err(ProtocolError("empty line")),
+    };
+    let after_line = *at + line.len() + 2;
+    let frame = match kind {
+        b'+' => Frame::Simple(text.to_vec()),
+        b'-' => Frame::Error(String::from_utf8_lossy(text).into_owned()),
+        b':' => Frame::Integer(number(text)?),
+        b'$' => {
+            let n = number(text)?;
+            if n < 0 {
+                *at = after_line;
+                return Ok(Some(Frame::Bulk(None)));
+            }
+            if n > MAX_LEN {
+                return Err(ProtocolError("bulk string too long"));
+            }
+            let end = after_line + n as usize;
+            if buf.len() < end + 2 {
+                return Ok(None);
+            }
+            if &buf[end..end + 2] != b"\r\n" {
+                return Err(ProtocolError("bulk string not terminated"));
+            }
+            *at = end + 2;
+            return Ok(Some(Frame::Bulk(Some(buf[after_line..end].to_vec()))));
+        }
+        b'*' => {
+            let n = number(text)?;
+            if n < 0 {
+                *at = after_line;
+                return Ok(Some(Frame::Array(None)));
+            }
+            if n > MAX_LEN || depth >= MAX_DEPTH {
+                return Err(ProtocolError("array too long or too deep"));
+            }
+            let mut pos = after_line;
+            // Capacity bounded by what the buffer can hold, not by the untrusted count.
+            let mut items = Vec::with_capacity((n as usize).min(buf.len() / 3 + 1));
+            for _ in 0..n {
+                match frame(buf, &mut pos, depth + 1)? {
+                    Some(f) => items.push(f),
+                    None => return Ok(None),
+                }
+            }
+            *at = pos;
+            return Ok(Some(Frame::Array(Some(items))));
+        }
+        _ => return Err(ProtocolError("unknown reply type")),
+    };
+    *at = after_line;
+    Ok(Some(frame))
+}
+
+/// The line starting at `at`, without its `\r\n`; `None` until the `\r\n` has arrived.
+fn line(buf: &[u8], at: usize) -> Option<&[u8]> {
+    let rest = buf.get(at..)?;
+    let end = rest.windows(2).position(|w| w == b"\r\n")?;
+    Some(&rest[..end])
+}
+
+fn number(text: &[u8]) -> Result<i64, ProtocolError> {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or(ProtocolError("not a number"))
+}
+
+/// A script's flat integer reply (what [`super::script::decode`] reads).
+pub fn integers(frame: Frame) -> Result<Vec<i64>, String> {
+    match frame {
+        Frame::Array(Some(items)) => items
+            .into_iter()
+            .map(|f| match f {
+                Frame::Integer(i) => Ok(i),
+                other => Err(format!("expected an integer, got {other:?}")),
+            })
+            .collect(),
+        other => Err(format!("expected an array of integers, got {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fred::bytes::Bytes;
+
+    #[test]
+    fn commands_are_framed_as_arrays_of_bulk_strings() {
+        let mut out = Vec::new();
+        let args = [
+            Value::from("abc"),
+            Value::Integer(-42),
+            Value::Integer(0),
+            Value::Bytes(Bytes::from_static(b"")),
+            Value::Integer(i64::MIN),
+        ];
+        encode(&mut out, "EVALSHA", &args).unwrap();
+        assert_eq!(
+            out,
+            b"*6\r\n$7\r\nEVALSHA\r\n$3\r\nabc\r\n$3\r\n-42\r\n$1\r\n0\r\n$0\r\n\r\n$20\r\n-9223372036854775808\r\n"
+        );
+        // A second command goes after the first: one buffer, one write.
+        encode_strs(&mut out, &[b"PING"]);
+        assert!(out.ends_with(b"*1\r\n$4\r\nPING\r\n"));
+        let len = out.len();
+        assert!(encode(&mut out, "X", &[Value::Double(1.5)]).is_err());
+        assert_eq!(out.len(), len, "a refused command leaves nothing behind");
+    }
+
+    #[test]
+    fn replies_are_read_whole_or_not_at_all() {
+        let wire: &[u8] =
+            b"*3\r\n:1\r\n$2\r\nab\r\n*-1\r\n+OK\r\n-NOSCRIPT No matching script\r\n$-1\r\n";
+        let (f, n) = parse(wire).unwrap().unwrap();
+        assert_eq!(
+            f,
+            Frame::Array(Some(vec![
+                Frame::Integer(1),
+                Frame::Bulk(Some(b"ab".to_vec())),
+                Frame::Array(None)
+            ]))
+        );
+        let (f, m) = parse(&wire[n..]).unwrap().unwrap();
+        assert_eq!(f, Frame::Simple(b"OK".to_vec()));
+        let (f, k) = parse(&wire[n + m..]).unwrap().unwrap();
+        assert_eq!(f, Frame::Error("NOSCRIPT No matching script".into()));
+        assert_eq!(
+            parse(&wire[n + m + k..]).unwrap().unwrap().0,
+            Frame::Bulk(None)
+        );
+        // Every strict prefix of a reply is incomplete, never an error or a wrong frame.
+        for cut in 0..n {
+            assert_eq!(parse(&wire[..cut]), Ok(None), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn garbage_is_a_protocol_error() {
+        for bad in [
+            &b"?x\r\n"[..],
+            b":12a\r\n",
+            b"$2\r\nabcd\r\n",
+            b"\r\n",
+            b"$999999999999\r\n",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        let deep = "*1\r\n".repeat(MAX_DEPTH + 1) + ":1\r\n";
+        assert!(parse(deep.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn integer_replies_become_a_vector() {
+        let f = Frame::Array(Some(vec![Frame::Integer(5), Frame::Integer(-1)]));
+        assert_eq!(integers(f), Ok(vec![5, -1]));
+        assert!(integers(Frame::Integer(1)).is_err());
+        assert!(integers(Frame::Array(Some(vec![Frame::Bulk(None)]))).is_err());
+    }
+}

@@ -1,0 +1,227 @@
+//! The serving threads' own connections (sluice's RESP client, `store/redis/link.rs`), through
+//! the real binary's wiring (`--grpc-threads 2`): replies reach their own callers, a thread
+//! whose connection is not up sends on the shared pool and fails nothing, killed connections
+//! come back, and TLS and a Sentinel failover are followed by them too.
+
+use super::*;
+use sluice::store::redis::CLIENT_NAME;
+
+/// The `CLIENT LIST` lines of the serving threads' own connections.
+fn own_connections(list: &str) -> Vec<String> {
+    list.lines()
+        .filter(|l| l.contains(&format!(" name={CLIENT_NAME} ")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A server on `url` (extra flags after), a config of one roomy descriptor `k` in domain `d`.
+async fn serve(url: &str, extra: &[&str]) -> (sluice::app::Server, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n",
+    )
+    .unwrap();
+    let server = sluice::app::start(
+        serve_args(&config, url, extra),
+        Arc::new(ManualClock::new(T0)),
+    )
+    .await
+    .unwrap();
+    let addr = server.grpc_addr;
+    wait_until_async("SERVING", || async {
+        health(addr).await == ServingStatus::Serving as i32
+    })
+    .await;
+    (server, dir)
+}
+
+/// Sends `n` requests at once over 4 connections (so both serving threads take some), each on
+/// a key of its own with `hits_addend` of its own; true when each got its own answer
+/// (remaining = limit - its hits). Mismatched replies would answer with another's count.
+async fn burst(addr: std::net::SocketAddr, n: usize, tag: &str) -> Result<(), String> {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(
+            RateLimitServiceClient::connect(format!("http://{addr}"))
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let calls = (0..n).map(|i| {
+        let mut c = clients[i % clients.len()].clone();
+        let hits = (i % 50 + 1) as u32;
+        let mut req = request(&format!("{tag}-{i}"));
+        req.hits_addend = hits;
+        async move {
+            let r = c
+                .should_rate_limit(req)
+                .await
+                .map_err(|e| format!("request {i}: {e}"))?
+                .into_inner();
+            let remaining = r.statuses.first().map(|s| s.limit_remaining);
+            if r.overall_code == Code::Ok as i32 && remaining == Some(1_000_000 - hits) {
+                Ok(())
+            } else {
+                Err(format!("request {i} ({hits} hits) got {r:?}"))
+            }
+        }
+    });
+    let failed: Vec<String> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+    match failed.first() {
+        None => Ok(()),
+        Some(f) => Err(format!("{} of {n} failed; first: {f}", failed.len())),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serving_threads_decide_on_their_own_connections_and_each_reply_reaches_its_caller() {
+    let redis = RedisNode::start();
+    let (server, _dir) = serve(&redis.url(), &[]).await;
+    wait_until("both threads' own connections", || {
+        own_connections(&redis.cli(&["CLIENT", "LIST"])).len() == 2
+    });
+    let before = redis.command_calls("evalsha");
+    burst(server.grpc_addr, 400, "own").await.unwrap();
+    assert_eq!(redis.command_calls("evalsha") - before, 400);
+    // The decisions went over the threads' own connections (their last command).
+    let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
+    assert!(
+        own.iter().any(|l| l.contains(" cmd=evalsha ")),
+        "no EVALSHA on the threads' connections: {own:?}"
+    );
+    // The scripts flushed: the threads load them again themselves (NOSCRIPT), nothing fails.
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    burst(server.grpc_addr, 200, "flushed").await.unwrap();
+    server.shutdown();
+    server.wait().await.unwrap();
+}
+
+/// Item 6 of issue 13: no request gets UNAVAILABLE because a thread's own connection is not up
+/// while the shared pool is. Here it never comes up: the ACL refuses its `CLIENT SETNAME`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_threads_own_connections_refused_every_request_goes_on_the_pool() {
+    let redis = RedisNode::start();
+    redis.cli(&["ACL", "SETUSER", "default", "-client|setname"]);
+    let (server, _dir) = serve(&redis.url(), &[]).await;
+    wait_until("the threads' connections to have tried", || {
+        redis.cli(&["ACL", "LOG"]).contains("setname")
+    });
+    for round in 0..3 {
+        burst(server.grpc_addr, 200, &format!("pool{round}"))
+            .await
+            .unwrap();
+    }
+    assert!(own_connections(&redis.cli(&["CLIENT", "LIST"])).is_empty());
+    server.shutdown();
+    server.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_own_connections_come_back() {
+    let redis = RedisNode::start();
+    let (server, _dir) = serve(&redis.url(), &[]).await;
+    let ids = |list: &str| -> Vec<String> {
+        own_connections(list)
+            .iter()
+            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(str::to_string)
+            .collect()
+    };
+    wait_until("both threads' own connections", || {
+        ids(&redis.cli(&["CLIENT", "LIST"])).len() == 2
+    });
+    let old = ids(&redis.cli(&["CLIENT", "LIST"]));
+    for id in &old {
+        redis.cli(&["CLIENT", "KILL", "ID", id]);
+    }
+    wait_until("new own connections", || {
+        let now = ids(&redis.cli(&["CLIENT", "LIST"]));
+        now.len() == 2 && now.iter().all(|i| !old.contains(i))
+    });
+    burst(server.grpc_addr, 200, "back").await.unwrap();
+    let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
+    assert!(own.iter().any(|l| l.contains(" cmd=evalsha ")), "{own:?}");
+    server.shutdown();
+    server.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_connections_speak_tls_with_a_custom_ca() {
+    let redis = RedisNode::start_tls();
+    let url = format!("rediss://127.0.0.1:{}", redis.port);
+    let ca = redis.tls_ca().unwrap().to_str().unwrap().to_string();
+    let (server, _dir) = serve(&url, &["--redis-tls-ca", &ca]).await;
+    wait_until("both threads' own connections", || {
+        own_connections(&redis.cli(&["CLIENT", "LIST"])).len() == 2
+    });
+    burst(server.grpc_addr, 200, "tls").await.unwrap();
+    let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
+    assert!(own.iter().any(|l| l.contains(" cmd=evalsha ")), "{own:?}");
+    server.shutdown();
+    server.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_connections_follow_a_sentinel_failover() {
+    let mut setup = redis_support::RedisSentinel::start();
+    let replica =
+        RedisNode::start_with(&["--replicaof", "127.0.0.1", &setup.master.port.to_string()]);
+    wait_until("the replica to sync", || {
+        replica
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up")
+    });
+    let service = redis_support::SENTINEL_SERVICE;
+    setup.sentinel.cli(&[
+        "SENTINEL",
+        "SET",
+        service,
+        "down-after-milliseconds",
+        "1000",
+    ]);
+    wait_until("the sentinel to know the replica", || {
+        setup
+            .sentinel
+            .cli(&["SENTINEL", "REPLICAS", service])
+            .contains(&replica.port.to_string())
+    });
+    let (server, _dir) = serve(&setup.url(), &[]).await;
+    wait_until("both threads' own connections to the primary", || {
+        own_connections(&setup.master.cli(&["CLIENT", "LIST"])).len() == 2
+    });
+    burst(server.grpc_addr, 100, "before").await.unwrap();
+
+    setup.master.kill();
+    let want = replica.port.to_string();
+    wait_until("the sentinel to promote the replica", || {
+        setup
+            .sentinel
+            .cli(&["SENTINEL", "get-master-addr-by-name", service])
+            .contains(&want)
+    });
+    wait_until("both threads' own connections to the new primary", || {
+        own_connections(&replica.cli(&["CLIENT", "LIST"])).len() == 2
+    });
+    // Requests succeed again (the shared pool follows by itself; a burst may still meet it
+    // reconnecting, so polled), and then the threads decide on their own connections.
+    let addr = server.grpc_addr;
+    let attempt = std::sync::atomic::AtomicUsize::new(0);
+    wait_until_async("requests to succeed on the new primary", || async {
+        let n = attempt.fetch_add(1, Ordering::Relaxed);
+        burst(addr, 50, &format!("after{n}")).await.is_ok()
+    })
+    .await;
+    let before = replica.command_calls("evalsha");
+    burst(addr, 100, "own-after").await.unwrap();
+    assert_eq!(replica.command_calls("evalsha") - before, 100);
+    let own = own_connections(&replica.cli(&["CLIENT", "LIST"]));
+    assert!(own.iter().any(|l| l.contains(" cmd=evalsha ")), "{own:?}");
+    server.shutdown();
+    server.wait().await.unwrap();
+}
