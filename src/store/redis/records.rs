@@ -82,7 +82,7 @@ impl Inner {
                 if !self.breaker.allows() {
                     return Err(breaker_open());
                 }
-                let result = send(&self.client(pool), name, None, args, timeout)
+                let result = send(pool.next_connected(), name, None, args, timeout)
                     .await
                     .map_err(|e| from_fred(&e));
                 record(&self.breaker, &result);
