@@ -79,6 +79,7 @@ section "examples/envoy"
 envoy_validate examples/envoy/envoy.yaml
 "$sluice" check examples/envoy/sluice.yaml
 bash -n examples/envoy/run.sh
+bash -n examples/rlqs/run.sh
 echo "run.sh parses"
 
 section "examples/istio: Kubernetes objects (kubernetes-validate --strict)"

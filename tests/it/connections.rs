@@ -13,11 +13,12 @@ use sluice::proto::rate_limit_response::Code;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use support::*;
 
-const CONFIG: &str =
+pub(crate) const CONFIG: &str =
     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
-const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+pub(crate) const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-fn request() -> RateLimitRequest {
+/// A normal client's request, answered OK under [`CONFIG`].
+pub(crate) fn request() -> RateLimitRequest {
     RateLimitRequest {
         domain: "d".into(),
         descriptors: vec![RateLimitDescriptor {

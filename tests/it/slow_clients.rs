@@ -10,29 +10,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
-use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const CONFIG: &str =
-    "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
-const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
-
-fn request() -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: b"k".to_vec(),
-                value: b"normal".to_vec(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-}
+// The same server and normal client as the connection tests.
+use crate::connections::{request, CONFIG, PATH};
 
 /// Drips `GET` headers one byte per 50 ms; whether the server closes the connection within
 /// `within` (a read gives EOF or an error, or a write fails).

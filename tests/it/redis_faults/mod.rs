@@ -211,3 +211,31 @@ fn request(value: &str) -> RateLimitRequest {
         hits_addend: 1,
     }
 }
+
+/// A Sentinel setup with one synced replica that the sentinel knows, ready to fail over a second
+/// after the primary stops answering.
+fn sentinel_with_replica() -> (redis_support::RedisSentinel, RedisNode) {
+    let setup = redis_support::RedisSentinel::start();
+    let replica =
+        RedisNode::start_with(&["--replicaof", "127.0.0.1", &setup.master.port.to_string()]);
+    wait_until("the replica to sync", || {
+        replica
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up")
+    });
+    let service = redis_support::SENTINEL_SERVICE;
+    setup.sentinel.cli(&[
+        "SENTINEL",
+        "SET",
+        service,
+        "down-after-milliseconds",
+        "1000",
+    ]);
+    wait_until("the sentinel to know the replica", || {
+        setup
+            .sentinel
+            .cli(&["SENTINEL", "REPLICAS", service])
+            .contains(&replica.port.to_string())
+    });
+    (setup, replica)
+}

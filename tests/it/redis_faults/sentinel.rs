@@ -4,28 +4,8 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_is_followed() {
-    let mut setup = redis_support::RedisSentinel::start();
-    let replica =
-        RedisNode::start_with(&["--replicaof", "127.0.0.1", &setup.master.port.to_string()]);
-    wait_until("the replica to sync", || {
-        replica
-            .cli(&["INFO", "replication"])
-            .contains("master_link_status:up")
-    });
+    let (mut setup, replica) = sentinel_with_replica();
     let service = redis_support::SENTINEL_SERVICE;
-    setup.sentinel.cli(&[
-        "SENTINEL",
-        "SET",
-        service,
-        "down-after-milliseconds",
-        "1000",
-    ]);
-    wait_until("the sentinel to know the replica", || {
-        setup
-            .sentinel
-            .cli(&["SENTINEL", "REPLICAS", service])
-            .contains(&replica.port.to_string())
-    });
     let store = connected(options(&setup.url(), Duration::from_millis(300))).await;
     let limit = roomy();
     let keys: Arc<Vec<Vec<u8>>> = Arc::new(

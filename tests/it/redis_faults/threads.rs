@@ -169,28 +169,8 @@ async fn own_connections_speak_tls_with_a_custom_ca() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_connections_follow_a_sentinel_failover() {
-    let mut setup = redis_support::RedisSentinel::start();
-    let replica =
-        RedisNode::start_with(&["--replicaof", "127.0.0.1", &setup.master.port.to_string()]);
-    wait_until("the replica to sync", || {
-        replica
-            .cli(&["INFO", "replication"])
-            .contains("master_link_status:up")
-    });
+    let (mut setup, replica) = sentinel_with_replica();
     let service = redis_support::SENTINEL_SERVICE;
-    setup.sentinel.cli(&[
-        "SENTINEL",
-        "SET",
-        service,
-        "down-after-milliseconds",
-        "1000",
-    ]);
-    wait_until("the sentinel to know the replica", || {
-        setup
-            .sentinel
-            .cli(&["SENTINEL", "REPLICAS", service])
-            .contains(&replica.port.to_string())
-    });
     let (server, _dir) = serve(&setup.url(), &[]).await;
     wait_until("both threads' own connections to the primary", || {
         own_connections(&setup.master.cli(&["CLIENT", "LIST"])).len() == 2
