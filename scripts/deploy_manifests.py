@@ -69,6 +69,8 @@ def envoy(paths):
     from google.protobuf import json_format
     # Registers the types that typed_config / typed_extension_protocol_options name.
     import envoy.extensions.filters.http.ratelimit.v3.rate_limit_pb2  # noqa: F401
+    import envoy.extensions.filters.http.rate_limit_quota.v3.rate_limit_quota_pb2  # noqa: F401
+    import envoy.type.matcher.v3.http_inputs_pb2  # noqa: F401
     import envoy.extensions.filters.http.router.v3.router_pb2  # noqa: F401
     import envoy.extensions.upstreams.http.v3.http_protocol_options_pb2  # noqa: F401
     from envoy.config.bootstrap.v3.bootstrap_pb2 import Bootstrap
