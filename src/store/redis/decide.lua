@@ -939,6 +939,8 @@ local function algorithm(code)
   return a
 end
 
+-- sluice:main -- Above: definitions, which the function library (library.rs) makes once;
+-- below: what runs per call, the body of its `decide` function.
 ---------------------------------------------------------------------------------------------
 -- Arguments
 ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::connect::{self, ConfigError, ConnectOptions};
+use super::library::LIBRARY;
 use super::resp::{self, Frame};
 use crate::settings::hardening::Secret;
 
@@ -209,6 +210,31 @@ impl Dial {
             }
         }
         Ok(())
+    }
+}
+
+impl Dial {
+    /// `FUNCTION LOAD` of the decision library ([`super::library`]) unless the server has it
+    /// already: whether this connection decides with `FCALL`s. A server without functions
+    /// (before Redis 7) or an ACL that refuses `FUNCTION LOAD` is no error: the connection
+    /// decides with `EVALSHA`, as before. `Err`: the connection failed.
+    pub(super) async fn load_library(&self, s: &mut Stream) -> Result<bool, String> {
+        let mut out = Vec::new();
+        resp::encode_strs(&mut out, &[b"FUNCTION", b"LOAD", LIBRARY.source.as_bytes()]);
+        let replies = tokio::time::timeout(self.timeout, exchange(s, &out, 1))
+            .await
+            .map_err(|_| format!("FUNCTION LOAD: no reply within {:?}", self.timeout))??;
+        match &replies[0] {
+            Frame::Error(e) if e.contains("already exists") => Ok(true),
+            Frame::Error(e) => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(target: "sluice::store::redis", error = %e, "redis refused the function library: decisions go as one EVALSHA each (more Redis CPU per decision)");
+                });
+                Ok(false)
+            }
+            _ => Ok(true),
+        }
     }
 }
 

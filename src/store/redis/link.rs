@@ -1,11 +1,16 @@
-//! A serving thread's own Redis connection: our RESP client, for the hot `EVALSHA` path only.
+//! A serving thread's own Redis connection: our RESP client, for the hot decision path only.
 //!
 //! Why not fred here: fred 10.1 flushes the socket after every `EVALSHA` (even inside a
 //! pipeline), so each decision cost sluice a `writev` and Redis a read and an epoll wake-up
-//! (bench/why.md). A link queues the encoded commands of every request its thread decides and
-//! one task writes them all with one write when it next runs: on a current-thread runtime
-//! that is after every request task woken in the same tick has queued its own. Replies come
-//! back in order and are matched to their callers first in, first out.
+//! (bench/why.md). A link queues the decisions of every request its thread decides and one
+//! task writes them all with one write when it next runs: on a current-thread runtime that is
+//! after every request task woken in the same tick has queued its own. Replies come back in
+//! order and are matched to their callers first in, first out.
+//!
+//! Where the connection loaded the function library ([`super::library`]: Redis 7 and later,
+//! unless an ACL forbids `FUNCTION LOAD`), the decisions of one tick go as ONE command: an
+//! `FCALL` of the decision's function when there is one, of `batch` when there are several,
+//! whose reply holds one answer per decision. Elsewhere each decision is its own `EVALSHA`.
 //!
 //! A link is "up" once connected, authenticated and named ([`super::dial`]); callers use the
 //! shared pool whenever it is not, and a command that never left the queue when the
@@ -23,7 +28,9 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use super::dial::{Dial, Stream};
+use super::library::LIBRARY;
 use super::resp::{self, ArgumentError, Frame};
+use super::script::ScriptId;
 
 /// How a call on a link failed.
 #[derive(Debug)]
@@ -49,17 +56,120 @@ struct Shared {
     wake: Notify,
 }
 
+type Reply = oneshot::Sender<Result<Frame, CallError>>;
+
+/// Who waits for one command's reply.
+enum Waiter {
+    One(Reply),
+    /// A `batch` call: its reply is an array of one answer per decision, in this order.
+    Batch(Vec<Reply>),
+}
+
 #[derive(Default)]
 struct State {
     up: bool,
+    /// The connection loaded the function library: decisions go as `FCALL`s, batched.
+    functions: bool,
     /// Encoded commands not written yet.
     out: Vec<u8>,
     /// How many of `waiting`'s last entries are for commands still in `out`.
     unsent: usize,
     /// One per command written or queued, in order: the replies arrive in this order.
-    waiting: VecDeque<oneshot::Sender<Result<Frame, CallError>>>,
+    waiting: VecDeque<Waiter>,
+    /// The decisions queued for the next `FCALL` (with `functions` only).
+    queued: Queued,
     /// Drop the connection and dial again (it reached a server that is no primary).
     redial: bool,
+}
+
+/// Decisions waiting for the next write, already encoded: their keys, and per decision its
+/// script's code, key count and argument count followed by its arguments (the layout of
+/// `batch`'s `ARGV`).
+#[derive(Default)]
+struct Queued {
+    replies: Vec<Reply>,
+    keys: Vec<u8>,
+    nkeys: usize,
+    args: Vec<u8>,
+    /// RESP elements in `args`.
+    nargs: usize,
+    /// The first decision's script, key count, and where its own arguments start in `args`
+    /// (what an `FCALL` of that script alone sends, when it is the only one).
+    first: Option<(ScriptId, usize, usize)>,
+}
+
+impl Queued {
+    fn is_empty(&self) -> bool {
+        self.replies.is_empty()
+    }
+
+    /// Adds a decision: `evalsha` is its `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`).
+    fn push(&mut self, id: ScriptId, evalsha: &[Value], reply: Reply) -> Result<(), ArgumentError> {
+        let nkeys = evalsha
+            .get(1)
+            .and_then(Value::as_i64)
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| 2 + n <= evalsha.len())
+            .ok_or_else(|| ArgumentError("decision without its key count".into()))?;
+        let (keys, argv) = evalsha[2..].split_at(nkeys);
+        let (k, a) = (self.keys.len(), self.args.len());
+        resp::bulk_int(&mut self.args, i64::from(id.code()));
+        resp::bulk_int(&mut self.args, nkeys as i64);
+        resp::bulk_int(&mut self.args, argv.len() as i64);
+        let own = self.args.len();
+        let encoded = resp::encode_args(&mut self.keys, keys)
+            .and_then(|()| resp::encode_args(&mut self.args, argv));
+        if let Err(e) = encoded {
+            self.keys.truncate(k);
+            self.args.truncate(a);
+            return Err(e);
+        }
+        if self.first.is_none() {
+            self.first = Some((id, nkeys, own));
+        }
+        self.nkeys += nkeys;
+        self.nargs += 3 + argv.len();
+        self.replies.push(reply);
+        Ok(())
+    }
+
+    /// Encodes what is queued as one command into `out` and empties the queue; returns who
+    /// waits for its reply.
+    fn write(&mut self, out: &mut Vec<u8>) -> Option<Waiter> {
+        let (id, nkeys, own) = self.first.take()?;
+        let lib = &*LIBRARY;
+        let waiter = if self.replies.len() == 1 {
+            // FCALL function numkeys KEYS.. ARGV..
+            resp::command_header(out, 3 + nkeys + (self.nargs - 3));
+            resp::bulk(out, b"FCALL");
+            resp::bulk(out, lib.function(id).as_bytes());
+            resp::bulk_int(out, nkeys as i64);
+            out.extend_from_slice(&self.keys);
+            out.extend_from_slice(&self.args[own..]);
+            Waiter::One(self.replies.pop().expect("one decision"))
+        } else {
+            // FCALL batch numkeys KEYS.. count (code nkeys nargs ARGV..)..
+            resp::command_header(out, 3 + self.nkeys + 1 + self.nargs);
+            resp::bulk(out, b"FCALL");
+            resp::bulk(out, lib.batch().as_bytes());
+            resp::bulk_int(out, self.nkeys as i64);
+            out.extend_from_slice(&self.keys);
+            resp::bulk_int(out, self.replies.len() as i64);
+            out.extend_from_slice(&self.args);
+            Waiter::Batch(std::mem::take(&mut self.replies))
+        };
+        self.clear();
+        Some(waiter)
+    }
+
+    fn clear(&mut self) {
+        self.replies.clear();
+        self.keys.clear();
+        self.args.clear();
+        self.nkeys = 0;
+        self.nargs = 0;
+        self.first = None;
+    }
 }
 
 /// Between reconnection attempts: the first at once, then doubling to at most this, so a
@@ -88,6 +198,41 @@ impl Link {
         self.shared.lock().up
     }
 
+    /// Decides with script `id`, given its `EVALSHA` arguments (`sha numkeys KEYS.. ARGV..`):
+    /// with the function library, in the `FCALL` that carries every decision of this tick;
+    /// else as that `EVALSHA`. An error reply is an `Ok(Frame::Error)`.
+    pub(super) async fn decide(
+        &self,
+        id: ScriptId,
+        evalsha: &[Value],
+        timeout: Duration,
+    ) -> Result<Frame, CallError> {
+        let rx = {
+            let mut s = self.shared.lock();
+            if !s.up {
+                return Err(CallError::NotSent);
+            }
+            if s.functions {
+                let first = s.out.is_empty() && s.queued.is_empty();
+                let (tx, rx) = oneshot::channel();
+                s.queued
+                    .push(id, evalsha, tx)
+                    .map_err(CallError::Argument)?;
+                if first {
+                    // Later decisions of this tick join the same FCALL.
+                    self.shared.wake.notify_one();
+                }
+                Some(rx)
+            } else {
+                None
+            }
+        };
+        match rx {
+            Some(rx) => wait(rx, timeout).await,
+            None => self.call("EVALSHA", evalsha, timeout).await,
+        }
+    }
+
     /// Drops the connection (when up) and connects again.
     pub(super) fn redial(&self) {
         self.shared.lock().redial = true;
@@ -107,10 +252,10 @@ impl Link {
             if !s.up {
                 return Err(CallError::NotSent);
             }
-            let first = s.out.is_empty();
+            let first = s.out.is_empty() && s.queued.is_empty();
             resp::encode(&mut s.out, name, args).map_err(CallError::Argument)?;
             let (tx, rx) = oneshot::channel();
-            s.waiting.push_back(tx);
+            s.waiting.push_back(Waiter::One(tx));
             s.unsent += 1;
             if first {
                 // Later commands of this tick join the same write.
@@ -118,11 +263,18 @@ impl Link {
             }
             rx
         };
-        match tokio::time::timeout(timeout, rx).await {
-            Err(_) => Err(CallError::Timeout),
-            Ok(Err(_)) => Err(CallError::Lost("connection task ended".into())),
-            Ok(Ok(r)) => r,
-        }
+        wait(rx, timeout).await
+    }
+}
+
+async fn wait(
+    rx: oneshot::Receiver<Result<Frame, CallError>>,
+    timeout: Duration,
+) -> Result<Frame, CallError> {
+    match tokio::time::timeout(timeout, rx).await {
+        Err(_) => Err(CallError::Timeout),
+        Ok(Err(_)) => Err(CallError::Lost("connection task ended".into())),
+        Ok(Ok(r)) => r,
     }
 }
 
@@ -136,18 +288,28 @@ impl Shared {
     fn close(&self, why: &str) {
         let mut s = self.lock();
         s.up = false;
+        s.functions = false;
         s.redial = false;
         s.out.clear();
         let unsent = std::mem::take(&mut s.unsent);
         let written = s.waiting.len() - unsent;
         for (i, w) in s.waiting.drain(..).enumerate() {
-            let e = if i < written {
-                CallError::Lost(why.to_string())
-            } else {
-                CallError::NotSent
+            let e = || {
+                if i < written {
+                    CallError::Lost(why.to_string())
+                } else {
+                    CallError::NotSent
+                }
             };
-            let _ = w.send(Err(e));
+            match w {
+                Waiter::One(r) => drop(r.send(Err(e()))),
+                Waiter::Batch(rs) => rs.into_iter().for_each(|r| drop(r.send(Err(e())))),
+            }
         }
+        for r in s.queued.replies.drain(..) {
+            let _ = r.send(Err(CallError::NotSent));
+        }
+        s.queued.clear();
     }
 }
 
@@ -168,12 +330,22 @@ async fn run(shared: Arc<Shared>, dial: Dial, stall: Duration) {
     let mut warned: Option<Instant> = None;
     loop {
         match dial.connect().await {
-            Ok(stream) => {
+            Ok(mut stream) => {
+                let functions = match dial.load_library(&mut stream).await {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::debug!(target: "sluice::store::redis", error = %e, "thread connection lost while loading the functions");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).clamp(Duration::from_millis(20), MAX_RETRY);
+                        continue;
+                    }
+                };
                 delay = Duration::ZERO;
                 warned = None;
                 {
                     let mut s = shared.lock();
                     s.up = true;
+                    s.functions = functions;
                     s.redial = false;
                 }
                 tracing::debug!(target: "sluice::store::redis", "thread connection up");
@@ -209,6 +381,11 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
                 return "asked to reconnect".into();
             }
             std::mem::swap(&mut s.out, &mut batch);
+            // After the commands queued before it, as its waiter comes after theirs.
+            let s = &mut *s;
+            if let Some(w) = s.queued.write(&mut batch) {
+                s.waiting.push_back(w);
+            }
             s.unsent = 0;
         }
         if !batch.is_empty() {
@@ -257,9 +434,24 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
     let mut s = shared.lock();
     while let Some((frame, used)) = resp::parse(&inbox[at..]).map_err(|e| e.to_string())? {
         at += used;
+        // A caller that gave up (timeout) is simply gone.
         match s.waiting.pop_front() {
-            // A caller that gave up (timeout) is simply gone.
-            Some(w) => drop(w.send(Ok(frame))),
+            Some(Waiter::One(w)) => drop(w.send(Ok(frame))),
+            Some(Waiter::Batch(ws)) => match frame {
+                Frame::Array(Some(answers)) if answers.len() == ws.len() => {
+                    for (w, a) in ws.into_iter().zip(answers) {
+                        let _ = w.send(Ok(a));
+                    }
+                }
+                // The call as a whole failed (the library gone, a replica): each decision
+                // learns why.
+                Frame::Error(e) => {
+                    for w in ws {
+                        let _ = w.send(Ok(Frame::Error(e.clone())));
+                    }
+                }
+                other => return Err(format!("a batch of {} answered {other:?}", ws.len())),
+            },
             None => return Err("a reply that no command asked for".into()),
         }
     }

@@ -75,6 +75,7 @@ mod cluster;
 pub mod connect;
 mod dial;
 mod errors;
+pub mod library;
 mod link;
 mod monitor;
 pub mod nodes;
@@ -448,7 +449,14 @@ impl Inner {
         timeout: Duration,
     ) -> Option<Result<Vec<Verdict>, StoreError>> {
         let args = script::evalsha(&self.sha, checks, Scope::All, now.script, now.local);
-        let mut reply = link.call(EVALSHA, &args, timeout).await;
+        let id = script::script_of(checks, Scope::All);
+        let mut reply = link.decide(id, &args, timeout).await;
+        if matches!(&reply, Ok(Frame::Error(e)) if e.contains("Function not found")) {
+            // The library was flushed (`FUNCTION FLUSH`): the connection loads it again when
+            // it reconnects; this request never ran, so it goes on the pool.
+            link.redial();
+            return None;
+        }
         if matches!(&reply, Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT")) {
             // Rare: boxed, so it does not enlarge every request's future.
             let load = load_timeout(timeout, now.deadline);

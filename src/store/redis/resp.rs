@@ -39,11 +39,18 @@ pub fn encode(out: &mut Vec<u8>, name: &str, args: &[Value]) -> Result<(), Argum
     let start = out.len();
     header(out, b'*', args.len() + 1);
     bulk(out, name.as_bytes());
+    encode_args(out, args).inspect_err(|_| out.truncate(start))
+}
+
+/// Appends `args` as bulk strings, without a command's header (a caller that counts the
+/// elements itself: the link's batches). On error `out` is left as it was.
+pub fn encode_args(out: &mut Vec<u8>, args: &[Value]) -> Result<(), ArgumentError> {
+    let start = out.len();
     for a in args {
         match a {
             Value::Bytes(b) => bulk(out, b),
             Value::String(s) => bulk(out, s.as_bytes()),
-            Value::Integer(i) => bulk(out, digits(*i, &mut [0; 20])),
+            Value::Integer(i) => bulk_int(out, *i),
             other => {
                 out.truncate(start);
                 return Err(ArgumentError(other.kind().to_string()));
@@ -51,6 +58,16 @@ pub fn encode(out: &mut Vec<u8>, name: &str, args: &[Value]) -> Result<(), Argum
         }
     }
     Ok(())
+}
+
+/// Appends the header of a command of `n` elements (its arguments follow as bulk strings).
+pub fn command_header(out: &mut Vec<u8>, n: usize) {
+    header(out, b'*', n);
+}
+
+/// Appends an integer as a bulk string (how commands carry numbers).
+pub fn bulk_int(out: &mut Vec<u8>, n: i64) {
+    bulk(out, digits(n, &mut [0; 20]));
 }
 
 /// Appends a command of string arguments (the connection's own: `AUTH`, `SELECT`, ...).
@@ -67,7 +84,8 @@ fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn bulk(out: &mut Vec<u8>, b: &[u8]) {
+/// Appends one bulk string.
+pub fn bulk(out: &mut Vec<u8>, b: &[u8]) {
     header(out, b'$', b.len());
     out.extend_from_slice(b);
     out.extend_from_slice(b"\r\n");

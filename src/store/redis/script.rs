@@ -30,6 +30,56 @@ pub const SLIDING_LOG_LUA: &str = include_str!("sliding_log.lua");
 /// Every script a decision may call: each is loaded (`SCRIPT LOAD`) wherever one is.
 pub const SCRIPTS: [&str; 3] = [LUA, FIXED_WINDOW_LUA, SLIDING_LOG_LUA];
 
+/// Which script a call runs: its code in the function library's `batch`, its function's
+/// name there, and where in its `ARGV` it reads `now`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScriptId {
+    Decide,
+    FixedWindow,
+    SlidingLog,
+}
+
+impl ScriptId {
+    pub const ALL: [ScriptId; 3] = [
+        ScriptId::Decide,
+        ScriptId::FixedWindow,
+        ScriptId::SlidingLog,
+    ];
+
+    /// 1-based, as Lua tables: the index into [`Self::ALL`] plus one.
+    pub fn code(self) -> u8 {
+        match self {
+            ScriptId::Decide => 1,
+            ScriptId::FixedWindow => 2,
+            ScriptId::SlidingLog => 3,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScriptId::Decide => "decide",
+            ScriptId::FixedWindow => "fixed_window",
+            ScriptId::SlidingLog => "sliding_log",
+        }
+    }
+
+    pub fn lua(self) -> &'static str {
+        match self {
+            ScriptId::Decide => LUA,
+            ScriptId::FixedWindow => FIXED_WINDOW_LUA,
+            ScriptId::SlidingLog => SLIDING_LOG_LUA,
+        }
+    }
+
+    /// The `ARGV` index of `now` ('' to read the Redis clock).
+    pub fn now_at(self) -> usize {
+        match self {
+            ScriptId::Decide => 2,
+            _ => 1,
+        }
+    }
+}
+
 /// The fast paths' SHA-1s, computed once.
 static FIXED_WINDOW_SHA: LazyLock<Value> =
     LazyLock::new(|| Value::from(fred::util::sha1_hash(FIXED_WINDOW_LUA)));
@@ -139,7 +189,7 @@ pub fn encode<'k, C: Borrow<Check<'k>>>(
 
 /// A script of one algorithm for a lone check: its source and SHA-1.
 pub struct FastPath {
-    pub lua: &'static str,
+    pub id: ScriptId,
     sha: &'static LazyLock<Value>,
 }
 
@@ -159,11 +209,11 @@ pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
     }
     let path = match c.limit.algorithm {
         Algorithm::FixedWindow => FastPath {
-            lua: FIXED_WINDOW_LUA,
+            id: ScriptId::FixedWindow,
             sha: &FIXED_WINDOW_SHA,
         },
         Algorithm::SlidingLog => FastPath {
-            lua: SLIDING_LOG_LUA,
+            id: ScriptId::SlidingLog,
             sha: &SLIDING_LOG_SHA,
         },
         _ => return None,
@@ -171,9 +221,14 @@ pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
     Some((c, path))
 }
 
-/// The source of the script a call over `checks` runs (what [`evalsha`] names).
+/// The script a call over `checks` runs (what [`evalsha`] names).
+pub fn script_of<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> ScriptId {
+    fast_path(checks, scope).map_or(ScriptId::Decide, |(_, p)| p.id)
+}
+
+/// The source of the script a call over `checks` runs.
 pub fn lua_for<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> &'static str {
-    fast_path(checks, scope).map_or(LUA, |(_, p)| p.lua)
+    script_of(checks, scope).lua()
 }
 
 /// The whole `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`) built in one allocation:

@@ -208,6 +208,85 @@ fn step_strategy(max_dt: Micros, max_checks: usize) -> impl Strategy<Value = Ste
 /// Cases per scenario: every scenario shares the < 60 s the Redis parity tests may take.
 const PARITY_CASES: u32 = 64;
 
+/// One case's limits, keys and distinct values: what turns a [`Step`]'s checks into
+/// [`Check`]s.
+struct Case {
+    limits: Vec<Vec<Vec<Limit>>>,
+    keys: Vec<Vec<u8>>,
+    values: Vec<u64>,
+}
+
+impl Case {
+    /// Fresh keys under `prefix`: cases never see each other's state.
+    fn new(scenario: &Scenario, prefix: &str) -> Case {
+        let limits: Vec<Vec<Vec<Limit>>> = (0..3)
+            .map(|k| {
+                (0..6)
+                    .map(|r| (0..4).map(|p| scenario.limit(k, r, p)).collect())
+                    .collect()
+            })
+            .collect();
+        let keys: Vec<Vec<u8>> = (0..3)
+            .map(|k| {
+                let l = &limits[k][1][0];
+                if scenario.one_descriptor {
+                    named_key_of(prefix, "one", l, ["a", "b", "c"][k])
+                } else {
+                    key_of(prefix, &format!("v{k}"), l)
+                }
+            })
+            .collect();
+        let values: Vec<u64> = (0..5)
+            .map(|v| distinct::hash(format!("10.0.0.{v}").as_bytes()))
+            .collect();
+        Case {
+            limits,
+            keys,
+            values,
+        }
+    }
+
+    fn checks(&self, step: &Step) -> Vec<Check<'_>> {
+        step.checks
+            .iter()
+            .map(|c| {
+                let limit = &self.limits[c.key][c.requests as usize][c.param];
+                Check {
+                    key: &self.keys[c.key],
+                    limit,
+                    ask: Ask {
+                        hits: c.hits,
+                        refund: c.refund,
+                        value: if limit.algorithm == Algorithm::Distinct {
+                            self.values[c.value as usize]
+                        } else {
+                            0
+                        },
+                        dry_run: false,
+                    },
+                    charge: if c.always {
+                        Charge::Always
+                    } else {
+                        Charge::IfAdmitted
+                    },
+                    group: c.group,
+                    quota: step.quota[c.group as usize],
+                    on_error: None,
+                }
+            })
+            .collect()
+    }
+}
+
+fn runner(name: &'static str) -> TestRunner {
+    TestRunner::new(ProptestConfig {
+        cases: PARITY_CASES,
+        failure_persistence: crate::support::seeds::regressions(name),
+        ..ProptestConfig::default()
+    })
+}
+
+/// Each request as one `EVALSHA` on the shared pool.
 #[test]
 fn lua_script_matches_the_in_memory_policy() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -215,71 +294,19 @@ fn lua_script_matches_the_in_memory_policy() {
     let store = rt.block_on(connected(options(&redis.url(), ClockSource::Local)));
     let case = AtomicU64::new(0);
     for scenario in scenarios() {
-        let mut runner = TestRunner::new(ProptestConfig {
-            cases: PARITY_CASES,
-            failure_persistence: crate::support::seeds::regressions(
-                "lua_script_matches_the_in_memory_policy",
-            ),
-            ..ProptestConfig::default()
-        });
+        let mut runner = runner("lua_script_matches_the_in_memory_policy");
         let timeline =
             prop::collection::vec(step_strategy(scenario.max_dt, scenario.max_checks), 1..12);
         let result = runner.run(&timeline, |steps| {
-            // Fresh keys per case: cases never see each other's state.
-            let prefix = format!("parity{}:", case.fetch_add(1, Ordering::Relaxed));
-            let limits: Vec<Vec<Vec<Limit>>> = (0..3)
-                .map(|k| {
-                    (0..6)
-                        .map(|r| (0..4).map(|p| scenario.limit(k, r, p)).collect())
-                        .collect()
-                })
-                .collect();
-            let keys: Vec<Vec<u8>> = (0..3)
-                .map(|k| {
-                    let l = &limits[k][1][0];
-                    if scenario.one_descriptor {
-                        named_key_of(&prefix, "one", l, ["a", "b", "c"][k])
-                    } else {
-                        key_of(&prefix, &format!("v{k}"), l)
-                    }
-                })
-                .collect();
-            let values: Vec<u64> = (0..5)
-                .map(|v| distinct::hash(format!("10.0.0.{v}").as_bytes()))
-                .collect();
+            let c = Case::new(
+                &scenario,
+                &format!("parity{}:", case.fetch_add(1, Ordering::Relaxed)),
+            );
             let mut table = MapTable::default();
             let mut now = scenario.start;
             for (i, step) in steps.iter().enumerate() {
                 now += step.dt;
-                let checks: Vec<Check<'_>> = step
-                    .checks
-                    .iter()
-                    .map(|c| {
-                        let limit = &limits[c.key][c.requests as usize][c.param];
-                        Check {
-                            key: &keys[c.key],
-                            limit,
-                            ask: Ask {
-                                hits: c.hits,
-                                refund: c.refund,
-                                value: if limit.algorithm == Algorithm::Distinct {
-                                    values[c.value as usize]
-                                } else {
-                                    0
-                                },
-                                dry_run: false,
-                            },
-                            charge: if c.always {
-                                Charge::Always
-                            } else {
-                                Charge::IfAdmitted
-                            },
-                            group: c.group,
-                            quota: step.quota[c.group as usize],
-                            on_error: None,
-                        }
-                    })
-                    .collect();
+                let checks = c.checks(step);
                 let want = batch::decide(&mut table, &checks, now);
                 let got = rt
                     .block_on(store.decide_checks(&checks, now, Deadline::NONE))
@@ -292,6 +319,72 @@ fn lua_script_matches_the_in_memory_policy() {
             panic!("{}: {e}", scenario.name);
         }
     }
+}
+
+/// A serving thread's own connection with the function library: the requests of one tick
+/// (1 to 4, each of 1 to 5 checks, on the same keys) leave as one `FCALL` (of their script
+/// alone, or of `batch`), decided in queue order: the same verdicts as deciding them one after
+/// another in memory.
+#[test]
+fn batched_function_calls_match_the_in_memory_policy() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = RedisNode::start();
+    let store = rt.block_on(async {
+        let store = connected(options(&redis.url(), ClockSource::Local)).await;
+        store.attach_thread().unwrap();
+        // The link runs on this runtime: wait for it while driving it.
+        wait_until_async("the thread's own connection", || async {
+            redis
+                .cli(&["CLIENT", "LIST"])
+                .contains("name=sluice-thread")
+                && redis.cli(&["FUNCTION", "LIST"]).contains("sluice_")
+        })
+        .await;
+        store
+    });
+    let (fcalls, ticks_run) = (AtomicU64::new(0), AtomicU64::new(0));
+    let case = AtomicU64::new(0);
+    for scenario in scenarios() {
+        let mut runner = runner("batched_function_calls_match_the_in_memory_policy");
+        let tick = prop::collection::vec(step_strategy(scenario.max_dt, scenario.max_checks), 1..5);
+        let timeline = prop::collection::vec(tick, 1..8);
+        let result = runner.run(&timeline, |ticks| {
+            let c = Case::new(
+                &scenario,
+                &format!("batched{}:", case.fetch_add(1, Ordering::Relaxed)),
+            );
+            let mut table = MapTable::default();
+            let mut now = scenario.start;
+            for (i, tick) in ticks.iter().enumerate() {
+                now += tick[0].dt;
+                let requests_checks: Vec<Vec<Check<'_>>> =
+                    tick.iter().map(|s| c.checks(s)).collect();
+                let before = redis.command_calls("fcall");
+                let got = rt.block_on(futures::future::join_all(
+                    requests_checks
+                        .iter()
+                        .map(|checks| store.decide_checks(checks, now, Deadline::NONE)),
+                ));
+                fcalls.fetch_add(redis.command_calls("fcall") - before, Ordering::Relaxed);
+                ticks_run.fetch_add(1, Ordering::Relaxed);
+                for (j, (checks, got)) in requests_checks.iter().zip(got).enumerate() {
+                    let want = batch::decide(&mut table, checks, now);
+                    let got = got.map_err(|e| TestCaseError::fail(format!("redis: {e}")))?;
+                    prop_assert_eq!(got, want, "tick {} request {} at {}: {:?}", i, j, now, tick);
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{}: {e}", scenario.name);
+        }
+    }
+    // Every tick was one FCALL, whatever its number of requests.
+    assert_eq!(fcalls.into_inner(), ticks_run.into_inner());
+    assert_eq!(redis.command_calls("evalsha"), 0);
 }
 
 /// A HyperLogLog-mode distinct limit filled past its limit, 100 values per request (the same

@@ -1,0 +1,119 @@
+//! The decision scripts as one Redis Function library (`FUNCTION LOAD` once per connection,
+//! `FCALL` per decision), for the serving threads' own connections ([`super::link`]).
+//!
+//! Why: an `EVALSHA` runs its whole script on every call, so `decide.lua` made its helpers
+//! and each algorithm's closures per decision; a library's top level runs once, at load. And
+//! the library's `batch` decides every decision a thread queued in one scheduler tick in one
+//! `FCALL`, so Redis parses, dispatches and answers one command for all of them.
+//!
+//! The library is assembled from the very scripts `EVALSHA` runs (no second copy of any
+//! algorithm): `decide.lua` split at its `-- sluice:main` line into definitions (the library's
+//! top level) and the per-call body (the `decide` function); each fast path wrapped whole as
+//! a function of `(KEYS, ARGV)`; `functions.lua` (`batch`) last. Its name carries a hash of
+//! its source, so sluice versions sharing one Redis each call their own code, and loading is
+//! "load unless already there": never `REPLACE`.
+
+use std::sync::LazyLock;
+
+use super::script::{self, ScriptId};
+
+/// The batch function's source (see its header).
+const BATCH_LUA: &str = include_str!("functions.lua");
+
+/// The library: its source for `FUNCTION LOAD`, and the names to `FCALL`.
+pub struct Library {
+    pub source: String,
+    /// Indexed by [`ScriptId::code`] - 1.
+    functions: Vec<String>,
+    batch: String,
+}
+
+impl Library {
+    /// The function that runs `id`'s script.
+    pub fn function(&self, id: ScriptId) -> &str {
+        &self.functions[usize::from(id.code()) - 1]
+    }
+
+    /// The function that runs a batch of decisions.
+    pub fn batch(&self) -> &str {
+        &self.batch
+    }
+}
+
+pub static LIBRARY: LazyLock<Library> = LazyLock::new(build);
+
+fn build() -> Library {
+    let (defs, main) = script::LUA
+        .split_once("-- sluice:main")
+        .expect("decide.lua has its -- sluice:main line");
+    let mut body = String::with_capacity(script::LUA.len() * 2);
+    body.push_str(defs);
+    body.push_str("\nlocal function decide(KEYS, ARGV)\n-- sluice:main");
+    body.push_str(main);
+    body.push_str("\nend\n");
+    for id in ScriptId::ALL {
+        if id != ScriptId::Decide {
+            body.push_str(&format!(
+                "\nlocal function {}(KEYS, ARGV)\n{}\nend\n",
+                id.name(),
+                id.lua()
+            ));
+        }
+    }
+    let subs: Vec<&str> = ScriptId::ALL.iter().map(|id| id.name()).collect();
+    let now_at: Vec<String> = ScriptId::ALL
+        .iter()
+        .map(|id| id.now_at().to_string())
+        .collect();
+    body.push_str(&format!(
+        "\nlocal SUBS = {{ {} }}\nlocal NOW_AT = {{ {} }}\n\n{BATCH_LUA}",
+        subs.join(", "),
+        now_at.join(", ")
+    ));
+    let hash = fred::util::sha1_hash(&body);
+    let name = format!("sluice_{}", &hash[..12]);
+    let functions: Vec<String> = ScriptId::ALL
+        .iter()
+        .map(|id| format!("{name}_{}", id.name()))
+        .collect();
+    let batch = format!("{name}_batch");
+    let mut source = format!("#!lua name={name}\n{body}\n");
+    for (id, f) in ScriptId::ALL.iter().zip(&functions) {
+        source.push_str(&format!("redis.register_function('{f}', {})\n", id.name()));
+    }
+    source.push_str(&format!("redis.register_function('{batch}', batch)\n"));
+    Library {
+        source,
+        functions,
+        batch,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_is_a_function_of_the_library_named_for_its_source() {
+        let lib = &*LIBRARY;
+        assert!(lib.source.starts_with("#!lua name=sluice_"));
+        for id in ScriptId::ALL {
+            let f = lib.function(id);
+            assert!(f.ends_with(id.name()), "{f}");
+            assert!(lib
+                .source
+                .contains(&format!("redis.register_function('{f}'")));
+        }
+        assert!(lib.source.contains(&format!(
+            "redis.register_function('{}', batch)",
+            lib.batch()
+        )));
+        // decide.lua's per-call body is inside `decide`, its definitions outside.
+        let at_main = lib
+            .source
+            .find("local function decide(KEYS, ARGV)")
+            .unwrap();
+        assert!(lib.source.find("local function fdiv").unwrap() < at_main);
+        assert!(lib.source.find("local scope = ARGV[1]").unwrap() > at_main);
+    }
+}
