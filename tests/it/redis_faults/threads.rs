@@ -86,18 +86,33 @@ async fn serving_threads_decide_on_their_own_connections_and_each_reply_reaches_
     wait_until("both threads' own connections", || {
         own_connections(&redis.cli(&["CLIENT", "LIST"])).len() == 2
     });
-    let before = redis.command_calls("evalsha");
+    let before = redis.decision_calls();
     burst(server.grpc_addr, 400, "own").await.unwrap();
-    assert_eq!(redis.command_calls("evalsha") - before, 400);
+    // The decisions of one scheduler tick leave as one FCALL: fewer round trips than requests.
+    let calls = redis.decision_calls() - before;
+    assert!(
+        (1..400).contains(&calls),
+        "{calls} round trips for 400 requests"
+    );
+    assert_eq!(
+        redis.command_calls("evalsha"),
+        0,
+        "all on the threads' own connections"
+    );
     // The decisions went over the threads' own connections (their last command).
     let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
     assert!(
-        own.iter().any(|l| l.contains(" cmd=evalsha ")),
-        "no EVALSHA on the threads' connections: {own:?}"
+        own.iter().any(|l| l.contains(" cmd=fcall ")),
+        "no FCALL on the threads' connections: {own:?}"
     );
-    // The scripts flushed: the threads load them again themselves (NOSCRIPT), nothing fails.
-    redis.cli(&["SCRIPT", "FLUSH"]);
+    // The library flushed: the threads reconnect and load it again, and the requests that
+    // met it missing go on the shared pool: nothing fails.
+    redis.cli(&["FUNCTION", "FLUSH"]);
     burst(server.grpc_addr, 200, "flushed").await.unwrap();
+    wait_until("the library loaded again", || {
+        redis.cli(&["FUNCTION", "LIST"]).contains("sluice_")
+    });
+    burst(server.grpc_addr, 200, "reloaded").await.unwrap();
     server.shutdown();
     server.wait().await.unwrap();
 }
@@ -146,7 +161,7 @@ async fn killed_own_connections_come_back() {
     });
     burst(server.grpc_addr, 200, "back").await.unwrap();
     let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
-    assert!(own.iter().any(|l| l.contains(" cmd=evalsha ")), "{own:?}");
+    assert!(own.iter().any(|l| l.contains(" cmd=fcall ")), "{own:?}");
     server.shutdown();
     server.wait().await.unwrap();
 }
@@ -162,7 +177,7 @@ async fn own_connections_speak_tls_with_a_custom_ca() {
     });
     burst(server.grpc_addr, 200, "tls").await.unwrap();
     let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
-    assert!(own.iter().any(|l| l.contains(" cmd=evalsha ")), "{own:?}");
+    assert!(own.iter().any(|l| l.contains(" cmd=fcall ")), "{own:?}");
     server.shutdown();
     server.wait().await.unwrap();
 }
@@ -197,10 +212,33 @@ async fn own_connections_follow_a_sentinel_failover() {
         burst(addr, 50, &format!("after{n}")).await.is_ok()
     })
     .await;
-    let before = replica.command_calls("evalsha");
+    let before = replica.decision_calls();
     burst(addr, 100, "own-after").await.unwrap();
-    assert_eq!(replica.command_calls("evalsha") - before, 100);
+    let calls = replica.decision_calls() - before;
+    assert!(
+        (1..=100).contains(&calls),
+        "{calls} round trips for 100 requests"
+    );
     let own = own_connections(&replica.cli(&["CLIENT", "LIST"]));
+    assert!(own.iter().any(|l| l.contains(" cmd=fcall ")), "{own:?}");
+    server.shutdown();
+    server.wait().await.unwrap();
+}
+
+/// Where the function library cannot be loaded (here an ACL refuses `FUNCTION`; likewise a
+/// Redis before 7), the threads' own connections decide with one `EVALSHA` per request, as
+/// before: nothing fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_functions_the_own_connections_decide_by_evalsha() {
+    let redis = RedisNode::start();
+    redis.cli(&["ACL", "SETUSER", "default", "-function"]);
+    let (server, _dir) = serve(&redis.url(), &[]).await;
+    wait_until("both threads' own connections", || {
+        own_connections(&redis.cli(&["CLIENT", "LIST"])).len() == 2
+    });
+    burst(server.grpc_addr, 200, "evalsha").await.unwrap();
+    assert_eq!(redis.command_calls("fcall"), 0);
+    let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
     assert!(own.iter().any(|l| l.contains(" cmd=evalsha ")), "{own:?}");
     server.shutdown();
     server.wait().await.unwrap();

@@ -20,23 +20,23 @@ async fn a_request_of_five_descriptors_is_one_evalsha() {
         .await
         .unwrap();
 
-    let before = redis.command_calls("evalsha");
+    let before = redis.decision_calls();
     let v = store
         .decide_checks(&checks, 0, Deadline::NONE)
         .await
         .unwrap();
-    assert_eq!(redis.command_calls("evalsha") - before, 1);
+    assert_eq!(redis.decision_calls() - before, 1);
     assert!(v.iter().all(|v| v.allowed && v.charged && v.remaining == 1));
 
     // The rejecting path too: one descriptor over its limit, still one round trip.
     let mut checks = checks;
     checks[2].ask = Ask::take(5);
-    let before = redis.command_calls("evalsha");
+    let before = redis.decision_calls();
     let v = store
         .decide_checks(&checks, 0, Deadline::NONE)
         .await
         .unwrap();
-    assert_eq!(redis.command_calls("evalsha") - before, 1);
+    assert_eq!(redis.decision_calls() - before, 1);
     assert!(!v[2].allowed);
     assert!(
         v.iter().all(|v| !v.charged),

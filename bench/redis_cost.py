@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Redis CPU per decision THROUGH sluice (a real server on the Redis store, driven over gRPC)
+against each algorithm's floor script (bench/floors/), envoyproxy/ratelimit's INCRBY + EXPIRE
+and a plain INCR, all on one Redis in one run, A/B in alternating order (issue 13, item 1).
+
+    python3 bench/redis_cost.py --sluice target/release/sluice \
+        --bench target/release/sluice-bench --out DIR [--rounds 3] [--in-flight 16]
+        [--duration 5s] [--keys 10000]
+
+Each figure is the Redis process's CPU (INFO cpu: used_cpu_user + used_cpu_sys, its utime +
+stime) over a run divided by the decisions made in it. sluice's side: `sluice-bench load`
+against `sluice serve --backend redis` on bench/config, one descriptor per request (one
+decision) or five (five decisions), over --keys values, --in-flight requests outstanding over
+2 connections (sluice's 2 serving threads). The floors' side: redis-benchmark calling each
+floor script by EVALSHA, 1 connection with --in-flight commands pipelined (the floor's best
+case: one read per 16 calls). Writes DIR/redis-cost-through~SUBJECT~POINT~rN.json and prints a
+Markdown table of medians. Standard library only.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import floors  # noqa: E402  (the floor scripts and their arguments, one copy)
+import tools  # noqa: E402
+
+ALGORITHMS = ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket",
+              "gcra"]
+FIVE = "fixed_window x5"
+
+
+def start_redis(port, work):
+    d = os.path.join(work, f"redis-{port}")
+    os.makedirs(d, exist_ok=True)
+    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                          "--save", "", "--appendonly", "no", "--dir", d],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if subprocess.run(["redis-cli", "-p", str(port), "PING"], capture_output=True,
+                          text=True).stdout.strip() == "PONG":
+            return p
+        time.sleep(0.05)
+    sys.exit("redis-server did not start")
+
+
+def start_sluice(binary, redis_port, work):
+    grpc, http = tools.free_port(), tools.free_port()
+    log = open(os.path.join(work, "sluice.log"), "w")
+    p = subprocess.Popen([binary, "serve", "--grpc-addr", f"127.0.0.1:{grpc}",
+                          "--http-addr", f"127.0.0.1:{http}", "--log-level", "warn",
+                          "--watch-config", "false", "--config", os.path.join(HERE, "config"),
+                          "--backend", "redis", "--redis-command-timeout", "250ms",
+                          "--redis-url", f"redis://127.0.0.1:{redis_port}"],
+                         stdout=log, stderr=log)
+    # Health says SERVING only once the store answers (issue 13, item 6).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            import urllib.request
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/healthcheck", timeout=1) as r:
+                if r.status == 200:
+                    return p, f"127.0.0.1:{grpc}"
+        except OSError:
+            pass
+        if p.poll() is not None:
+            break
+        time.sleep(0.1)
+    sys.exit("sluice did not become healthy; see " + log.name)
+
+
+def through_sluice(a, addr, pid, point):
+    if point == FIVE:
+        descriptors = [f"cost_fixed_window={c}{{i}}" for c in "abcde"]
+    else:
+        descriptors = [f"cost_{point}=u{{i}}"]
+    cmd = [a.bench, "load", "--target", addr, "--connections", "2",
+           "--in-flight", str(a.in_flight // 2), "--duration", a.duration, "--warmup", "1s",
+           "--keys", str(a.keys), "--redis", f"127.0.0.1:{a.port}", "--server-pid", str(pid),
+           "--json", "-"]
+    for d in descriptors:
+        cmd += ["--descriptor", d]
+    r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    if r["errors"] or r["over_limit"]:
+        sys.exit(f"{point}: the load saw errors or rejections: {r['errors']} {r['over_limit']}")
+    per_request = r["redis"]["cpu_us_per_request"]
+    return {"redis_cpu_us_per_decision": per_request / len(descriptors),
+            "redis_cpu_us_per_request": per_request,
+            "scripts_per_request": r["redis"]["scripts_per_request"],
+            "commands": r["redis"]["commands"], "throughput_rps": r["throughput_rps"],
+            "sluice_cpu_us_per_request": r["server_cpu_us_per_request"],
+            "decisions_per_request": len(descriptors)}
+
+
+def plain(a, *command):
+    cpu, calls = floors.benchmark(a, *command)
+    return cpu * 1e6 / calls[command[0].lower()]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--sluice", required=True)
+    p.add_argument("--bench", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--in-flight", type=int, default=16)
+    p.add_argument("--duration", default="5s")
+    p.add_argument("--keys", type=int, default=10_000)
+    p.add_argument("--requests", type=int, default=200_000, help="per floor run")
+    a = p.parse_args()
+    a.pipeline = a.in_flight
+    os.makedirs(a.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="redis-cost-")
+    a.port = tools.free_port()
+    redis = start_redis(a.port, work)
+    sluice, addr = start_sluice(a.sluice, a.port, work)
+    results = {}
+
+    def record(subject, point, run, value, extra=None):
+        results.setdefault((subject, point), []).append(value)
+        path = os.path.join(a.out, f"redis-cost-through~{subject}~{point.replace(' ', '')}~r{run}.json")
+        with open(path, "w") as f:
+            json.dump({"redis_cpu_us_per_decision": value, **(extra or {})}, f)
+        print(f"r{run} {subject:14} {point:16} {value:7.2f} µs of Redis CPU per decision",
+              file=sys.stderr)
+
+    try:
+        for run in range(1, a.rounds + 1):
+            sides = ["sluice", "floor"] if run % 2 else ["floor", "sluice"]
+            for point in ALGORITHMS + [FIVE]:
+                for side in sides:
+                    floors.cli(a.port, "FLUSHALL")
+                    if side == "sluice":
+                        r = through_sluice(a, addr, sluice.pid, point)
+                        record("sluice", point, run, r["redis_cpu_us_per_decision"], r)
+                    else:
+                        algorithm = "fixed_window" if point == FIVE else point
+                        record("floor", point, run, floors.floor(a, algorithm))
+            floors.cli(a.port, "FLUSHALL")
+            record("incrby-expire", "fixed_window", run, floors.incr_expire(a))
+            floors.cli(a.port, "FLUSHALL")
+            record("incr", "fixed_window", run, plain(a, "INCR", "k:__rand_int__"))
+    finally:
+        sluice.terminate()
+        redis.terminate()
+        sluice.wait()
+        redis.wait()
+
+    def med(subject, point):
+        v = results.get((subject, point))
+        return statistics.median(v) if v else None
+
+    print(f"\nRedis CPU per decision, µs (median of {a.rounds} rounds; sluice through the "
+          f"server at {a.in_flight} in flight over 2 connections, floors under redis-benchmark "
+          f"-c 1 -P {a.pipeline}; {a.keys} keys)\n")
+    print("| algorithm | sluice | floor | × floor (rounds) |")
+    print("| --- | --- | --- | --- |")
+    for point in ALGORITHMS + [FIVE]:
+        s, f = results[("sluice", point)], results[("floor", point)]
+        ratios = [x / y for x, y in zip(s, f)]
+        print(f"| {point} | {statistics.median(s):.2f} | {statistics.median(f):.2f} | "
+              f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)}) |")
+    print(f"| envoyproxy/ratelimit INCRBY + EXPIRE | {med('incrby-expire', 'fixed_window'):.2f} | | |")
+    print(f"| a plain INCR | {med('incr', 'fixed_window'):.2f} | | |")
+    print("\nDecisions per second one Redis core sustains = 10^6 / µs per decision.")
+
+
+if __name__ == "__main__":
+    main()
