@@ -51,14 +51,14 @@ def start_redis(port, work):
     sys.exit("redis-server did not start")
 
 
-def start_sluice(binary, redis_port, work):
+def start_sluice(binary, redis_port, work, extra):
     grpc, http = tools.free_port(), tools.free_port()
     log = open(os.path.join(work, "sluice.log"), "w")
     p = subprocess.Popen([binary, "serve", "--grpc-addr", f"127.0.0.1:{grpc}",
                           "--http-addr", f"127.0.0.1:{http}", "--log-level", "warn",
                           "--watch-config", "false", "--config", os.path.join(HERE, "config"),
                           "--backend", "redis", "--redis-command-timeout", "250ms",
-                          "--redis-url", f"redis://127.0.0.1:{redis_port}"],
+                          "--redis-url", f"redis://127.0.0.1:{redis_port}", *extra],
                          stdout=log, stderr=log)
     # Health says SERVING only once the store answers (issue 13, item 6).
     deadline = time.monotonic() + 60
@@ -96,6 +96,7 @@ def through_sluice(a, addr, pid, point):
             "scripts_per_request": r["redis"]["scripts_per_request"],
             "commands": r["redis"]["commands"], "throughput_rps": r["throughput_rps"],
             "sluice_cpu_us_per_request": r["server_cpu_us_per_request"],
+            "latency_us": r["latency_us"],
             "decisions_per_request": len(descriptors)}
 
 
@@ -114,13 +115,18 @@ def main():
     p.add_argument("--duration", default="5s")
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--requests", type=int, default=200_000, help="per floor run")
+    p.add_argument("--points", default=",".join(ALGORITHMS + [FIVE]),
+                   help="which rows, comma-separated")
+    p.add_argument("--sluice-flag", action="append", default=[],
+                   help="a flag for sluice serve (repeatable), e.g. --sluice-flag=--grpc-threads=1")
     a = p.parse_args()
     a.pipeline = a.in_flight
     os.makedirs(a.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="redis-cost-")
     a.port = tools.free_port()
     redis = start_redis(a.port, work)
-    sluice, addr = start_sluice(a.sluice, a.port, work)
+    sluice, addr = start_sluice(a.sluice, a.port, work, a.sluice_flag)
+    points = a.points.split(",")
     results = {}
 
     def record(subject, point, run, value, extra=None):
@@ -134,7 +140,7 @@ def main():
     try:
         for run in range(1, a.rounds + 1):
             sides = ["sluice", "floor"] if run % 2 else ["floor", "sluice"]
-            for point in ALGORITHMS + [FIVE]:
+            for point in points:
                 for side in sides:
                     floors.cli(a.port, "FLUSHALL")
                     if side == "sluice":
@@ -162,7 +168,7 @@ def main():
           f"-c 1 -P {a.pipeline}; {a.keys} keys)\n")
     print("| algorithm | sluice | floor | × floor (rounds) |")
     print("| --- | --- | --- | --- |")
-    for point in ALGORITHMS + [FIVE]:
+    for point in points:
         s, f = results[("sluice", point)], results[("floor", point)]
         ratios = [x / y for x, y in zip(s, f)]
         print(f"| {point} | {statistics.median(s):.2f} | {statistics.median(f):.2f} | "

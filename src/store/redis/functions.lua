@@ -42,7 +42,8 @@ local function batch(keys, args)
       if a[at] == '' then
         if now == nil then
           local t = redis.call('TIME')
-          now = tostring(tonumber(t[1]) * 1000000 + tonumber(t[2]))
+          -- A number, not its text: tostring keeps 14 digits (100 us at today's times).
+          now = tonumber(t[1]) * 1000000 + tonumber(t[2])
         end
         a[at] = now
       end

@@ -61,6 +61,8 @@ type Reply = oneshot::Sender<Result<Frame, CallError>>;
 /// Who waits for one command's reply.
 enum Waiter {
     One(Reply),
+    /// An `FCALL` of one decision's function.
+    Fcall(Reply),
     /// A `batch` call: its reply is an array of one answer per decision, in this order.
     Batch(Vec<Reply>),
 }
@@ -78,6 +80,9 @@ struct State {
     waiting: VecDeque<Waiter>,
     /// The decisions queued for the next `FCALL` (with `functions` only).
     queued: Queued,
+    /// An `FCALL` of decisions awaits its reply: the next one waits for it, gathering every
+    /// decision queued meanwhile (see [`serve`]).
+    fcall_in_flight: bool,
     /// Drop the connection and dial again (it reached a server that is no primary).
     redial: bool,
 }
@@ -146,7 +151,7 @@ impl Queued {
             resp::bulk_int(out, nkeys as i64);
             out.extend_from_slice(&self.keys);
             out.extend_from_slice(&self.args[own..]);
-            Waiter::One(self.replies.pop().expect("one decision"))
+            Waiter::Fcall(self.replies.pop().expect("one decision"))
         } else {
             // FCALL batch numkeys KEYS.. count (code nkeys nargs ARGV..)..
             resp::command_header(out, 3 + self.nkeys + 1 + self.nargs);
@@ -291,6 +296,7 @@ impl Shared {
         s.functions = false;
         s.redial = false;
         s.out.clear();
+        s.fcall_in_flight = false;
         let unsent = std::mem::take(&mut s.unsent);
         let written = s.waiting.len() - unsent;
         for (i, w) in s.waiting.drain(..).enumerate() {
@@ -302,7 +308,7 @@ impl Shared {
                 }
             };
             match w {
-                Waiter::One(r) => drop(r.send(Err(e()))),
+                Waiter::One(r) | Waiter::Fcall(r) => drop(r.send(Err(e()))),
                 Waiter::Batch(rs) => rs.into_iter().for_each(|r| drop(r.send(Err(e())))),
             }
         }
@@ -381,10 +387,16 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
                 return "asked to reconnect".into();
             }
             std::mem::swap(&mut s.out, &mut batch);
-            // After the commands queued before it, as its waiter comes after theirs.
+            // After the commands queued before it, as its waiter comes after theirs. One FCALL
+            // of decisions at a time: what is queued while one is out leaves, as one, when its
+            // reply is in. Redis then wakes once per round trip rather than once per tick, at
+            // most one round trip later for a decision queued just after a write.
             let s = &mut *s;
-            if let Some(w) = s.queued.write(&mut batch) {
-                s.waiting.push_back(w);
+            if !s.fcall_in_flight {
+                if let Some(w) = s.queued.write(&mut batch) {
+                    s.waiting.push_back(w);
+                    s.fcall_in_flight = true;
+                }
             }
             s.unsent = 0;
         }
@@ -423,6 +435,14 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
     }
 }
 
+/// The library is not on the server (`FUNCTION FLUSH`, a server restarted with an old
+/// dataset): the call ran nothing, so its decisions may go elsewhere, and the connection
+/// reconnects, which loads the library again. Only one `FCALL` is ever out, so no other
+/// decision met the same fate after being written.
+fn library_gone(f: &Frame) -> bool {
+    matches!(f, Frame::Error(e) if e.contains("Function not found"))
+}
+
 async fn read_more(stream: &mut Stream, inbox: &mut Vec<u8>) -> std::io::Result<usize> {
     inbox.reserve(8 * 1024);
     stream.read_buf(inbox).await
@@ -437,15 +457,33 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
         // A caller that gave up (timeout) is simply gone.
         match s.waiting.pop_front() {
             Some(Waiter::One(w)) => drop(w.send(Ok(frame))),
+            Some(Waiter::Fcall(w)) => {
+                s.fcall_in_flight = false;
+                if library_gone(&frame) {
+                    s.redial = true;
+                    drop(w.send(Err(CallError::NotSent)));
+                } else {
+                    drop(w.send(Ok(frame)));
+                }
+            }
             Some(Waiter::Batch(ws)) => match frame {
                 Frame::Array(Some(answers)) if answers.len() == ws.len() => {
+                    s.fcall_in_flight = false;
                     for (w, a) in ws.into_iter().zip(answers) {
                         let _ = w.send(Ok(a));
                     }
                 }
-                // The call as a whole failed (the library gone, a replica): each decision
+                Frame::Error(_) if library_gone(&frame) => {
+                    s.fcall_in_flight = false;
+                    s.redial = true;
+                    for w in ws {
+                        let _ = w.send(Err(CallError::NotSent));
+                    }
+                }
+                // The call as a whole failed (a replica, a script killed): each decision
                 // learns why.
                 Frame::Error(e) => {
+                    s.fcall_in_flight = false;
                     for w in ws {
                         let _ = w.send(Ok(Frame::Error(e.clone())));
                     }

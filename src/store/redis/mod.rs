@@ -451,12 +451,6 @@ impl Inner {
         let args = script::evalsha(&self.sha, checks, Scope::All, now.script, now.local);
         let id = script::script_of(checks, Scope::All);
         let mut reply = link.decide(id, &args, timeout).await;
-        if matches!(&reply, Ok(Frame::Error(e)) if e.contains("Function not found")) {
-            // The library was flushed (`FUNCTION FLUSH`): the connection loads it again when
-            // it reconnects; this request never ran, so it goes on the pool.
-            link.redial();
-            return None;
-        }
         if matches!(&reply, Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT")) {
             // Rare: boxed, so it does not enlarge every request's future.
             let load = load_timeout(timeout, now.deadline);

@@ -27,8 +27,11 @@ pub const FIXED_WINDOW_LUA: &str = include_str!("fixed_window.lua");
 /// The sliding_log fast path's Lua source.
 pub const SLIDING_LOG_LUA: &str = include_str!("sliding_log.lua");
 
+/// The fast path of token_bucket, leaky_bucket and gcra (one meter).
+pub const BUCKET_LUA: &str = include_str!("bucket.lua");
+
 /// Every script a decision may call: each is loaded (`SCRIPT LOAD`) wherever one is.
-pub const SCRIPTS: [&str; 3] = [LUA, FIXED_WINDOW_LUA, SLIDING_LOG_LUA];
+pub const SCRIPTS: [&str; 4] = [LUA, FIXED_WINDOW_LUA, SLIDING_LOG_LUA, BUCKET_LUA];
 
 /// Which script a call runs: its code in the function library's `batch`, its function's
 /// name there, and where in its `ARGV` it reads `now`.
@@ -37,13 +40,15 @@ pub enum ScriptId {
     Decide,
     FixedWindow,
     SlidingLog,
+    Bucket,
 }
 
 impl ScriptId {
-    pub const ALL: [ScriptId; 3] = [
+    pub const ALL: [ScriptId; 4] = [
         ScriptId::Decide,
         ScriptId::FixedWindow,
         ScriptId::SlidingLog,
+        ScriptId::Bucket,
     ];
 
     /// 1-based, as Lua tables: the index into [`Self::ALL`] plus one.
@@ -52,6 +57,7 @@ impl ScriptId {
             ScriptId::Decide => 1,
             ScriptId::FixedWindow => 2,
             ScriptId::SlidingLog => 3,
+            ScriptId::Bucket => 4,
         }
     }
 
@@ -60,6 +66,7 @@ impl ScriptId {
             ScriptId::Decide => "decide",
             ScriptId::FixedWindow => "fixed_window",
             ScriptId::SlidingLog => "sliding_log",
+            ScriptId::Bucket => "bucket",
         }
     }
 
@@ -68,6 +75,7 @@ impl ScriptId {
             ScriptId::Decide => LUA,
             ScriptId::FixedWindow => FIXED_WINDOW_LUA,
             ScriptId::SlidingLog => SLIDING_LOG_LUA,
+            ScriptId::Bucket => BUCKET_LUA,
         }
     }
 
@@ -85,6 +93,8 @@ static FIXED_WINDOW_SHA: LazyLock<Value> =
     LazyLock::new(|| Value::from(fred::util::sha1_hash(FIXED_WINDOW_LUA)));
 static SLIDING_LOG_SHA: LazyLock<Value> =
     LazyLock::new(|| Value::from(fred::util::sha1_hash(SLIDING_LOG_LUA)));
+static BUCKET_SHA: LazyLock<Value> =
+    LazyLock::new(|| Value::from(fred::util::sha1_hash(BUCKET_LUA)));
 
 /// Values per check in `ARGV` (must match `FIELDS` in the script).
 const FIELDS: usize = 15;
@@ -216,6 +226,10 @@ pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
             id: ScriptId::SlidingLog,
             sha: &SLIDING_LOG_SHA,
         },
+        Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra => FastPath {
+            id: ScriptId::Bucket,
+            sha: &BUCKET_SHA,
+        },
         _ => return None,
     };
     Some((c, path))
@@ -244,7 +258,7 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     if let Some((c, path)) = fast_path(checks, scope) {
         let int = Value::Integer;
         let mode = i64::from(c.ask.refund) + 2 * i64::from(c.charge == Charge::Always);
-        return vec![
+        let mut args = vec![
             Value::clone(path.sha),
             int(1),
             Value::Bytes(Bytes::copy_from_slice(c.key)),
@@ -254,6 +268,11 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
             int(clamp(c.ask.hits)),
             int(mode),
         ];
+        // The bucket's burst (the fast paths of windows need nothing more).
+        if path.id == ScriptId::Bucket {
+            args.push(int(clamp(param(c.limit))));
+        }
+        return args;
     }
     let keys = distinct_keys(checks);
     let mut args = Vec::with_capacity(2 + keys.len() + 3 + checks.len() * FIELDS);
@@ -462,14 +481,16 @@ mod tests {
     }
 
     #[test]
-    fn only_a_lone_epoch_aligned_fixed_window_or_sliding_log_takes_a_fast_path() {
+    fn only_a_lone_epoch_aligned_window_a_sliding_log_or_a_bucket_takes_a_fast_path() {
         let fixed = Limit::fixed_window(10, 60_000_000);
         let mut calendar = fixed.clone();
         calendar.calendar = Some(crate::algorithm::Calendar {
             unit: crate::model::Unit::Hour,
             tz: chrono_tz::UTC,
         });
-        let gcra = Limit::new(Algorithm::Gcra, 10, 60_000_000);
+        let mut gcra = Limit::new(Algorithm::Gcra, 10, 60_000_000);
+        gcra.burst = 4;
+        let distinct = Limit::new(Algorithm::Distinct, 10, 60_000_000);
         let mk = |limit| Check {
             key: b"k",
             limit,
@@ -482,7 +503,7 @@ mod tests {
             quota: false,
             on_error: None,
         };
-        let (one, cal, other) = (mk(&fixed), mk(&calendar), mk(&gcra));
+        let (one, cal, other, bucket) = (mk(&fixed), mk(&calendar), mk(&distinct), mk(&gcra));
         let log = Limit::new(Algorithm::SlidingLog, 10, 60_000_000);
         let log = mk(&log);
         assert!(fast_path(&[&one], Scope::All).is_some());
@@ -505,6 +526,15 @@ mod tests {
         assert_eq!(args[3], EMPTY);
         assert_eq!(&ints[4..], [Some(10), Some(60_000_000), Some(3), Some(3)]);
         assert_eq!(evalsha(&sha, &[&other], Scope::All, None, 5)[0], sha);
+        // A bucket's fast path also takes its burst.
+        let args = evalsha(&sha, &[&bucket], Scope::All, None, 5);
+        assert_eq!(args[0], *BUCKET_SHA);
+        assert_eq!(script_of(&[&bucket], Scope::All), ScriptId::Bucket);
+        let ints: Vec<Option<i64>> = args.iter().map(|v| v.as_i64()).collect();
+        assert_eq!(
+            &ints[4..],
+            [Some(10), Some(60_000_000), Some(3), Some(3), Some(4)]
+        );
     }
 
     #[test]

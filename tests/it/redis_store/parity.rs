@@ -103,8 +103,21 @@ fn scenarios() -> Vec<Scenario> {
             ..each("sliding_log (fast path)", SlidingLog)
         },
         each("token_bucket", TokenBucket),
+        // One check or two: bucket.lua and decide.lua take turns on the same meters.
+        Scenario {
+            max_checks: 3,
+            ..each("token_bucket (fast path)", TokenBucket)
+        },
         each("leaky_bucket", LeakyBucket),
+        Scenario {
+            max_checks: 3,
+            ..each("leaky_bucket (fast path)", LeakyBucket)
+        },
         each("gcra", Gcra),
+        Scenario {
+            max_checks: 3,
+            ..each("gcra (fast path)", Gcra)
+        },
         each("distinct", Distinct),
         Scenario {
             requests_base: 1_001,
@@ -578,3 +591,44 @@ fn calendar_windows_follow_the_redis_clock() {
 // ---------------------------------------------------------------------------------------------
 // Round trips and sharing.
 // ---------------------------------------------------------------------------------------------
+
+/// The library's `batch` reads Redis' clock once for the decisions that ask for it, to the
+/// microsecond (as each script does alone), and hands every one of them the same time.
+#[test]
+fn a_batch_on_the_redis_clock_decides_at_one_exact_instant() {
+    use sluice::store::redis::library::LIBRARY;
+    let redis = RedisNode::start();
+    redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
+    let time = || -> Micros {
+        let t = redis.cli(&["TIME"]);
+        let mut it = t.split_whitespace().map(|x| x.parse::<i64>().unwrap());
+        it.next().unwrap() * SEC + it.next().unwrap()
+    };
+    // Two fixed_window decisions (script code 2: key, now '', limit, window, hits, mode).
+    let sub = ["2", "1", "5", "", "10", "60000000", "1", "0"];
+    let mut exact = 0;
+    for _ in 0..5 {
+        let before = time();
+        let mut args = vec!["FCALL", LIBRARY.batch(), "2", "a", "b", "2"];
+        args.extend(sub);
+        args.extend(sub);
+        let reply = redis.cli(&args);
+        let after = time();
+        let nows: Vec<Micros> = reply
+            .split_whitespace()
+            .step_by(4)
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert_eq!(nows.len(), 2, "{reply}");
+        assert_eq!(nows[0], nows[1], "one instant: {reply}");
+        assert!(
+            (before..=after).contains(&nows[0]),
+            "{before} {nows:?} {after}"
+        );
+        if nows[0] % 100 != 0 {
+            exact += 1;
+        }
+    }
+    // Rounded to 100 us (what `tostring` of a time does), all five would be multiples of 100.
+    assert!(exact > 0, "the time was rounded");
+}
