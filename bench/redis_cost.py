@@ -76,7 +76,20 @@ def start_sluice(binary, redis_port, work, extra):
     sys.exit("sluice did not become healthy; see " + log.name)
 
 
-def through_sluice(a, addr, pid, point):
+def start_seed_server(bench, redis_port):
+    """`sluice-bench noop --seed-redis`: the seeds' fixed-window script per descriptor, served
+    over gRPC on sluice's own pipelined connection, with sluice's runtime layout (2 threads,
+    each its own listener and connection)."""
+    p = subprocess.Popen([bench, "noop", "--runtime", "per-core", "--threads", "2",
+                          "--addr", "127.0.0.1:0", "--seed-redis", f"127.0.0.1:{redis_port}"],
+                         stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    if not line.startswith("listening on "):
+        sys.exit(f"the seed server did not start: {line!r}")
+    return p, line.split()[-1]
+
+
+def through_server(a, addr, pid, point):
     if point == FIVE:
         descriptors = [f"cost_fixed_window={c}{{i}}" for c in "abcde"]
     else:
@@ -126,6 +139,7 @@ def main():
     a.port = tools.free_port()
     redis = start_redis(a.port, work)
     sluice, addr = start_sluice(a.sluice, a.port, work, a.sluice_flag)
+    seed, seed_addr = start_seed_server(a.bench, a.port)
     points = a.points.split(",")
     results = {}
 
@@ -144,8 +158,12 @@ def main():
                 for side in sides:
                     floors.cli(a.port, "FLUSHALL")
                     if side == "sluice":
-                        r = through_sluice(a, addr, sluice.pid, point)
+                        r = through_server(a, addr, sluice.pid, point)
                         record("sluice", point, run, r["redis_cpu_us_per_decision"], r)
+                        if point in ("fixed_window", FIVE):
+                            floors.cli(a.port, "FLUSHALL")
+                            r = through_server(a, seed_addr, seed.pid, point)
+                            record("seed-server", point, run, r["redis_cpu_us_per_decision"], r)
                     else:
                         algorithm = "fixed_window" if point == FIVE else point
                         record("floor", point, run, floors.floor(a, algorithm))
@@ -154,6 +172,7 @@ def main():
             floors.cli(a.port, "FLUSHALL")
             record("incr", "fixed_window", run, plain(a, "INCR", "k:__rand_int__"))
     finally:
+        seed.terminate()
         sluice.terminate()
         redis.terminate()
         sluice.wait()
@@ -172,6 +191,12 @@ def main():
         s, f = results[("sluice", point)], results[("floor", point)]
         ratios = [x / y for x, y in zip(s, f)]
         print(f"| {point} | {statistics.median(s):.2f} | {statistics.median(f):.2f} | "
+              f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)}) |")
+    for point in [p for p in points if p in ("fixed_window", FIVE)]:
+        s, f = results[("sluice", point)], results[("seed-server", point)]
+        ratios = [x / y for x, y in zip(s, f)]
+        print(f"| {point}, against the seed script served over gRPC the same way | "
+              f"{statistics.median(s):.2f} | {statistics.median(f):.2f} | "
               f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)}) |")
     print(f"| envoyproxy/ratelimit INCRBY + EXPIRE | {med('incrby-expire', 'fixed_window'):.2f} | | |")
     print(f"| a plain INCR | {med('incr', 'fixed_window'):.2f} | | |")

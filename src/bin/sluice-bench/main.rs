@@ -170,6 +170,10 @@ struct NoopArgs {
     /// Threads of `multi` and `per-core` (default: available cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// HOST:PORT: answer each descriptor with one call of the seeds' fixed-window script on
+    /// this Redis (the Redis floor served over gRPC; see `noop.rs`).
+    #[arg(long, value_parser = parse_host_port)]
+    seed_redis: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -178,7 +182,7 @@ fn main() -> ExitCode {
         Cmd::Load(a) => load_command(a),
         Cmd::Noop(a) => {
             let threads = a.threads.unwrap_or_else(available_cores).max(1);
-            noop::run(a.addr, a.runtime, threads)
+            noop::run(a.addr, a.runtime, threads, a.seed_redis)
         }
         Cmd::RedisFloor(a) => redis_floor_command(a),
         Cmd::Memory(a) => memory_command(a),

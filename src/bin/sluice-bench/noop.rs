@@ -1,6 +1,13 @@
 //! `sluice-bench noop`: the gRPC floor. An RLS server that answers OK at once, one status per
 //! descriptor, with no matching and no store: what tonic, HTTP/2 and protobuf cost by
 //! themselves on this machine, on the runtime layout chosen by `--runtime`.
+//!
+//! With `--seed-redis HOST:PORT` it is the Redis floor served over gRPC instead: each
+//! descriptor is one call of the seeds' fixed-window script (bench/floors/fixed_window.lua:
+//! GET, compare, INCR, PEXPIRE on the first hit; the key is the descriptor's values, a 60 s
+//! window), sent on sluice's own pipelined connection (one per runtime thread, the commands of
+//! a tick in one write, as sluice's serving threads send theirs). What Redis spends per
+//! decision behind it is the simplest script's cost under the same traffic as sluice's.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -10,9 +17,15 @@ use tokio::net::{TcpListener, TcpSocket};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::Value;
 use sluice::proto::rate_limit_response::{Code, DescriptorStatus};
 use sluice::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use sluice::proto::{RateLimitRequest, RateLimitResponse};
+use sluice::store::redis::resp::Frame;
+use sluice::store::redis::{ConnectOptions, Pipeline};
 
 /// How the noop server runs its runtime(s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -25,8 +38,81 @@ pub enum RuntimeKind {
     PerCore,
 }
 
-#[derive(Clone, Copy, Default)]
-struct Noop;
+/// The seeds' fixed-window script (the floor of bench/floors.py), and its arguments.
+const SEED_LUA: &str = include_str!("../../../bench/floors/fixed_window.lua");
+const SEED_WINDOW_MS: i64 = 60_000;
+const SEED_LIMIT: i64 = 1_000_000_000;
+
+#[derive(Clone, Default)]
+struct Noop {
+    /// `--seed-redis`: this thread's connection and the script's SHA-1.
+    seed: Option<Arc<(Pipeline, Value)>>,
+}
+
+impl Noop {
+    /// The seed script for each descriptor, all sent in this tick's write; OK when it said 1.
+    async fn seed(&self, request: &RateLimitRequest) -> Result<Vec<Code>, Status> {
+        let Some(seed) = &self.seed else {
+            return Ok(vec![Code::Ok; request.descriptors.len()]);
+        };
+        let (pipeline, sha) = &**seed;
+        let calls = request.descriptors.iter().map(|d| {
+            let mut key = b"seed:".to_vec();
+            for e in &d.entries {
+                key.extend_from_slice(&e.value);
+                key.push(b'|');
+            }
+            let args = [
+                sha.clone(),
+                Value::Integer(1),
+                Value::Bytes(key.into()),
+                Value::Integer(SEED_WINDOW_MS),
+                Value::Integer(SEED_LIMIT),
+            ];
+            async move {
+                match pipeline
+                    .call("EVALSHA", &args, Duration::from_secs(1))
+                    .await
+                {
+                    Ok(Frame::Integer(1)) => Ok(Code::Ok),
+                    Ok(Frame::Integer(_)) => Ok(Code::OverLimit),
+                    Ok(other) => Err(Status::internal(format!("seed script: {other:?}"))),
+                    Err(e) => Err(Status::unavailable(e.to_string())),
+                }
+            }
+        });
+        futures::future::join_all(calls).await.into_iter().collect()
+    }
+}
+
+/// Connects this thread's pipeline to `addr` and loads the seed script on it.
+async fn seed_pipeline(addr: &str) -> anyhow::Result<Arc<(Pipeline, Value)>> {
+    let opts = ConnectOptions {
+        url: format!("redis://{addr}"),
+        tls_ca: None,
+        tls_client: None,
+        username: None,
+        password: None,
+        password_file: None,
+        pool_size: 1,
+        connect_timeout: Duration::from_secs(2),
+    };
+    let pipeline = Pipeline::connect(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let start = tokio::time::Instant::now();
+    while !pipeline.is_up() {
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(10),
+            "no connection to Redis at {addr}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let load = [Value::from("LOAD"), Value::from(SEED_LUA)];
+    let sha = match pipeline.call("SCRIPT", &load, Duration::from_secs(5)).await {
+        Ok(Frame::Bulk(Some(sha))) => Value::Bytes(sha.into()),
+        other => anyhow::bail!("SCRIPT LOAD at {addr}: {other:?}"),
+    };
+    Ok(Arc::new((pipeline, sha)))
+}
 
 #[tonic::async_trait]
 impl RateLimitService for Noop {
@@ -34,6 +120,26 @@ impl RateLimitService for Noop {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        if self.seed.is_some() {
+            let codes = self.seed(request.get_ref()).await?;
+            let overall = if codes.contains(&Code::OverLimit) {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            };
+            let statuses = codes
+                .into_iter()
+                .map(|code| DescriptorStatus {
+                    code: code as i32,
+                    ..Default::default()
+                })
+                .collect();
+            return Ok(Response::new(RateLimitResponse {
+                overall_code: overall as i32,
+                statuses,
+                ..Default::default()
+            }));
+        }
         let n = request.get_ref().descriptors.len();
         let statuses = (0..n)
             .map(|_| DescriptorStatus {
@@ -81,10 +187,16 @@ async fn shutdown_signal() {
     }
 }
 
-async fn serve(listener: TcpListener) -> anyhow::Result<()> {
+async fn serve(listener: TcpListener, seed: Option<&str>) -> anyhow::Result<()> {
+    let noop = Noop {
+        seed: match seed {
+            Some(addr) => Some(seed_pipeline(addr).await?),
+            None => None,
+        },
+    };
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
-        .add_service(RateLimitServiceServer::new(Noop))
+        .add_service(RateLimitServiceServer::new(noop))
         .serve_with_incoming_shutdown(incoming, shutdown_signal())
         .await
         .context("the noop server failed")
@@ -97,7 +209,12 @@ fn announce(addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(addr: SocketAddr, runtime: RuntimeKind, threads: usize) -> anyhow::Result<()> {
+pub fn run(
+    addr: SocketAddr,
+    runtime: RuntimeKind,
+    threads: usize,
+    seed: Option<String>,
+) -> anyhow::Result<()> {
     match runtime {
         RuntimeKind::Current | RuntimeKind::Multi => {
             let rt = if runtime == RuntimeKind::Current {
@@ -113,22 +230,23 @@ pub fn run(addr: SocketAddr, runtime: RuntimeKind, threads: usize) -> anyhow::Re
             rt.block_on(async {
                 let listener = bind(addr, false).with_context(|| format!("cannot bind {addr}"))?;
                 announce(listener.local_addr()?)?;
-                serve(listener).await
+                serve(listener, seed.as_deref()).await
             })
         }
-        RuntimeKind::PerCore => per_core(addr, threads),
+        RuntimeKind::PerCore => per_core(addr, threads, seed),
     }
 }
 
 /// One thread per listener, each a current-thread runtime; the first binds `addr` (port 0
 /// picks one), the others bind the port it got. The kernel spreads connections over the
 /// listeners by a hash of the 4-tuple, so use at least as many connections as threads.
-fn per_core(addr: SocketAddr, threads: usize) -> anyhow::Result<()> {
+fn per_core(addr: SocketAddr, threads: usize, seed: Option<String>) -> anyhow::Result<()> {
     let mut bound = addr;
     let mut handles = Vec::new();
     for n in 0..threads.max(1) {
         let (tx, rx) = std::sync::mpsc::channel::<anyhow::Result<SocketAddr>>();
         let want = bound;
+        let seed = seed.clone();
         let handle = std::thread::Builder::new()
             .name(format!("noop-{n}"))
             .spawn(move || -> anyhow::Result<()> {
@@ -144,7 +262,7 @@ fn per_core(addr: SocketAddr, threads: usize) -> anyhow::Result<()> {
                         }
                     };
                     let _ = tx.send(Ok(listener.local_addr()?));
-                    serve(listener).await
+                    serve(listener, seed.as_deref()).await
                 })
             })?;
         bound = rx.recv().context("a listener thread died")??;

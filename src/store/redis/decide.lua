@@ -175,7 +175,13 @@ local function new_fixed_window()
     return { s, v - 1 }
   end
 
-  function fixed_window.write(key, st, ttl_ms)
+  -- `read`: what `read` gave for the key. In the window it holds, one HSET: its expiry, set
+  -- when the window began, stands. A new window replaces the hash and sets its expiry.
+  function fixed_window.write(key, st, ttl_ms, read)
+    if read and read[1] == st[1] then
+      redis.call('HSET', key, st[1], st[2] + 1)
+      return
+    end
     redis.call('DEL', key)
     redis.call('HSET', key, st[1], st[2] + 1)
     redis.call('PEXPIRE', key, ttl_ms)
@@ -1032,7 +1038,7 @@ local function put(c, o)
   if ttl < 1 then
     ttl = 1
   end
-  c.algo.write(KEYS[c.k], o.state, ttl + GRACE_MS)
+  c.algo.write(KEYS[c.k], o.state, ttl + GRACE_MS, stored[c.k])
 end
 
 local function evaluate(c, st, hits, refund)
