@@ -1,10 +1,13 @@
-//! The Redis store: every decision is one Lua script (`decide.lua`) run with `EVALSHA`, so a
-//! request's checks are checked and charged atomically by Redis itself, shared by any number
-//! of sluice instances.
+//! The Redis store: every decision is one Lua script (`decide.lua`, or the fast path of a lone
+//! check's algorithm) run atomically by Redis itself, so a request's checks are checked and
+//! charged at once, shared by any number of sluice instances. On a serving thread's own
+//! connection the scripts are a Redis Function library ([`library`]) and the decisions of
+//! several requests share one `FCALL`; elsewhere each request is one `EVALSHA`.
 //!
 //! # Guarantees per topology
 //!
-//! * **Standalone and Sentinel**: one `EVALSHA` carries every check of the request; the script
+//! * **Standalone and Sentinel**: one script call carries every check of the request (an
+//!   `FCALL` may carry other requests too, each decided whole, in turn); the script
 //!   applies the [`batch`](super::batch) policy exactly (the same verdicts as the in-memory
 //!   store given the same states and time), atomically: no other request interleaves.
 //! * **Cluster**: each descriptor's keys share one hash slot (the `{...}` tag of
@@ -51,7 +54,8 @@
 //! * **Connections**: a fred pool (`--redis-pool-size`) on the runtime that connected the
 //!   store, and one connection of our own per gRPC serving thread ([`RedisStore::attach_thread`],
 //!   [`link`]) driven by that thread's runtime, so a request crosses no thread, and the
-//!   `EVALSHA`s of one scheduler tick leave in one write (fred flushes after each). A thread
+//!   decisions queued while its previous `FCALL` was out leave as one `FCALL` (fred would
+//!   write, and Redis wake, once per command). A thread
 //!   whose own connection is not up uses the pool, and so does a command that never left it.
 //!   The breaker, readiness and status are the store's, over all of them. Cluster: sluice routes by slot
 //!   itself ([`nodes`]): a pool and a breaker per primary, shared by every thread, so a dead
