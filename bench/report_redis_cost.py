@@ -6,6 +6,9 @@ ALGORITHMS = ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "
               "gcra"]
 US = "redis_cpu_us_per_call"
 HEAD = "c16"
+# bench/redis_cost.py: through the server.
+THROUGH = "redis-cost-through"
+PER = "redis_cpu_us_per_decision"
 
 
 def target_rows(rep, row):
@@ -25,7 +28,64 @@ def target_rows(rep, row):
                   ("redis-cost", "sluice", "fixed_window"), US), 2.0, True, "×")
 
 
+def through_target_rows(rep, row):
+    """Issue 13 item 1 measured through the server (bench/redis_cost.py)."""
+    t = lambda subject, point: (THROUGH, subject, point)  # noqa: E731
+    row("Redis: CPU per fixed_window decision through sluice ≤ the seed script's "
+        "(seed under redis-benchmark -P 16, same Redis, same run)",
+        rep.ratio(t("sluice", "fixed_window"), PER, t("floor", "fixed_window"), PER), 1.0, True,
+        "×")
+    row("Redis: CPU per fixed_window decision through sluice ≤ the seed script served over gRPC "
+        "the same way (sluice-bench noop --seed-redis)",
+        rep.ratio(t("sluice", "fixed_window"), PER, t("seed-server", "fixed_window"), PER), 1.0,
+        True, "×")
+    row("Redis: each of 5 descriptors ≤ one seed script call",
+        rep.ratio(t("sluice", "fixed_windowx5"), PER, t("floor", "fixed_windowx5"), PER), 1.0,
+        True, "×")
+    for a in ALGORITHMS[1:]:
+        row(f"Redis: {a} through sluice ≤ 1.5× its floor (bench/floors/{a}.lua)",
+            rep.ratio(t("sluice", a), PER, t("floor", a), PER), 1.5, True, "×")
+
+
+def through_section(rep):
+    if not rep.runs((THROUGH, "sluice", "fixed_window")):
+        return
+    p = rep.p
+    p("## Redis CPU per decision through the server")
+    p()
+    p("`bench/redis_cost.py`: the Redis process's CPU (utime + stime) per decision while `sluice "
+      "serve --backend redis` answers `sluice-bench load` (16 in flight over 2 connections, "
+      "10,000 keys, the `cost_*` rules of bench/config: a 60 s window and a limit nothing "
+      "reaches), against each floor script under `redis-benchmark -c 1 -P 16` and the seed "
+      "script served over gRPC by `sluice-bench noop --seed-redis` under the same load; A/B "
+      "alternating, every round.")
+    p()
+    rows = []
+    points = ALGORITHMS + ["fixed_windowx5"]
+    for a in points:
+        s = rep.stat((THROUGH, "sluice", a), PER)
+        f = rep.stat((THROUGH, "floor", a), PER)
+        if not s or not f:
+            continue
+        rows.append([a, s.fmt(2), f.fmt(2),
+                     rep.ratio((THROUGH, "sluice", a), PER, (THROUGH, "floor", a), PER).fmt(2)])
+    for a in ["fixed_window", "fixed_windowx5"]:
+        f = rep.stat((THROUGH, "seed-server", a), PER)
+        if f:
+            rows.append([f"{a}, against the seed script served over gRPC",
+                         rep.stat((THROUGH, "sluice", a), PER).fmt(2), f.fmt(2),
+                         rep.ratio((THROUGH, "sluice", a), PER, (THROUGH, "seed-server", a),
+                                   PER).fmt(2)])
+    for who, key in [("envoyproxy/ratelimit INCRBY + EXPIRE", "incrby-expire"),
+                     ("a plain INCR", "incr")]:
+        f = rep.stat((THROUGH, key, "fixed_window"), PER)
+        if f:
+            rows.append([who, "", f.fmt(2), ""])
+    rep.table(["algorithm", "sluice µs/decision", "floor µs/decision", "× floor"], rows)
+
+
 def section(rep):
+    through_section(rep)
     if not rep.runs(("redis-cost", "floor", "fixed_window")):
         return
     p = rep.p
@@ -79,6 +139,5 @@ def section(rep):
     if hot:
         p(f"A sliding_log key full at 10,000 entries (limit 10,000, one key, every call rejected) "
           f"costs **{hot.fmt(1)} µs** of Redis CPU per decision: its state is a sorted set, and "
-          "`sliding_log.lua` reads it by rank and count (O(log n)), never entry by entry. Kuadrant/limitador was not run (`LIMITADOR_BIN` is "
-          "not wired yet; building it takes about 25 minutes of both cores here).")
+          "`sliding_log.lua` reads it by rank and count (O(log n)), never entry by entry. Kuadrant/limitador was not run: its server is on no registry reachable here (crates.io has only the `limitador` library).")
         p()

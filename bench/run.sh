@@ -326,6 +326,10 @@ scenario_redis() {
             2>>"$WORK/redis-cost.log" ||
             { tail -n 20 "$WORK/redis-cost.log" >&2; die "bench/floors.py failed"; }
     done
+    # Redis CPU per decision through the server against the floors (its own Redis and sluice).
+    python3 bench/redis_cost.py --sluice "$SLUICE" --bench "$BENCH" --out "$OUT" \
+        --rounds "$RUNS" 2>>"$WORK/redis-cost-through.log" >"$WORK/redis-cost-through.md" ||
+        { tail -n 20 "$WORK/redis-cost-through.log" >&2; die "bench/redis_cost.py failed"; }
     local max
     max=$(max_rps redis sluice "c$HEAD")
     log "Redis standalone, open loop (fractions $FRACTIONS of $max req/s)"
