@@ -356,3 +356,52 @@ async fn load_counts_redis_commands_per_request() {
     assert!(r["cpu_s"].as_f64().unwrap() >= 0.0);
     sluice.stop().await;
 }
+
+/// `noop --seed-redis`: each descriptor is one `EVALSHA` of the seeds' fixed-window script on
+/// that Redis (the floor of `bench/redis_cost.py`), its answer the script's; the limit (10^9)
+/// is never reached, and a key's first call sets its 60 s expiry.
+#[test]
+fn noop_with_seed_redis_runs_the_seed_script_per_descriptor() {
+    let redis = redis_support::RedisNode::start();
+    let noop = Noop::start(&[
+        "--runtime",
+        "per-core",
+        "--threads",
+        "2",
+        "--seed-redis",
+        &format!("127.0.0.1:{}", redis.port),
+    ]);
+    let j = bench_json(&[
+        "load",
+        "--target",
+        &noop.addr,
+        "--duration",
+        "500ms",
+        "--warmup",
+        "0s",
+        "--connections",
+        "2",
+        "--in-flight",
+        "4",
+        "--descriptor",
+        "k=v{i}",
+        "--descriptor",
+        "k=w{i}",
+        "--keys",
+        "50",
+        "--redis",
+        &format!("127.0.0.1:{}", redis.port),
+    ]);
+    let answered = u(&j, "ok");
+    assert!(answered > 0 && u(&j, "requests") == answered, "{j}");
+    assert_eq!(j["errors"], serde_json::json!({}));
+    // Two descriptors: two script calls per request.
+    assert_eq!(
+        j["redis"]["commands"]["evalsha"].as_u64(),
+        Some(2 * answered),
+        "{j}"
+    );
+    let ttl: i64 = redis.cli(&["PTTL", "seed:v7|"]).trim().parse().unwrap();
+    assert!((1..=60_000).contains(&ttl), "{ttl}");
+    noop.stop();
+}

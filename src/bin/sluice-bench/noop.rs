@@ -87,16 +87,7 @@ impl Noop {
 
 /// Connects this thread's pipeline to `addr` and loads the seed script on it.
 async fn seed_pipeline(addr: &str) -> anyhow::Result<Arc<(Pipeline, Value)>> {
-    let opts = ConnectOptions {
-        url: format!("redis://{addr}"),
-        tls_ca: None,
-        tls_client: None,
-        username: None,
-        password: None,
-        password_file: None,
-        pool_size: 1,
-        connect_timeout: Duration::from_secs(2),
-    };
+    let opts = ConnectOptions::for_url(format!("redis://{addr}"));
     let pipeline = Pipeline::connect(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let start = tokio::time::Instant::now();
     while !pipeline.is_up() {

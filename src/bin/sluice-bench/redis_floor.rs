@@ -1,6 +1,8 @@
 //! `sluice-bench redis-floor`: the Redis floor. Loads the decision script the Redis store runs
-//! for one decision of one descriptor (the library's `script::lua_for`: `fixed_window.lua` for
-//! a fixed_window, `decide.lua` otherwise) and runs `redis-benchmark` calling it by EVALSHA
+//! for one decision of one descriptor on its shared pool (the library's `script::lua_for`: the
+//! fast path of fixed_window, sliding_log and the buckets, `decide.lua` otherwise; a serving
+//! thread's own connection batches them as `FCALL`s instead, which `bench/redis_cost.py`
+//! measures through the server) and runs `redis-benchmark` calling it by EVALSHA
 //! with exactly the KEYS and ARGV the store sends (built by the library's own
 //! `script::evalsha` from a `Check` like the limiter's), with `__rand_int__` in the key so
 //! `-r K` spreads the calls over K keys.
@@ -262,17 +264,40 @@ mod tests {
 
     #[test]
     fn one_key_with_rand_int_and_the_store_layout() {
-        let (lua, a) = evalsha_args(&args(Algorithm::Gcra, None));
+        let (lua, a) = evalsha_args(&args(Algorithm::SlidingWindow, None));
         assert_eq!(lua, script::LUA);
         assert_eq!(a[0], "1");
-        assert_eq!(a[1], "sluice:v2:{bench|k=v__rand_int__}:gcra:60000000");
+        assert_eq!(
+            a[1],
+            "sluice:v2:{bench|k=v__rand_int__}:sliding_window:60000000:p=10"
+        );
         // scope, now ('' = Redis' clock), number of checks, then 15 fields
         assert_eq!(&a[2..5], ["all", "", "1"]);
         assert_eq!(a.len(), 5 + 15);
-        // key index 1, algorithm 6, limit, window
-        assert_eq!(&a[5..9], ["1", "6", "1000", "60000000"]);
-        let local = evalsha_args(&args(Algorithm::Gcra, Some(1_700_000_000_000_000))).1;
+        // key index 1, algorithm 2, limit, window
+        assert_eq!(&a[5..9], ["1", "2", "1000", "60000000"]);
+        let local = evalsha_args(&args(Algorithm::SlidingWindow, Some(1_700_000_000_000_000))).1;
         assert_eq!(local[3], "1700000000000000");
+    }
+
+    #[test]
+    fn a_bucket_runs_its_fast_path_with_its_burst() {
+        let (lua, a) = evalsha_args(&args(Algorithm::Gcra, None));
+        assert_eq!(lua, script::BUCKET_LUA);
+        // numkeys, key, now, limit, window, hits, mode, burst
+        assert_eq!(
+            a,
+            [
+                "1",
+                "sluice:v2:{bench|k=v__rand_int__}:gcra:60000000",
+                "",
+                "1000",
+                "60000000",
+                "1",
+                "0",
+                "1000"
+            ]
+        );
     }
 
     #[test]

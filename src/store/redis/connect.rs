@@ -44,6 +44,23 @@ pub struct ConnectOptions {
     pub connect_timeout: Duration,
 }
 
+impl ConnectOptions {
+    /// `url` with nothing else set: no TLS files or credentials beyond the URL's, one pooled
+    /// connection, a one-second connect timeout (tools and tests).
+    pub fn for_url(url: impl Into<String>) -> ConnectOptions {
+        ConnectOptions {
+            url: url.into(),
+            tls_ca: None,
+            tls_client: None,
+            username: None,
+            password: None,
+            password_file: None,
+            pool_size: 1,
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
 /// A configuration error: the settings can never work, so start-up fails.
 #[derive(Debug, thiserror::Error)]
 #[error("redis: {0}")]
@@ -300,16 +317,7 @@ mod tests {
     }
 
     fn opts(url: &str) -> ConnectOptions {
-        ConnectOptions {
-            url: url.into(),
-            tls_ca: None,
-            tls_client: None,
-            username: None,
-            password: None,
-            password_file: None,
-            pool_size: 1,
-            connect_timeout: Duration::from_secs(1),
-        }
+        ConnectOptions::for_url(url)
     }
 
     #[test]
