@@ -264,19 +264,19 @@ mod tests {
 
     #[test]
     fn one_key_with_rand_int_and_the_store_layout() {
-        let (lua, a) = evalsha_args(&args(Algorithm::SlidingWindow, None));
+        let (lua, a) = evalsha_args(&args(Algorithm::Concurrency, None));
         assert_eq!(lua, script::LUA);
         assert_eq!(a[0], "1");
         assert_eq!(
             a[1],
-            "sluice:v2:{bench|k=v__rand_int__}:sliding_window:60000000:p=10"
+            "sluice:v2:{bench|k=v__rand_int__}:concurrency:60000000"
         );
         // scope, now ('' = Redis' clock), number of checks, then 15 fields
         assert_eq!(&a[2..5], ["all", "", "1"]);
         assert_eq!(a.len(), 5 + 15);
-        // key index 1, algorithm 2, limit, window
-        assert_eq!(&a[5..9], ["1", "2", "1000", "60000000"]);
-        let local = evalsha_args(&args(Algorithm::SlidingWindow, Some(1_700_000_000_000_000))).1;
+        // key index 1, algorithm 8, limit, window
+        assert_eq!(&a[5..9], ["1", "8", "1000", "60000000"]);
+        let local = evalsha_args(&args(Algorithm::Concurrency, Some(1_700_000_000_000_000))).1;
         assert_eq!(local[3], "1700000000000000");
     }
 

@@ -92,20 +92,26 @@ struct State {
 /// `batch`'s `ARGV`).
 #[derive(Default)]
 struct Queued {
-    replies: Vec<Reply>,
+    entries: Vec<Entry>,
     keys: Vec<u8>,
-    nkeys: usize,
     args: Vec<u8>,
-    /// RESP elements in `args`.
+}
+
+/// One queued decision: where its parts are in [`Queued`]'s buffers.
+struct Entry {
+    id: ScriptId,
+    nkeys: usize,
+    keys: std::ops::Range<usize>,
+    /// Its code, counts and arguments in `args`; its own arguments start at `own`.
+    args: std::ops::Range<usize>,
+    own: usize,
     nargs: usize,
-    /// The first decision's script, key count, and where its own arguments start in `args`
-    /// (what an `FCALL` of that script alone sends, when it is the only one).
-    first: Option<(ScriptId, usize, usize)>,
+    reply: Reply,
 }
 
 impl Queued {
     fn is_empty(&self) -> bool {
-        self.replies.is_empty()
+        self.entries.is_empty()
     }
 
     /// Adds a decision: `evalsha` is its `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`).
@@ -129,51 +135,64 @@ impl Queued {
             self.args.truncate(a);
             return Err(e);
         }
-        if self.first.is_none() {
-            self.first = Some((id, nkeys, own));
-        }
-        self.nkeys += nkeys;
-        self.nargs += 3 + argv.len();
-        self.replies.push(reply);
+        self.entries.push(Entry {
+            id,
+            nkeys,
+            keys: k..self.keys.len(),
+            args: a..self.args.len(),
+            own,
+            nargs: argv.len(),
+            reply,
+        });
         Ok(())
     }
 
     /// Encodes what is queued as one command into `out` and empties the queue; returns who
-    /// waits for its reply.
+    /// waits for its reply. A decision whose caller has gone (its deadline passed while an
+    /// `FCALL` was out) is left out: it would charge for an answer nobody reads.
     fn write(&mut self, out: &mut Vec<u8>) -> Option<Waiter> {
-        let (id, nkeys, own) = self.first.take()?;
+        self.entries.retain(|e| !e.reply.is_closed());
         let lib = &*LIBRARY;
-        let waiter = if self.replies.len() == 1 {
-            // FCALL function numkeys KEYS.. ARGV..
-            resp::command_header(out, 3 + nkeys + (self.nargs - 3));
-            resp::bulk(out, b"FCALL");
-            resp::bulk(out, lib.function(id).as_bytes());
-            resp::bulk_int(out, nkeys as i64);
-            out.extend_from_slice(&self.keys);
-            out.extend_from_slice(&self.args[own..]);
-            Waiter::Fcall(self.replies.pop().expect("one decision"))
-        } else {
-            // FCALL batch numkeys KEYS.. count (code nkeys nargs ARGV..)..
-            resp::command_header(out, 3 + self.nkeys + 1 + self.nargs);
-            resp::bulk(out, b"FCALL");
-            resp::bulk(out, lib.batch().as_bytes());
-            resp::bulk_int(out, self.nkeys as i64);
-            out.extend_from_slice(&self.keys);
-            resp::bulk_int(out, self.replies.len() as i64);
-            out.extend_from_slice(&self.args);
-            Waiter::Batch(std::mem::take(&mut self.replies))
+        let waiter = match self.entries.as_slice() {
+            [] => None,
+            [e] => {
+                // FCALL function numkeys KEYS.. ARGV..
+                resp::command_header(out, 3 + e.nkeys + e.nargs);
+                resp::bulk(out, b"FCALL");
+                resp::bulk(out, lib.function(e.id).as_bytes());
+                resp::bulk_int(out, e.nkeys as i64);
+                out.extend_from_slice(&self.keys[e.keys.clone()]);
+                out.extend_from_slice(&self.args[e.own..e.args.end]);
+                let e = self.entries.pop().expect("one decision");
+                Some(Waiter::Fcall(e.reply))
+            }
+            entries => {
+                // FCALL batch numkeys KEYS.. count (code nkeys nargs ARGV..)..
+                let nkeys: usize = entries.iter().map(|e| e.nkeys).sum();
+                let nargs: usize = entries.iter().map(|e| 3 + e.nargs).sum();
+                resp::command_header(out, 3 + nkeys + 1 + nargs);
+                resp::bulk(out, b"FCALL");
+                resp::bulk(out, lib.batch().as_bytes());
+                resp::bulk_int(out, nkeys as i64);
+                for e in entries {
+                    out.extend_from_slice(&self.keys[e.keys.clone()]);
+                }
+                resp::bulk_int(out, entries.len() as i64);
+                for e in entries {
+                    out.extend_from_slice(&self.args[e.args.clone()]);
+                }
+                let replies = self.entries.drain(..).map(|e| e.reply).collect();
+                Some(Waiter::Batch(replies))
+            }
         };
         self.clear();
-        Some(waiter)
+        waiter
     }
 
     fn clear(&mut self) {
-        self.replies.clear();
+        self.entries.clear();
         self.keys.clear();
         self.args.clear();
-        self.nkeys = 0;
-        self.nargs = 0;
-        self.first = None;
     }
 }
 
@@ -312,8 +331,8 @@ impl Shared {
                 Waiter::Batch(rs) => rs.into_iter().for_each(|r| drop(r.send(Err(e())))),
             }
         }
-        for r in s.queued.replies.drain(..) {
-            let _ = r.send(Err(CallError::NotSent));
+        for e in s.queued.entries.drain(..) {
+            let _ = e.reply.send(Err(CallError::NotSent));
         }
         s.queued.clear();
     }

@@ -30,8 +30,17 @@ pub const SLIDING_LOG_LUA: &str = include_str!("sliding_log.lua");
 /// The fast path of token_bucket, leaky_bucket and gcra (one meter).
 pub const BUCKET_LUA: &str = include_str!("bucket.lua");
 
+/// The sliding_window fast path's Lua source.
+pub const SLIDING_WINDOW_LUA: &str = include_str!("sliding_window.lua");
+
 /// Every script a decision may call: each is loaded (`SCRIPT LOAD`) wherever one is.
-pub const SCRIPTS: [&str; 4] = [LUA, FIXED_WINDOW_LUA, SLIDING_LOG_LUA, BUCKET_LUA];
+pub const SCRIPTS: [&str; 5] = [
+    LUA,
+    FIXED_WINDOW_LUA,
+    SLIDING_LOG_LUA,
+    BUCKET_LUA,
+    SLIDING_WINDOW_LUA,
+];
 
 /// Which script a call runs: its code in the function library's `batch`, its function's
 /// name there, and where in its `ARGV` it reads `now`.
@@ -41,14 +50,16 @@ pub enum ScriptId {
     FixedWindow,
     SlidingLog,
     Bucket,
+    SlidingWindow,
 }
 
 impl ScriptId {
-    pub const ALL: [ScriptId; 4] = [
+    pub const ALL: [ScriptId; 5] = [
         ScriptId::Decide,
         ScriptId::FixedWindow,
         ScriptId::SlidingLog,
         ScriptId::Bucket,
+        ScriptId::SlidingWindow,
     ];
 
     /// 1-based, as Lua tables: the index into [`Self::ALL`] plus one.
@@ -58,6 +69,7 @@ impl ScriptId {
             ScriptId::FixedWindow => 2,
             ScriptId::SlidingLog => 3,
             ScriptId::Bucket => 4,
+            ScriptId::SlidingWindow => 5,
         }
     }
 
@@ -67,6 +79,7 @@ impl ScriptId {
             ScriptId::FixedWindow => "fixed_window",
             ScriptId::SlidingLog => "sliding_log",
             ScriptId::Bucket => "bucket",
+            ScriptId::SlidingWindow => "sliding_window",
         }
     }
 
@@ -76,6 +89,7 @@ impl ScriptId {
             ScriptId::FixedWindow => FIXED_WINDOW_LUA,
             ScriptId::SlidingLog => SLIDING_LOG_LUA,
             ScriptId::Bucket => BUCKET_LUA,
+            ScriptId::SlidingWindow => SLIDING_WINDOW_LUA,
         }
     }
 
@@ -95,6 +109,8 @@ static SLIDING_LOG_SHA: LazyLock<Value> =
     LazyLock::new(|| Value::from(fred::util::sha1_hash(SLIDING_LOG_LUA)));
 static BUCKET_SHA: LazyLock<Value> =
     LazyLock::new(|| Value::from(fred::util::sha1_hash(BUCKET_LUA)));
+static SLIDING_WINDOW_SHA: LazyLock<Value> =
+    LazyLock::new(|| Value::from(fred::util::sha1_hash(SLIDING_WINDOW_LUA)));
 
 /// Values per check in `ARGV` (must match `FIELDS` in the script).
 const FIELDS: usize = 15;
@@ -230,6 +246,10 @@ pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
             id: ScriptId::Bucket,
             sha: &BUCKET_SHA,
         },
+        Algorithm::SlidingWindow => FastPath {
+            id: ScriptId::SlidingWindow,
+            sha: &SLIDING_WINDOW_SHA,
+        },
         _ => return None,
     };
     Some((c, path))
@@ -268,8 +288,9 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
             int(clamp(c.ask.hits)),
             int(mode),
         ];
-        // The bucket's burst (the fast paths of windows need nothing more).
-        if path.id == ScriptId::Bucket {
+        // A bucket's burst, a sliding window's precision (fixed_window and sliding_log need
+        // nothing more).
+        if matches!(path.id, ScriptId::Bucket | ScriptId::SlidingWindow) {
             args.push(int(clamp(param(c.limit))));
         }
         return args;

@@ -243,3 +243,63 @@ async fn without_functions_the_own_connections_decide_by_evalsha() {
     server.shutdown();
     server.wait().await.unwrap();
 }
+
+/// While a stalled Redis holds a thread's `FCALL`, the decisions queued behind it wait; one
+/// whose caller gave up meanwhile (its timeout passed) is never sent, so nothing is charged
+/// for an answer nobody got. The one that was out runs when Redis wakes, as any written call.
+#[test]
+fn a_decision_given_up_before_it_left_is_never_sent() {
+    use std::io::{Read, Write};
+    let redis = RedisNode::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let opts =
+        redis_support::store_options(&redis.url(), ClockSource::Local, Duration::from_millis(100));
+    let store = rt.block_on(async {
+        let store = connected(opts).await;
+        store.attach_thread().unwrap();
+        wait_until_async("the thread's own connection with the library", || async {
+            redis
+                .cli(&["CLIENT", "LIST"])
+                .contains("name=sluice-thread")
+                && redis.cli(&["FUNCTION", "LIST"]).contains("sluice_")
+        })
+        .await;
+        store
+    });
+    let limit = Limit::fixed_window(1_000, 3_600 * SEC);
+    let key = |v: &str| key_of("abandoned:", v, &limit);
+    let (a, b, c) = (key("a"), key("b"), key("c"));
+    let decide = |k: &[u8]| {
+        let check = Check::new(k, &limit, Ask::take(1));
+        rt.block_on(store.decide_checks(&[check], T0, Deadline::NONE))
+    };
+
+    // Redis asleep (0.6 s: under the link's 1 s stall check), known by a PING left unanswered.
+    let port = redis.port;
+    let sleeper = std::thread::spawn(move || {
+        let status = Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "DEBUG", "SLEEP", "0.6"])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    });
+    wait_until("Redis to sleep", || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        s.write_all(b"PING\r\n").unwrap();
+        s.read(&mut [0; 16]).is_err()
+    });
+    // `a` leaves and waits in Redis; `b` queues behind it; both callers give up.
+    assert!(decide(&a).is_err());
+    assert!(decide(&b).is_err());
+    sleeper.join().unwrap();
+    // Redis answers again: `c` is decided, `a` ran when Redis woke, `b` never left.
+    assert!(decide(&c).unwrap()[0].allowed);
+    let exists = |k: &[u8]| redis.cli(&["EXISTS", std::str::from_utf8(k).unwrap()]) == "1";
+    assert!(exists(&a) && exists(&c));
+    assert!(!exists(&b), "a decision nobody waited for was sent");
+}

@@ -88,6 +88,13 @@ fn scenarios() -> Vec<Scenario> {
     sliding.keys[0].precision = 5;
     sliding.keys[1].precision = 1;
     sliding.keys[2].precision = 100;
+    // One check or two: sliding_window.lua and decide.lua take turns on the same counts.
+    let sliding_fast = Scenario {
+        max_checks: 3,
+        name: "sliding_window (fast path)",
+        keys: sliding.keys,
+        ..each("", SlidingWindow)
+    };
     vec![
         each("fixed_window", FixedWindow),
         // One check or two: fixed_window.lua and decide.lua take turns on the same keys.
@@ -96,6 +103,7 @@ fn scenarios() -> Vec<Scenario> {
             ..each("fixed_window (fast path)", FixedWindow)
         },
         sliding,
+        sliding_fast,
         each("sliding_log", SlidingLog),
         // One check or two: sliding_log.lua and decide.lua take turns on the same sorted sets.
         Scenario {
