@@ -454,12 +454,24 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
     }
 }
 
-/// The library is not on the server (`FUNCTION FLUSH`, a server restarted with an old
-/// dataset): the call ran nothing, so its decisions may go elsewhere, and the connection
-/// reconnects, which loads the library again. Only one `FCALL` is ever out, so no other
-/// decision met the same fate after being written.
-fn library_gone(f: &Frame) -> bool {
-    matches!(f, Frame::Error(e) if e.contains("Function not found"))
+/// Whether Redis refused the `FCALL` itself, so that it ran nothing and its decisions may go
+/// elsewhere (the pool), and sets the connection right: the library is not on the server
+/// (`FUNCTION FLUSH`, a server restarted with an old dataset): reconnect, which loads it
+/// again; an ACL allows `FUNCTION LOAD` but not `FCALL`: decide by `EVALSHA` on this
+/// connection from now on. Only one `FCALL` is ever out, so no other decision met the same
+/// fate after being written.
+fn fcall_refused(s: &mut State, f: &Frame) -> bool {
+    let Frame::Error(e) = f else { return false };
+    if e.contains("Function not found") {
+        s.redial = true;
+        true
+    } else if e.starts_with("NOPERM") {
+        tracing::warn!(target: "sluice::store::redis", error = %e, "redis refused FCALL: this connection decides by EVALSHA");
+        s.functions = false;
+        true
+    } else {
+        false
+    }
 }
 
 async fn read_more(stream: &mut Stream, inbox: &mut Vec<u8>) -> std::io::Result<usize> {
@@ -478,8 +490,7 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
             Some(Waiter::One(w)) => drop(w.send(Ok(frame))),
             Some(Waiter::Fcall(w)) => {
                 s.fcall_in_flight = false;
-                if library_gone(&frame) {
-                    s.redial = true;
+                if fcall_refused(&mut s, &frame) {
                     drop(w.send(Err(CallError::NotSent)));
                 } else {
                     drop(w.send(Ok(frame)));
@@ -492,9 +503,8 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
                         let _ = w.send(Ok(a));
                     }
                 }
-                Frame::Error(_) if library_gone(&frame) => {
+                Frame::Error(_) if fcall_refused(&mut s, &frame) => {
                     s.fcall_in_flight = false;
-                    s.redial = true;
                     for w in ws {
                         let _ = w.send(Err(CallError::NotSent));
                     }

@@ -303,3 +303,30 @@ fn a_decision_given_up_before_it_left_is_never_sent() {
     assert!(exists(&a) && exists(&c));
     assert!(!exists(&b), "a decision nobody waited for was sent");
 }
+
+/// An ACL that lets `FUNCTION LOAD` through but refuses `FCALL`: the refused call ran
+/// nothing, so its decisions go on the pool, and the connection decides by `EVALSHA` from
+/// then on. Nothing fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_fcall_refused_the_own_connections_fall_back_to_evalsha() {
+    let redis = RedisNode::start();
+    redis.cli(&["ACL", "SETUSER", "default", "-fcall"]);
+    let (server, _dir) = serve(&redis.url(), &[]).await;
+    wait_until("both threads' own connections", || {
+        own_connections(&redis.cli(&["CLIENT", "LIST"])).len() == 2
+    });
+    for round in 0..2 {
+        burst(server.grpc_addr, 200, &format!("nofcall{round}"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        redis.command_calls("fcall"),
+        0,
+        "refused calls are not counted"
+    );
+    let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
+    assert!(own.iter().all(|l| l.contains(" cmd=evalsha ")), "{own:?}");
+    server.shutdown();
+    server.wait().await.unwrap();
+}
