@@ -251,24 +251,9 @@ async fn without_functions_the_own_connections_decide_by_evalsha() {
 fn a_decision_given_up_before_it_left_is_never_sent() {
     use std::io::{Read, Write};
     let redis = RedisNode::start();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let opts =
         redis_support::store_options(&redis.url(), ClockSource::Local, Duration::from_millis(100));
-    let store = rt.block_on(async {
-        let store = connected(opts).await;
-        store.attach_thread().unwrap();
-        wait_until_async("the thread's own connection with the library", || async {
-            redis
-                .cli(&["CLIENT", "LIST"])
-                .contains("name=sluice-thread")
-                && redis.cli(&["FUNCTION", "LIST"]).contains("sluice_")
-        })
-        .await;
-        store
-    });
+    let (rt, store) = redis_support::on_a_serving_thread(&redis, opts);
     let limit = Limit::fixed_window(1_000, 3_600 * SEC);
     let key = |v: &str| key_of("abandoned:", v, &limit);
     let (a, b, c) = (key("a"), key("b"), key("c"));

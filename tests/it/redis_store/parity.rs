@@ -348,24 +348,9 @@ fn lua_script_matches_the_in_memory_policy() {
 /// another in memory.
 #[test]
 fn batched_function_calls_match_the_in_memory_policy() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let redis = RedisNode::start();
-    let store = rt.block_on(async {
-        let store = connected(options(&redis.url(), ClockSource::Local)).await;
-        store.attach_thread().unwrap();
-        // The link runs on this runtime: wait for it while driving it.
-        wait_until_async("the thread's own connection", || async {
-            redis
-                .cli(&["CLIENT", "LIST"])
-                .contains("name=sluice-thread")
-                && redis.cli(&["FUNCTION", "LIST"]).contains("sluice_")
-        })
-        .await;
-        store
-    });
+    let (rt, store) =
+        redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Local));
     let (fcalls, ticks_run) = (AtomicU64::new(0), AtomicU64::new(0));
     let case = AtomicU64::new(0);
     for scenario in scenarios() {

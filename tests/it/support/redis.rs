@@ -471,14 +471,9 @@ pub fn store_options(
     use sluice::store::redis::{breaker::BreakerOptions, ConnectOptions, RedisOptions};
     RedisOptions {
         connect: ConnectOptions {
-            url: url.into(),
-            tls_ca: None,
-            tls_client: None,
-            username: None,
-            password: None,
-            password_file: None,
             pool_size: 2,
             connect_timeout: std::time::Duration::from_secs(2),
+            ..ConnectOptions::for_url(url)
         },
         command_timeout,
         clock,
@@ -495,6 +490,33 @@ pub async fn connected(
         .await
         .expect("the store connects");
     store
+}
+
+/// A current-thread runtime and a store connected with `opts` whose own connection (a
+/// serving thread's, [`RedisStore::attach_thread`]) runs on it, up with the function library
+/// loaded on `redis`: what a serving thread decides with. The connection makes progress only
+/// while the runtime is driven (`block_on`).
+pub fn on_a_serving_thread(
+    redis: &RedisNode,
+    opts: sluice::store::redis::RedisOptions,
+) -> (tokio::runtime::Runtime, sluice::store::redis::RedisStore) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rt.block_on(async {
+        let store = connected(opts).await;
+        store.attach_thread().unwrap();
+        crate::support::poll::wait_until_async("the thread's own connection", || async {
+            redis
+                .cli(&["CLIENT", "LIST"])
+                .contains("name=sluice-thread")
+                && redis.cli(&["FUNCTION", "LIST"]).contains("sluice_")
+        })
+        .await;
+        store
+    });
+    (rt, store)
 }
 
 /// The storage key of descriptor `k=value` in domain `d` under `prefix`.
