@@ -25,7 +25,7 @@ use sluice::proto::rate_limit_response::{Code, DescriptorStatus};
 use sluice::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use sluice::proto::{RateLimitRequest, RateLimitResponse};
 use sluice::store::redis::resp::Frame;
-use sluice::store::redis::{ConnectOptions, Pipeline};
+use sluice::store::redis::{ConnectOptions, PipelinedConnection};
 
 /// How the noop server runs its runtime(s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -46,7 +46,7 @@ const SEED_LIMIT: i64 = 1_000_000_000;
 #[derive(Clone, Default)]
 struct Noop {
     /// `--seed-redis`: this thread's connection and the script's SHA-1.
-    seed: Option<Arc<(Pipeline, Value)>>,
+    seed: Option<Arc<(PipelinedConnection, Value)>>,
 }
 
 impl Noop {
@@ -86,9 +86,9 @@ impl Noop {
 }
 
 /// Connects this thread's pipeline to `addr` and loads the seed script on it.
-async fn seed_pipeline(addr: &str) -> anyhow::Result<Arc<(Pipeline, Value)>> {
+async fn seed_pipeline(addr: &str) -> anyhow::Result<Arc<(PipelinedConnection, Value)>> {
     let opts = ConnectOptions::for_url(format!("redis://{addr}"));
-    let pipeline = Pipeline::connect(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pipeline = PipelinedConnection::connect(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let start = tokio::time::Instant::now();
     while !pipeline.is_up() {
         anyhow::ensure!(

@@ -155,17 +155,16 @@ impl Queued {
         let lib = &*LIBRARY;
         let waiter = match self.entries.as_slice() {
             [] => None,
-            [e] => {
+            [_] => self.entries.pop().map(|e| {
                 // FCALL function numkeys KEYS.. ARGV..
                 resp::command_header(out, 3 + e.nkeys + e.nargs);
                 resp::bulk(out, b"FCALL");
                 resp::bulk(out, lib.function(e.id).as_bytes());
                 resp::bulk_int(out, e.nkeys as i64);
-                out.extend_from_slice(&self.keys[e.keys.clone()]);
+                out.extend_from_slice(&self.keys[e.keys]);
                 out.extend_from_slice(&self.args[e.own..e.args.end]);
-                let e = self.entries.pop().expect("one decision");
-                Some(Waiter::Fcall(e.reply))
-            }
+                Waiter::Fcall(e.reply)
+            }),
             entries => {
                 // FCALL batch numkeys KEYS.. count (code nkeys nargs ARGV..)..
                 let nkeys: usize = entries.iter().map(|e| e.nkeys).sum();

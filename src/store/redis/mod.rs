@@ -83,6 +83,7 @@ pub mod library;
 mod link;
 mod monitor;
 pub mod nodes;
+mod pipelined;
 mod records;
 mod redirect;
 pub mod resp;
@@ -106,6 +107,7 @@ pub use self::dial::CLIENT_NAME;
 use self::errors::{error, from_call, from_fred, from_reply};
 use self::link::{CallError, Link};
 use self::nodes::Nodes;
+pub use self::pipelined::PipelinedConnection;
 use self::redirect::eval_asking;
 use self::resp::Frame;
 use self::script::{Answer, Scope};
@@ -617,44 +619,5 @@ impl Store for RedisStore {
         deadline: Deadline,
     ) -> impl std::future::Future<Output = Result<Vec<Verdict>, StoreError>> + Send {
         self.decide_checks(checks, now, deadline)
-    }
-}
-
-/// A serving thread's pipelined connection ([`link`]) on its own, for any command: what
-/// `sluice-bench`'s floor server sends the floor script on, so that sluice and its floor are
-/// measured over the same transport (the commands of one scheduler tick in one write).
-/// Standalone and Sentinel URLs only; it connects in the background on the calling runtime
-/// and again whenever the connection drops.
-pub struct Pipeline {
-    link: Link,
-    task: JoinHandle<()>,
-}
-
-impl Pipeline {
-    pub fn connect(opts: &ConnectOptions) -> Result<Pipeline, ConfigError> {
-        let dial = Dial::new(opts)?
-            .ok_or_else(|| ConfigError::new("a pipeline needs a standalone or Sentinel URL"))?;
-        let (link, task) = Link::start(dial, opts.connect_timeout.max(Duration::from_secs(1)));
-        Ok(Pipeline { link, task })
-    }
-
-    pub fn is_up(&self) -> bool {
-        self.link.is_up()
-    }
-
-    /// `name args..` and its reply (an error reply is an `Ok(Frame::Error)`).
-    pub async fn call(
-        &self,
-        name: &str,
-        args: &[Value],
-        timeout: Duration,
-    ) -> Result<Frame, StoreError> {
-        self.link.call(name, args, timeout).await.map_err(from_call)
-    }
-}
-
-impl Drop for Pipeline {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
