@@ -19,12 +19,11 @@
 
 local GRACE_MS = 1000 -- as decide.lua: state outlives its expiry by this much
 local MAX = 9007199254740991 -- 2^53 - 1
-local floor = math.floor
 
 -- floor(a / b) for exact integers, b > 0: the double quotient may round to the next integer,
 -- so correct it by one either way (decide.lua's fdiv; inlined on the allowed path).
 local function fdiv(a, b)
-  local q = floor(a / b)
+  local q = math.floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -33,184 +32,194 @@ local function fdiv(a, b)
   return q
 end
 
--- `s - 0` is tonumber(s) without a call: the same conversion, and -0 stays -0.
+-- The decision is this function of the key, now and ARGV[2..6] as given (text): the
+-- library's batch calls it with a decision's values in place, EVALSHA runs this file
+-- whole (its main, at the end). It answers flags, remaining and reset.
+local function bucket(key, now, a2, a3, a4, a5, a6)
+  local floor = math.floor
+
+  -- `s - 0` is tonumber(s) without a call: the same conversion, and -0 stays -0.
+  local limit = a2 - 0
+  local w = a3 - 0
+  -- One hit and mode 0 are the commonest: a compare of interned strings, not a conversion.
+  local hits = a4 == '1' and 1 or a4 - 0
+  local mode = a5 == '0' and 0 or a5 - 0
+  local burst = a6 - 0
+
+  -- Read even when unused (limit 0): decide.lua does, and so fails alike on a key of another
+  -- type.
+  local raw = redis.call('GET', key)
+
+  if limit == 0 then
+    -- requests_per_unit 0: only looks and refunds pass; a charge writes 'now 0', expired.
+    if hits == 0 then
+      return 1, 0, 0
+    end
+    local flags = 2
+    if mode % 2 == 1 then
+      flags = 3
+    elseif mode < 2 then
+      return 0, 0, 0
+    end
+    redis.call('SET', key, string.format('%.0f 0', now), 'PX', 1 + GRACE_MS)
+    return flags, 0, 0
+  end
+
+  if w < 1 then
+    w = 1
+  end
+  -- gcd(w, limit), which divides both: the quotients are exact. For integers 0 <= g < 2^52
+  -- and b > 0, g % b (g - floor(g / b) * b) is exact, the same as decide.lua's fmod, and
+  -- cheaper than a call.
+  local g, b = w, limit
+  while b ~= 0 do
+    if g >= 0 and g < 4503599627370496 and b > 0 then
+      g, b = b, g % b
+    else
+      g, b = b, math.fmod(g, b)
+    end
+  end
+  local hit, drain = w / g, limit / g
+  local cap = burst * hit
+
+  -- The stored state, drained to now; undecodable (decide.lua's `pair` gives nil) reads as
+  -- absent. The canonical 'at level' is tried first: when it matches, `pair`'s pattern captures
+  -- the same.
+  local at, level = now, 0
+  if raw then
+    local sa, sl = string.match(raw, '^(%-?%d+) (%d+)$')
+    if sa == nil then
+      sa, sl = string.match(raw, '^%s*(%-?%d+)%s+(%-?%d+)%s*$')
+    end
+    if sa ~= nil then
+      sl = sl - 0
+      if sl >= 0 then
+        sa = sa - 0
+        if sa >= now then
+          at, level = sa, sl
+        else
+          local dt = now - sa
+          local q = floor(sl / drain) -- fdiv(sl, drain)
+          if q * drain > sl then
+            q = q - 1
+          elseif (q + 1) * drain <= sl then
+            q = q + 1
+          end
+          if dt <= q then
+            level = sl - dt * drain
+          end
+        end
+      end
+    end
+  end
+  local skew = at - now
+
+  -- The new level `lvl`, the waits until it drains to 0 (`empty`: the expiry) and to the
+  -- reset's target (`reset`), each decide.lua's until_level: ceil((lvl - target) / drain), 0
+  -- at or below it. Comparisons are written as decide.lua's max and min make them, so that a
+  -- stored '-0' gives the same text back.
+  local lvl, flags, rem, reset, empty = nil, 0, 0, 0, 0
+  if mode % 2 == 1 then
+    -- refund: give back `hits`; more than the level empties the bucket
+    lvl = 0
+    if hits <= fdiv(level, hit) then
+      lvl = level - hits * hit
+    end
+  elseif hits <= burst and level + hits * hit <= cap then
+    lvl = level + hits * hit
+  end
+
+  if lvl ~= nil then
+    -- Allowed: the reset is until the bucket empties.
+    if not (lvl <= 0) then
+      empty = floor(lvl / drain) -- fdiv(lvl, drain), then up
+      if empty * drain > lvl then
+        empty = empty - 1
+      elseif (empty + 1) * drain <= lvl then
+        empty = empty + 1
+      end
+      if empty * drain < lvl then
+        empty = empty + 1
+      end
+    end
+    reset = empty
+    rem = cap - lvl
+    if not (rem > 0) then
+      rem = 0
+    end
+    local q = floor(rem / hit) -- fdiv(rem, hit)
+    if q * hit > rem then
+      q = q - 1
+    elseif (q + 1) * hit <= rem then
+      q = q + 1
+    end
+    rem = q
+    if hits == 0 then
+      return 1, rem, skew + reset
+    end
+    flags = 3
+  else
+    -- Rejected: the reset is until the level (the debt's, when charged) leaves room for
+    -- `hits`, or empties when they exceed the burst.
+    lvl = level
+    local charged = mode >= 2 and hits > 0
+    if charged then
+      -- Charged anyway: into debt, up to twice the bucket and never below the level.
+      local debt_cap = 2 * cap
+      lvl = debt_cap
+      if hits <= 2 * burst then
+        lvl = level + hits * hit
+        if not (lvl < debt_cap) then
+          lvl = debt_cap
+        end
+      end
+      if not (lvl > level) then
+        lvl = level
+      end
+    end
+    local target = 0
+    if not (hits > burst) then
+      target = cap - hits * hit
+    end
+    if not (lvl <= target) then
+      local a = lvl - target
+      reset = fdiv(a, drain)
+      if reset * drain < a then
+        reset = reset + 1
+      end
+    end
+    if not charged then
+      return 0, 0, skew + reset
+    end
+    if not (lvl <= 0) then
+      empty = fdiv(lvl, drain)
+      if empty * drain < lvl then
+        empty = empty + 1
+      end
+    end
+    flags = 2
+  end
+
+  -- Charged: decide.lua's write. Its text is '%.0f %.0f'; '%d' prints the same digits for
+  -- integers in (0, 2^53), every real state, at half the cost.
+  local ttl = math.ceil((at + empty - now) / 1000)
+  if ttl < 1 then
+    ttl = 1
+  end
+  local text
+  if at > 0 and at < MAX and at % 1 == 0 and lvl > 0 and lvl < MAX and lvl % 1 == 0 then
+    text = string.format('%d %d', at, lvl)
+  else
+    text = string.format('%.0f %.0f', at, lvl)
+  end
+  redis.call('SET', key, text, 'PX', ttl + GRACE_MS)
+  return flags, rem, skew + reset
+end
+
+-- sluice:main (the script run by EVALSHA: the library calls the function above)
 local now = tonumber(ARGV[1])
 if now == nil then
   local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local limit = ARGV[2] - 0
-local w = ARGV[3] - 0
-local hits = ARGV[4] - 0
-local mode = ARGV[5] - 0
-local burst = ARGV[6] - 0
-local key = KEYS[1]
-
--- Read even when unused (limit 0): decide.lua does, and so fails alike on a key of another
--- type.
-local raw = redis.call('GET', key)
-
-if limit == 0 then
-  -- requests_per_unit 0: only looks and refunds pass; a charge writes 'now 0', expired.
-  if hits == 0 then
-    return { now, 1, 0, 0 }
-  end
-  local flags = 2
-  if mode % 2 == 1 then
-    flags = 3
-  elseif mode < 2 then
-    return { now, 0, 0, 0 }
-  end
-  redis.call('SET', key, string.format('%.0f 0', now), 'PX', 1 + GRACE_MS)
-  return { now, flags, 0, 0 }
-end
-
-if w < 1 then
-  w = 1
-end
--- gcd(w, limit), which divides both: the quotients are exact. For integers 0 <= g < 2^52
--- and b > 0, g % b (g - floor(g / b) * b) is exact, the same as decide.lua's fmod, and
--- cheaper than a call.
-local g, b = w, limit
-while b ~= 0 do
-  if g >= 0 and g < 4503599627370496 and b > 0 then
-    g, b = b, g % b
-  else
-    g, b = b, math.fmod(g, b)
-  end
-end
-local hit, drain = w / g, limit / g
-local cap = burst * hit
-
--- The stored state, drained to now; undecodable (decide.lua's `pair` gives nil) reads as
--- absent. The canonical 'at level' is tried first: when it matches, `pair`'s pattern captures
--- the same.
-local at, level = now, 0
-if raw then
-  local sa, sl = string.match(raw, '^(%-?%d+) (%d+)$')
-  if sa == nil then
-    sa, sl = string.match(raw, '^%s*(%-?%d+)%s+(%-?%d+)%s*$')
-  end
-  if sa ~= nil then
-    sl = sl - 0
-    if sl >= 0 then
-      sa = sa - 0
-      if sa >= now then
-        at, level = sa, sl
-      else
-        local dt = now - sa
-        local q = floor(sl / drain) -- fdiv(sl, drain)
-        if q * drain > sl then
-          q = q - 1
-        elseif (q + 1) * drain <= sl then
-          q = q + 1
-        end
-        if dt <= q then
-          level = sl - dt * drain
-        end
-      end
-    end
-  end
-end
-local skew = at - now
-
--- The new level `lvl`, the waits until it drains to 0 (`empty`: the expiry) and to the
--- reset's target (`reset`), each decide.lua's until_level: ceil((lvl - target) / drain), 0
--- at or below it. Comparisons are written as decide.lua's max and min make them, so that a
--- stored '-0' gives the same text back.
-local lvl, flags, rem, reset, empty = nil, 0, 0, 0, 0
-if mode % 2 == 1 then
-  -- refund: give back `hits`; more than the level empties the bucket
-  lvl = 0
-  if hits <= fdiv(level, hit) then
-    lvl = level - hits * hit
-  end
-elseif hits <= burst and level + hits * hit <= cap then
-  lvl = level + hits * hit
-end
-
-if lvl ~= nil then
-  -- Allowed: the reset is until the bucket empties.
-  if not (lvl <= 0) then
-    empty = floor(lvl / drain) -- fdiv(lvl, drain), then up
-    if empty * drain > lvl then
-      empty = empty - 1
-    elseif (empty + 1) * drain <= lvl then
-      empty = empty + 1
-    end
-    if empty * drain < lvl then
-      empty = empty + 1
-    end
-  end
-  reset = empty
-  rem = cap - lvl
-  if not (rem > 0) then
-    rem = 0
-  end
-  local q = floor(rem / hit) -- fdiv(rem, hit)
-  if q * hit > rem then
-    q = q - 1
-  elseif (q + 1) * hit <= rem then
-    q = q + 1
-  end
-  rem = q
-  if hits == 0 then
-    return { now, 1, rem, skew + reset }
-  end
-  flags = 3
-else
-  -- Rejected: the reset is until the level (the debt's, when charged) leaves room for
-  -- `hits`, or empties when they exceed the burst.
-  lvl = level
-  local charged = mode >= 2 and hits > 0
-  if charged then
-    -- Charged anyway: into debt, up to twice the bucket and never below the level.
-    local debt_cap = 2 * cap
-    lvl = debt_cap
-    if hits <= 2 * burst then
-      lvl = level + hits * hit
-      if not (lvl < debt_cap) then
-        lvl = debt_cap
-      end
-    end
-    if not (lvl > level) then
-      lvl = level
-    end
-  end
-  local target = 0
-  if not (hits > burst) then
-    target = cap - hits * hit
-  end
-  if not (lvl <= target) then
-    local a = lvl - target
-    reset = fdiv(a, drain)
-    if reset * drain < a then
-      reset = reset + 1
-    end
-  end
-  if not charged then
-    return { now, 0, 0, skew + reset }
-  end
-  if not (lvl <= 0) then
-    empty = fdiv(lvl, drain)
-    if empty * drain < lvl then
-      empty = empty + 1
-    end
-  end
-  flags = 2
-end
-
--- Charged: decide.lua's write. Its text is '%.0f %.0f'; '%d' prints the same digits for
--- integers in (0, 2^53), every real state, at half the cost.
-local ttl = math.ceil((at + empty - now) / 1000)
-if ttl < 1 then
-  ttl = 1
-end
-local text
-if at > 0 and at < MAX and at % 1 == 0 and lvl > 0 and lvl < MAX and lvl % 1 == 0 then
-  text = string.format('%d %d', at, lvl)
-else
-  text = string.format('%.0f %.0f', at, lvl)
-end
-redis.call('SET', key, text, 'PX', ttl + GRACE_MS)
-return { now, flags, rem, skew + reset }
+return { now, bucket(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) }

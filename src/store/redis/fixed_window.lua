@@ -19,122 +19,131 @@ local MAX = 9007199254740991 -- 2^53 - 1
 local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
 local GRACE_MS = 1000 -- as decide.lua: state outlives its window by this much
 
+-- The decision is this function of the key, now and ARGV[2..6] as given (text): the
+-- library's batch calls it with a decision's values in place, EVALSHA runs this file
+-- whole (its main, at the end). It answers flags, remaining and reset.
+local function fixed_window(key, now, a2, a3, a4, a5, a6)
+  local limit = tonumber(a2)
+  local w = tonumber(a3)
+  -- One hit and mode 0 are the commonest: a compare of interned strings, not a conversion.
+  local hits = a4 == '1' and 1 or tonumber(a4)
+  local mode = a5 == '0' and 0 or tonumber(a5)
+
+  -- The epoch-aligned window of now (fmod is exact; made Euclidean before the epoch).
+  local r = math.fmod(now, w)
+  if r < 0 then
+    r = r + w
+  end
+  local ws = now - r
+  local we = ws + w
+  if we > MAX then
+    we = MAX
+  end
+
+  -- The common case, a take in the window the key already counts: one command. Numbers reach
+  -- Redis as '%.17g', exact below 2^53, so the field is the same text decide.lua writes.
+  if mode == 0 and hits > 0 then
+    -- hits as its text: Redis would format the number back into it.
+    local c = redis.call('HINCRBY', key, ws, a4)
+    if c > hits then
+      local after = c - 1
+      if after <= limit and after <= COUNT_CAP then
+        return 3, limit - after, we - now
+      end
+      -- Rejected, or past the cap (the general path below saturates): give it back.
+      redis.call('HINCRBY', key, ws, -hits)
+      if after > limit then
+        return 0, 0, we - now
+      end
+    elseif c == hits then
+      -- The field was absent: a new window here, or a later one stored (a clock ahead).
+      redis.call('HDEL', key, ws)
+    end
+  end
+
+  -- Everything else, as decide.lua's fixed_window: read the stored window; a later one than
+  -- ours wins.
+  local start, e, count, stored = ws, we, 0, nil
+  local f = redis.call('HGETALL', key)
+  if f[1] ~= nil then
+    local s, v = tonumber(f[1]), tonumber(f[2])
+    if s ~= nil and v ~= nil and v >= 1 then
+      stored = s
+      if s >= ws then
+        if s ~= ws then
+          start, e = s, s + (we - ws)
+          if e > MAX then
+            e = MAX
+          end
+        end
+        count = v - 1
+      end
+    end
+  end
+  local until_end = e - now
+  if until_end < 0 then
+    until_end = 0
+  end
+
+  local allowed, after, rem
+  if mode % 2 == 1 then
+    -- refund
+    allowed = true
+    after = count - hits
+    if after < 0 then
+      after = 0
+    end
+    rem = limit - after
+    if rem < 0 then
+      rem = 0
+    end
+  else
+    allowed = count + hits <= limit
+    after = count + hits
+    if after > MAX then
+      after = MAX
+    end
+    local cap = COUNT_CAP
+    if count > cap then
+      cap = count
+    end
+    if after > cap then
+      after = cap
+    end
+    rem = 0
+    if allowed then
+      rem = limit - after
+    end
+  end
+
+  local flags = 0
+  if allowed then
+    flags = 1
+  elseif mode < 2 then
+    -- rejected and not charged anyway
+    return 0, 0, until_end
+  end
+  if hits > 0 then
+    if stored ~= start then
+      redis.call('DEL', key)
+      local ttl = math.ceil((e - now) / 1000)
+      if ttl < 1 then
+        ttl = 1
+      end
+      redis.call('HSET', key, start, after + 1)
+      redis.call('PEXPIRE', key, ttl + GRACE_MS)
+    else
+      redis.call('HSET', key, start, after + 1)
+    end
+    flags = flags + 2
+  end
+  return flags, rem, until_end
+end
+
+-- sluice:main (the script run by EVALSHA: the library calls the function above)
 local now = tonumber(ARGV[1])
 if now == nil then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local limit = tonumber(ARGV[2])
-local w = tonumber(ARGV[3])
-local hits = tonumber(ARGV[4])
-local mode = tonumber(ARGV[5])
-local key = KEYS[1]
-
--- The epoch-aligned window of now (fmod is exact; made Euclidean before the epoch).
-local r = math.fmod(now, w)
-if r < 0 then
-  r = r + w
-end
-local ws = now - r
-local we = ws + w
-if we > MAX then
-  we = MAX
-end
-
--- The common case, a take in the window the key already counts: one command. Numbers reach
--- Redis as '%.17g', exact below 2^53, so the field is the same text decide.lua writes.
-if mode == 0 and hits > 0 then
-  local c = redis.call('HINCRBY', key, ws, hits)
-  if c > hits then
-    local after = c - 1
-    if after <= limit and after <= COUNT_CAP then
-      return { now, 3, limit - after, we - now }
-    end
-    -- Rejected, or past the cap (the general path below saturates): give it back.
-    redis.call('HINCRBY', key, ws, -hits)
-    if after > limit then
-      return { now, 0, 0, we - now }
-    end
-  elseif c == hits then
-    -- The field was absent: a new window here, or a later one stored (a clock ahead).
-    redis.call('HDEL', key, ws)
-  end
-end
-
--- Everything else, as decide.lua's fixed_window: read the stored window; a later one than
--- ours wins.
-local start, e, count, stored = ws, we, 0, nil
-local f = redis.call('HGETALL', key)
-if f[1] ~= nil then
-  local s, v = tonumber(f[1]), tonumber(f[2])
-  if s ~= nil and v ~= nil and v >= 1 then
-    stored = s
-    if s >= ws then
-      if s ~= ws then
-        start, e = s, s + (we - ws)
-        if e > MAX then
-          e = MAX
-        end
-      end
-      count = v - 1
-    end
-  end
-end
-local until_end = e - now
-if until_end < 0 then
-  until_end = 0
-end
-
-local allowed, after, rem
-if mode % 2 == 1 then
-  -- refund
-  allowed = true
-  after = count - hits
-  if after < 0 then
-    after = 0
-  end
-  rem = limit - after
-  if rem < 0 then
-    rem = 0
-  end
-else
-  allowed = count + hits <= limit
-  after = count + hits
-  if after > MAX then
-    after = MAX
-  end
-  local cap = COUNT_CAP
-  if count > cap then
-    cap = count
-  end
-  if after > cap then
-    after = cap
-  end
-  rem = 0
-  if allowed then
-    rem = limit - after
-  end
-end
-
-local flags = 0
-if allowed then
-  flags = 1
-elseif mode < 2 then
-  -- rejected and not charged anyway
-  return { now, 0, 0, until_end }
-end
-if hits > 0 then
-  if stored ~= start then
-    redis.call('DEL', key)
-    local ttl = math.ceil((e - now) / 1000)
-    if ttl < 1 then
-      ttl = 1
-    end
-    redis.call('HSET', key, start, after + 1)
-    redis.call('PEXPIRE', key, ttl + GRACE_MS)
-  else
-    redis.call('HSET', key, start, after + 1)
-  end
-  flags = flags + 2
-end
-return { now, flags, rem, until_end }
+return { now, fixed_window(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) }

@@ -1,60 +1,88 @@
--- sluice: the batch function of the library (library.rs puts decide.lua's definitions and each
--- decision script, wrapped as a function of (KEYS, ARGV), above this): the decisions a
--- serving thread queued in one scheduler tick, each decided in turn in one FCALL, so Redis
--- parses, dispatches and answers one command for all of them (what a script costs per call is
--- paid once per batch).
+-- sluice: the batch function of the library (library.rs puts decide.lua's definitions, each
+-- fast path's function and the tables below above this): the decisions a serving thread
+-- queued in one scheduler tick, each decided in turn in one FCALL, so Redis parses,
+-- dispatches and answers one command for all of them (what a script costs per call is paid
+-- once per batch).
 --
 --   keys   every decision's KEYS, one after another
---   args   count, then per decision: script code (SUBS), its number of keys, its number of
---          arguments, its ARGV
+--   args   count, then per decision its script's code and:
+--            a fast path (FAST): its ARGV (ARGC of them: now, then its own), its one key
+--            decide.lua (WHOLE): its number of keys, its number of arguments, its ARGV
 --
--- Reply: one element per decision, its script's reply, or its error (a decision's error does
--- not fail the others: each is its own request). Decisions that read the Redis clock share
--- one TIME: a batch decides at one instant, as one script does.
-
--- Above this, library.rs defines SUBS (the scripts by code) and NOW_AT (where each reads
--- `now`, '' for the Redis clock); below it, it registers each script and `batch`.
+-- A fast path is called with its values as they are (no KEYS/ARGV tables are built per
+-- decision) and answers flat, so the reply is one array:
+--
+--   [1]    the Redis clock (us) the decisions given '' for now were decided at, or 0
+--   then per decision: a fast path's three integers (flags, remaining, reset), or one
+--          error; decide.lua's whole reply (one array), or one error
+--
+-- A decision's error does not fail the others: each is its own request. Decisions that read
+-- the Redis clock share one TIME: a batch decides at one instant, as one script does.
 
 local function batch(keys, args)
   local n = tonumber(args[1])
-  local out = {}
+  local out = { 0 }
+  local o = 1
   local ka, aa = 0, 1
-  local now = nil
-  for i = 1, n do
-    local code = tonumber(args[aa + 1])
-    local nk = tonumber(args[aa + 2])
-    local na = tonumber(args[aa + 3])
-    aa = aa + 3
-    local k, a = {}, {}
-    for j = 1, nk do
-      k[j] = keys[ka + j]
+  local clock = nil
+  for _ = 1, n do
+    local code = args[aa + 1]
+    local fast = FAST[code]
+    local now_at = ARGC[code] and 1 or NOW_AT[code]
+    if now_at == nil then
+      -- Our own encoder wrote it: nothing after it can be read right.
+      return { err = 'ERR sluice: unknown script code ' .. tostring(code) }
     end
-    for j = 1, na do
-      a[j] = args[aa + j]
+    local at = aa + 1 + (fast and 0 or 2) + now_at
+    if args[at] == '' then
+      if clock == nil then
+        local t = redis.call('TIME')
+        -- A number, not its text: tostring keeps 14 digits (100 us at today's times).
+        clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        out[1] = clock
+      end
     end
-    ka = ka + nk
-    aa = aa + na
-    local sub = SUBS[code]
-    if sub == nil then
-      out[i] = { err = 'ERR sluice: unknown script code ' .. tostring(args[aa - na - 2]) }
+    local ok, r, rem, reset
+    if fast ~= nil then
+      local now = clock
+      if args[at] ~= '' then
+        now = tonumber(args[at])
+      end
+      ok, r, rem, reset = pcall(fast, keys[ka + 1], now, args[at + 1], args[at + 2],
+        args[at + 3], args[at + 4], args[at + 5])
+      ka = ka + 1
+      aa = aa + 1 + ARGC[code]
     else
-      local at = NOW_AT[code]
-      if a[at] == '' then
-        if now == nil then
-          local t = redis.call('TIME')
-          -- A number, not its text: tostring keeps 14 digits (100 us at today's times).
-          now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-        end
-        a[at] = now
+      local nk = tonumber(args[aa + 2])
+      local na = tonumber(args[aa + 3])
+      aa = aa + 3
+      local k, a = {}, {}
+      for j = 1, nk do
+        k[j] = keys[ka + j]
       end
-      local ok, r = pcall(sub, k, a)
-      if ok then
-        out[i] = r
-      elseif type(r) == 'table' and r.err ~= nil then
-        out[i] = r
+      for j = 1, na do
+        a[j] = args[aa + j]
+      end
+      ka = ka + nk
+      aa = aa + na
+      if a[now_at] == '' then
+        a[now_at] = clock
+      end
+      ok, r = pcall(WHOLE[code], k, a)
+    end
+    if not ok then
+      if type(r) == 'table' and r.err ~= nil then
+        out[o + 1] = r
       else
-        out[i] = { err = 'ERR ' .. tostring(r) }
+        out[o + 1] = { err = 'ERR ' .. tostring(r) }
       end
+      o = o + 1
+    elseif fast ~= nil then
+      out[o + 1], out[o + 2], out[o + 3] = r, rem, reset
+      o = o + 3
+    else
+      out[o + 1] = r
+      o = o + 1
     end
   end
   return out

@@ -43,32 +43,39 @@ impl Library {
 pub static LIBRARY: LazyLock<Library> = LazyLock::new(build);
 
 fn build() -> Library {
-    let (defs, main) = script::LUA
-        .split_once("-- sluice:main")
-        .expect("decide.lua has its -- sluice:main line");
+    let (defs, main) = split(script::LUA);
     let mut body = String::with_capacity(script::LUA.len() * 2);
     body.push_str(defs);
     body.push_str("\nlocal function decide(KEYS, ARGV)\n-- sluice:main");
     body.push_str(main);
     body.push_str("\nend\n");
+    // A fast path's file defines its function, then (its main) calls it as a script. Its
+    // definitions run in a function of their own, at load: locals of one file never meet
+    // another's (nor Lua's 200-locals limit), and the library's `batch` calls the function
+    // itself with positional values.
     for id in ScriptId::ALL {
-        if id != ScriptId::Decide {
+        if id.argc().is_some() {
+            let (defs, main) = split(id.lua());
+            let name = id.name();
             body.push_str(&format!(
-                "\nlocal function {}(KEYS, ARGV)\n{}\nend\n",
-                id.name(),
-                id.lua()
+                "\nlocal {name} = (function()\n{defs}\nreturn {name}\nend)()\n\
+                 local function {name}_call(KEYS, ARGV)\n-- sluice:main{main}\nend\n"
             ));
         }
     }
-    let subs: Vec<&str> = ScriptId::ALL.iter().map(|id| id.name()).collect();
-    let now_at: Vec<String> = ScriptId::ALL
-        .iter()
-        .map(|id| id.now_at().to_string())
-        .collect();
+    let table = |f: &dyn Fn(ScriptId) -> Option<String>| {
+        let entries: Vec<String> = ScriptId::ALL
+            .iter()
+            .filter_map(|&id| f(id).map(|v| format!("['{}'] = {v}", id.code())))
+            .collect();
+        format!("{{ {} }}", entries.join(", "))
+    };
     body.push_str(&format!(
-        "\nlocal SUBS = {{ {} }}\nlocal NOW_AT = {{ {} }}\n\n{BATCH_LUA}",
-        subs.join(", "),
-        now_at.join(", ")
+        "\nlocal FAST = {}\nlocal ARGC = {}\nlocal WHOLE = {}\nlocal NOW_AT = {}\n\n{BATCH_LUA}",
+        table(&|id| id.argc().map(|_| id.name().to_string())),
+        table(&|id| id.argc().map(|n| n.to_string())),
+        table(&|id| id.argc().is_none().then(|| id.name().to_string())),
+        table(&|id| id.argc().is_none().then(|| id.now_at().to_string())),
     ));
     let hash = fred::util::sha1_hash(&body);
     let name = format!("sluice_{}", &hash[..12]);
@@ -79,7 +86,12 @@ fn build() -> Library {
     let batch = format!("{name}_batch");
     let mut source = format!("#!lua name={name}\n{body}\n");
     for (id, f) in ScriptId::ALL.iter().zip(&functions) {
-        source.push_str(&format!("redis.register_function('{f}', {})\n", id.name()));
+        let entry = if id.argc().is_some() {
+            format!("{}_call", id.name())
+        } else {
+            id.name().to_string()
+        };
+        source.push_str(&format!("redis.register_function('{f}', {entry})\n"));
     }
     source.push_str(&format!("redis.register_function('{batch}', batch)\n"));
     Library {
@@ -87,6 +99,12 @@ fn build() -> Library {
         functions,
         batch,
     }
+}
+
+/// A script's definitions and its per-call main, at its `-- sluice:main` line.
+fn split(lua: &'static str) -> (&'static str, &'static str) {
+    lua.split_once("-- sluice:main")
+        .expect("every decision script has its -- sluice:main line")
 }
 
 #[cfg(test)]

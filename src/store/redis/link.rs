@@ -63,8 +63,16 @@ enum Waiter {
     One(Reply),
     /// An `FCALL` of one decision's function.
     Fcall(Reply),
-    /// A `batch` call: its reply is an array of one answer per decision, in this order.
-    Batch(Vec<Reply>),
+    /// A `batch` call: its reply holds the answers of these decisions, in this order.
+    Batch(Vec<Batched>),
+}
+
+/// A decision in a `batch` call: who waits for it, and how `batch` answers it.
+struct Batched {
+    reply: Reply,
+    /// A fast path's, flat (`flags remaining reset`, after the batch's clock): `Some`, holding
+    /// the `now` it was given (`None`: the Redis clock). `decide.lua`'s, whole: `None`.
+    fast: Option<Option<i64>>,
 }
 
 #[derive(Default)]
@@ -88,8 +96,8 @@ struct State {
 }
 
 /// Decisions waiting for the next write, already encoded: their keys, and per decision its
-/// script's code, key count and argument count followed by its arguments (the layout of
-/// `batch`'s `ARGV`).
+/// script's code followed (for `decide.lua`) by its key and argument counts and then by its
+/// arguments (the layout of `batch`'s `ARGV`).
 #[derive(Default)]
 struct Queued {
     entries: Vec<Entry>,
@@ -106,6 +114,8 @@ struct Entry {
     args: std::ops::Range<usize>,
     own: usize,
     nargs: usize,
+    /// As [`Batched::fast`].
+    fast: Option<Option<i64>>,
     reply: Reply,
 }
 
@@ -123,10 +133,17 @@ impl Queued {
             .filter(|n| 2 + n <= evalsha.len())
             .ok_or_else(|| ArgumentError("decision without its key count".into()))?;
         let (keys, argv) = evalsha[2..].split_at(nkeys);
+        let fast = match id.argc() {
+            Some(n) if n == argv.len() && nkeys == 1 => Some(argv[0].as_i64()),
+            Some(_) => return Err(ArgumentError(format!("{} with other arguments", id.name()))),
+            None => None,
+        };
         let (k, a) = (self.keys.len(), self.args.len());
         resp::bulk_int(&mut self.args, i64::from(id.code()));
-        resp::bulk_int(&mut self.args, nkeys as i64);
-        resp::bulk_int(&mut self.args, argv.len() as i64);
+        if fast.is_none() {
+            resp::bulk_int(&mut self.args, nkeys as i64);
+            resp::bulk_int(&mut self.args, argv.len() as i64);
+        }
         let own = self.args.len();
         let encoded = resp::encode_args(&mut self.keys, keys)
             .and_then(|()| resp::encode_args(&mut self.args, argv));
@@ -142,6 +159,7 @@ impl Queued {
             args: a..self.args.len(),
             own,
             nargs: argv.len(),
+            fast,
             reply,
         });
         Ok(())
@@ -166,9 +184,13 @@ impl Queued {
                 Waiter::Fcall(e.reply)
             }),
             entries => {
-                // FCALL batch numkeys KEYS.. count (code nkeys nargs ARGV..)..
+                // FCALL batch numkeys KEYS.. count (code [nkeys nargs] ARGV..)..
                 let nkeys: usize = entries.iter().map(|e| e.nkeys).sum();
-                let nargs: usize = entries.iter().map(|e| 3 + e.nargs).sum();
+                // Each decision's code, and decide.lua's two counts, before its arguments.
+                let nargs: usize = entries
+                    .iter()
+                    .map(|e| e.nargs + if e.fast.is_some() { 1 } else { 3 })
+                    .sum();
                 resp::command_header(out, 3 + nkeys + 1 + nargs);
                 resp::bulk(out, b"FCALL");
                 resp::bulk(out, lib.batch().as_bytes());
@@ -180,7 +202,14 @@ impl Queued {
                 for e in entries {
                     out.extend_from_slice(&self.args[e.args.clone()]);
                 }
-                let replies = self.entries.drain(..).map(|e| e.reply).collect();
+                let replies = self
+                    .entries
+                    .drain(..)
+                    .map(|e| Batched {
+                        reply: e.reply,
+                        fast: e.fast,
+                    })
+                    .collect();
                 Some(Waiter::Batch(replies))
             }
         };
@@ -327,7 +356,7 @@ impl Shared {
             };
             match w {
                 Waiter::One(r) | Waiter::Fcall(r) => drop(r.send(Err(e()))),
-                Waiter::Batch(rs) => rs.into_iter().for_each(|r| drop(r.send(Err(e())))),
+                Waiter::Batch(rs) => rs.into_iter().for_each(|r| drop(r.reply.send(Err(e())))),
             }
         }
         for e in s.queued.entries.drain(..) {
@@ -473,6 +502,40 @@ fn fcall_refused(s: &mut State, f: &Frame) -> bool {
     }
 }
 
+/// Each decision's answer from a `batch` reply (see `functions.lua`): a fast path's three
+/// integers become the reply its script gives (`now flags remaining reset`), `now` being the
+/// one it was given or the batch's clock. `None` if the reply is not of that layout.
+fn unbatch(items: Vec<Frame>, ws: &[Batched]) -> Option<Vec<Frame>> {
+    let mut items = items.into_iter();
+    let Some(Frame::Integer(clock)) = items.next() else {
+        return None;
+    };
+    let mut answers = Vec::with_capacity(ws.len());
+    for w in ws {
+        let first = items.next()?;
+        answers.push(match (w.fast, first) {
+            (_, e @ Frame::Error(_)) | (None, e) => e,
+            (Some(now), Frame::Integer(flags)) => {
+                let (Some(Frame::Integer(rem)), Some(Frame::Integer(reset))) =
+                    (items.next(), items.next())
+                else {
+                    return None;
+                };
+                let now = Frame::Integer(now.unwrap_or(clock));
+                let ints = [
+                    now,
+                    Frame::Integer(flags),
+                    Frame::Integer(rem),
+                    Frame::Integer(reset),
+                ];
+                Frame::Array(Some(ints.into()))
+            }
+            (Some(_), _) => return None,
+        });
+    }
+    items.next().is_none().then_some(answers)
+}
+
 async fn read_more(stream: &mut Stream, inbox: &mut Vec<u8>) -> std::io::Result<usize> {
     inbox.reserve(8 * 1024);
     stream.read_buf(inbox).await
@@ -496,16 +559,10 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
                 }
             }
             Some(Waiter::Batch(ws)) => match frame {
-                Frame::Array(Some(answers)) if answers.len() == ws.len() => {
-                    s.fcall_in_flight = false;
-                    for (w, a) in ws.into_iter().zip(answers) {
-                        let _ = w.send(Ok(a));
-                    }
-                }
                 Frame::Error(_) if fcall_refused(&mut s, &frame) => {
                     s.fcall_in_flight = false;
                     for w in ws {
-                        let _ = w.send(Err(CallError::NotSent));
+                        let _ = w.reply.send(Err(CallError::NotSent));
                     }
                 }
                 // The call as a whole failed (a replica, a script killed): each decision
@@ -513,10 +570,21 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
                 Frame::Error(e) => {
                     s.fcall_in_flight = false;
                     for w in ws {
-                        let _ = w.send(Ok(Frame::Error(e.clone())));
+                        let _ = w.reply.send(Ok(Frame::Error(e.clone())));
                     }
                 }
-                other => return Err(format!("a batch of {} answered {other:?}", ws.len())),
+                frame => {
+                    let n = ws.len();
+                    let answers = match frame {
+                        Frame::Array(Some(items)) => unbatch(items, &ws),
+                        _ => None,
+                    }
+                    .ok_or_else(|| format!("a batch of {n} answered out of its layout"))?;
+                    s.fcall_in_flight = false;
+                    for (w, a) in ws.into_iter().zip(answers) {
+                        let _ = w.reply.send(Ok(a));
+                    }
+                }
             },
             None => return Err("a reply that no command asked for".into()),
         }
@@ -524,4 +592,64 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
     drop(s);
     inbox.drain(..at);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batched(
+        fast: Option<Option<i64>>,
+    ) -> (Batched, oneshot::Receiver<Result<Frame, CallError>>) {
+        let (reply, rx) = oneshot::channel();
+        (Batched { reply, fast }, rx)
+    }
+
+    #[test]
+    fn a_batch_reply_is_split_into_each_decisions_own_reply() {
+        use Frame::{Array, Error, Integer};
+        let ws: Vec<Batched> = [Some(None), Some(Some(7)), None, Some(None)]
+            .into_iter()
+            .map(|f| batched(f).0)
+            .collect();
+        let whole = Array(Some(vec![Integer(100), Integer(1), Integer(2)]));
+        let items = vec![
+            Integer(42),
+            // A fast path on the Redis clock, one given its own now, decide.lua's whole
+            // reply, and a fast path's error.
+            Integer(3),
+            Integer(9),
+            Integer(60),
+            Integer(1),
+            Integer(8),
+            Integer(61),
+            whole.clone(),
+            Error("WRONGTYPE".into()),
+        ];
+        let four = |a, b, c, d| Array(Some(vec![Integer(a), Integer(b), Integer(c), Integer(d)]));
+        assert_eq!(
+            unbatch(items, &ws),
+            Some(vec![
+                four(42, 3, 9, 60),
+                four(7, 1, 8, 61),
+                whole,
+                Error("WRONGTYPE".into())
+            ])
+        );
+    }
+
+    #[test]
+    fn a_batch_reply_out_of_its_layout_is_refused() {
+        use Frame::{Array, Integer};
+        let ws = vec![batched(Some(None)).0];
+        // Too short, too long, no clock, and a fast path answered as a whole.
+        for items in [
+            vec![Integer(1), Integer(3), Integer(9)],
+            vec![Integer(1), Integer(3), Integer(9), Integer(60), Integer(0)],
+            vec![Integer(3), Integer(9), Integer(60)],
+            vec![Integer(1), Array(Some(vec![]))],
+        ] {
+            assert_eq!(unbatch(items.clone(), &ws), None, "{items:?}");
+        }
+    }
 }

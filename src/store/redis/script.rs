@@ -93,6 +93,17 @@ impl ScriptId {
         }
     }
 
+    /// A fast path's number of `ARGV` values (`now` first), which its function takes as
+    /// positional values in the library's `batch`; `None` for `decide.lua` (a variable
+    /// number, passed as tables).
+    pub fn argc(self) -> Option<usize> {
+        match self {
+            ScriptId::Decide => None,
+            ScriptId::FixedWindow | ScriptId::SlidingLog => Some(5),
+            ScriptId::Bucket | ScriptId::SlidingWindow => Some(6),
+        }
+    }
+
     /// The `ARGV` index of `now` ('' to read the Redis clock).
     pub fn now_at(self) -> usize {
         match self {

@@ -18,29 +18,14 @@
 
 local GRACE_MS = 1000 -- as decide.lua: state outlives its last entry by this much
 
-local now = tonumber(ARGV[1])
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local n = tonumber(ARGV[2])
-local window = tonumber(ARGV[3])
-local hits = tonumber(ARGV[4])
-local mode = tonumber(ARGV[5])
-local key = KEYS[1]
-local cut = now - window
-
--- The live entries: those after `cut`.
-local len = redis.call('ZCOUNT', key, '(' .. string.format('%.0f', cut), '+inf')
-
 -- The time of the i-th live entry (1 = oldest), given how many dead ones precede them.
-local function live_at(dead, i)
+local function live_at(key, dead, i)
   local e = redis.call('ZRANGE', key, dead + i - 1, dead + i - 1, 'WITHSCORES')
   return tonumber(e[2])
 end
 
 -- Until the newest live entry leaves the window (0 when none is live).
-local function until_empty(count)
+local function until_empty(key, now, window, count)
   if count == 0 then
     return 0
   end
@@ -52,23 +37,23 @@ local function until_empty(count)
   return r
 end
 
--- Until `hits` more would fit among `count` live entries after `dead` dead ones.
-local function retry(dead, count)
+-- Until `hits` more would fit among `count` live entries after `dead` dead ones, of `n`.
+local function retry(key, now, window, n, hits, dead, count)
   if hits > n then
-    return until_empty(count)
+    return until_empty(key, now, window, count)
   end
   local m = count + hits - n
   if m <= 0 then
     return 0
   end
-  local r = live_at(dead, m) + window - now
+  local r = live_at(key, dead, m) + window - now
   if r < 0 then
     return 0
   end
   return r
 end
 
-local function expire(reset)
+local function expire(key, reset)
   local ttl = math.ceil(reset / 1000)
   if ttl < 1 then
     ttl = 1
@@ -76,83 +61,124 @@ local function expire(reset)
   redis.call('PEXPIRE', key, ttl + GRACE_MS)
 end
 
-if mode % 2 == 1 then
-  -- Refund: the newest `hits` entries go.
-  if hits > 0 then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', cut))
-    if hits >= len then
-      redis.call('DEL', key)
-      len = 0
-    else
-      redis.call('ZREMRANGEBYRANK', key, -hits, -1)
-      len = len - hits
+-- The decision is this function of the key, now and ARGV[2..6] as given (text): the
+-- library's batch calls it with a decision's values in place, EVALSHA runs this file
+-- whole (its main, at the end). It answers flags, remaining and reset.
+local function sliding_log(key, now, a2, a3, a4, a5, a6)
+  local n = tonumber(a2)
+  local window = tonumber(a3)
+  -- One hit and mode 0 are the commonest: a compare of interned strings, not a conversion.
+  local hits = a4 == '1' and 1 or tonumber(a4)
+  local mode = a5 == '0' and 0 or tonumber(a5)
+  local cut = string.format('%.0f', now - window)
+
+  -- The live entries: those after `cut`.
+  local len = redis.call('ZCOUNT', key, '(' .. cut, '+inf')
+
+  if mode % 2 == 1 then
+    -- Refund: the newest `hits` entries go.
+    if hits > 0 then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', cut)
+      if hits >= len then
+        redis.call('DEL', key)
+        len = 0
+      else
+        redis.call('ZREMRANGEBYRANK', key, -hits, -1)
+        len = len - hits
+      end
+    end
+    local reset = until_empty(key, now, window, len)
+    local rem = n - len
+    if rem < 0 then
+      rem = 0
+    end
+    if hits > 0 then
+      expire(key, reset)
+      return 3, rem, reset
+    end
+    return 1, rem, reset
+  end
+
+  local allowed = hits <= n and len + hits <= n
+  local uncharged = 0
+  local dead = 0
+  if not allowed then
+    dead = redis.call('ZCARD', key) - len
+    uncharged = retry(key, now, window, n, hits, dead, len)
+    if mode < 2 or hits == 0 then
+      -- Not charged: nothing is written.
+      return 0, 0, uncharged
     end
   end
-  local reset = until_empty(len)
-  local rem = n - len
-  if rem < 0 then
-    rem = 0
+  if hits == 0 then
+    local rem = n - len
+    return 1, rem, until_empty(key, now, window, len)
   end
-  if hits > 0 then
-    expire(reset)
-    return { now, 3, rem, reset }
+
+  -- Charge: min(hits, n) entries at now, after every entry at or before now, then only the
+  -- newest n kept. The newest live entry tells where they go: before now (or none), they are
+  -- the first at now; at now, they follow it; after now (a clock stepped back), the last
+  -- entry at now is looked up.
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', cut)
+  local at = string.format('%.0f', now)
+  local seq = 0
+  local newest = now
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if top[1] ~= nil then
+    local score = tonumber(top[2])
+    if score == now then
+      seq = tonumber(string.sub(top[1], -10)) + 1
+    elseif score > now then
+      newest = score
+      local last = redis.call('ZRANGE', key, at, at, 'BYSCORE', 'REV', 'LIMIT', 0, 1)
+      if last[1] ~= nil then
+        seq = tonumber(string.sub(last[1], -10)) + 1
+      end
+    end
   end
-  return { now, 1, rem, reset }
+  local add = hits
+  if add > n then
+    add = n
+  end
+  -- In chunks: unpack has a stack limit.
+  local j = 0
+  while j < add do
+    local args = { 'ZADD', key }
+    local stop = j + 500
+    if stop > add then
+      stop = add
+    end
+    for i = j, stop - 1 do
+      args[#args + 1] = at
+      args[#args + 1] = at .. ':' .. string.format('%010d', seq + i)
+    end
+    redis.call(unpack(args))
+    j = stop
+  end
+  local kept = len + add
+  if kept > n then
+    redis.call('ZREMRANGEBYRANK', key, 0, kept - n - 1)
+    kept = n
+  end
+  -- The newest entry is now or later, unless nothing was added (a limit of 0).
+  local u
+  if add > 0 then
+    u = newest + window - now
+  else
+    u = until_empty(key, now, window, kept)
+  end
+  expire(key, u)
+  if allowed then
+    return 3, n - kept, u
+  end
+  -- Rejected but charged: it waits out its own debt (batch.rs `verdict`).
+  return 2, 0, retry(key, now, window, n, hits, 0, kept)
 end
 
-local allowed = hits <= n and len + hits <= n
-local uncharged = 0
-local dead = 0
-if not allowed then
-  dead = redis.call('ZCARD', key) - len
-  uncharged = retry(dead, len)
-  if mode < 2 or hits == 0 then
-    -- Not charged: nothing is written.
-    return { now, 0, 0, uncharged }
-  end
+-- sluice:main (the script run by EVALSHA: the library calls the function above)
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-if hits == 0 then
-  local rem = n - len
-  return { now, 1, rem, until_empty(len) }
-end
-
--- Charge: min(hits, n) entries at now, after every entry at or before now, then only the
--- newest n kept.
-redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', cut))
-local at = string.format('%.0f', now)
-local seq = 0
-local last = redis.call('ZRANGE', key, at, at, 'BYSCORE', 'REV', 'LIMIT', 0, 1)
-if last[1] ~= nil then
-  seq = tonumber(string.sub(last[1], -10)) + 1
-end
-local add = hits
-if add > n then
-  add = n
-end
--- In chunks: unpack has a stack limit.
-local j = 0
-while j < add do
-  local args = { 'ZADD', key }
-  local stop = j + 500
-  if stop > add then
-    stop = add
-  end
-  for i = j, stop - 1 do
-    args[#args + 1] = at
-    args[#args + 1] = at .. ':' .. string.format('%010d', seq + i)
-  end
-  redis.call(unpack(args))
-  j = stop
-end
-local kept = len + add
-if kept > n then
-  redis.call('ZREMRANGEBYRANK', key, 0, kept - n - 1)
-  kept = n
-end
-local u = until_empty(kept)
-expire(u)
-if allowed then
-  return { now, 3, n - kept, u }
-end
--- Rejected but charged: it waits out its own debt (batch.rs `verdict`).
-return { now, 2, 0, retry(0, kept) }
+return { now, sliding_log(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) }

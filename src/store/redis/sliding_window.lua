@@ -20,276 +20,284 @@
 local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
 local GRACE_MS = 1000 -- as decide.lua: state outlives its last hit by this much
 
-local now = tonumber(ARGV[1])
-if now == nil then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
--- (x - 0: the conversion tonumber makes, without its call; - 0 keeps a -0 as tonumber does.)
-local limit = ARGV[2] - 0
-local hits = ARGV[4] - 0
-local mode = ARGV[5] - 0
-local p = ARGV[6] - 0
-if not (p > 1) then
-  p = 1
-end
-local key = KEYS[1]
-
--- sub and i = floor(now / sub), now's sub-window: double quotients corrected by one either way
--- (decide.lua's fdiv).
-local w = ARGV[3] - 0
-local sub = w / p
-sub = sub - sub % 1
-if sub * p > w then
-  sub = sub - 1
-elseif (sub + 1) * p <= w then
-  sub = sub + 1
-end
-if not (sub > 1) then
-  sub = 1
-end
-local window = sub * p
-local i = now / sub
-i = i - i % 1
-if i * sub > now then
-  i = i - 1
-elseif (i + 1) * sub <= now then
-  i = i + 1
-end
-
--- The state, shifted to now's sub-window as it is read. t[1]: the head as written, if kept;
--- t[j + 1]: the count of sub-window head - j (j = 0 .. p), as text (written back as read) or
--- a number, set up to `last`, the last non-zero one (1: none); `first` the first (nil: none);
--- `count` their sum (in decide.lua's order: newest first); n0 the number in t[2], if known.
-local t = { nil, nil, nil, nil }
-local head, last, first, count, n0 = i, 1, nil, 0, nil
-local raw = redis.call('GET', key)
-if raw then
-  -- decide.lua's `ints`: tokens '-?%d+' between white space, at least one. sluice writes digits
-  -- and single spaces, no leading zeros ('plain': such tokens below 1e15 are exact, written
-  -- back as read), and its commonest state starts with a non-zero count: one match takes the
-  -- head, that count and the rest. Anything else takes the full check and is re-printed.
-  local tok, c0, rest = string.match(raw, '^([1-9]%d*) ([1-9]%d*)([ 0-9]*)$')
-  local plain, ok, it = true, true, nil
-  if tok ~= nil then
-    if rest ~= '' then
-      it = string.gmatch(rest, '%S+')
-    end
-  else
-    plain = string.find(raw, '^[1-9][ 0-9]*$') ~= nil
-    ok = plain or (string.find(raw, '[^%s%d%-]') == nil and string.find(raw, '%d%-') == nil
-      and string.find(raw, '%-%D') == nil and string.find(raw, '%-$') == nil)
-    it = string.gmatch(raw, '%S+')
-    tok = ok and it()
+-- The decision is this function of the key, now and ARGV[2..6] as given (text): the
+-- library's batch calls it with a decision's values in place, EVALSHA runs this file
+-- whole (its main, at the end). It answers flags, remaining and reset.
+local function sliding_window(key, now, a2, a3, a4, a5, a6)
+  -- (x - 0: the conversion tonumber makes, without its call; - 0 keeps a -0 as tonumber does.)
+  local limit = a2 - 0
+  -- One hit and mode 0 are the commonest: a compare of interned strings, not a conversion.
+  local hits = a4 == '1' and 1 or a4 - 0
+  local mode = a5 == '0' and 0 or a5 - 0
+  local p = a6 - 0
+  if not (p > 1) then
+    p = 1
   end
-  if tok then
-    local sh = tok - 0
-    if sh > i then
-      -- A clock behind the state's: it counts into the state's newest sub-window.
-      head = sh
+
+  -- sub and i = floor(now / sub), now's sub-window: double quotients corrected by one either way
+  -- (decide.lua's fdiv).
+  local w = a3 - 0
+  local sub = w / p
+  sub = sub - sub % 1
+  if sub * p > w then
+    sub = sub - 1
+  elseif (sub + 1) * p <= w then
+    sub = sub + 1
+  end
+  if not (sub > 1) then
+    sub = 1
+  end
+  local window = sub * p
+  local i = now / sub
+  i = i - i % 1
+  if i * sub > now then
+    i = i - 1
+  elseif (i + 1) * sub <= now then
+    i = i + 1
+  end
+
+  -- The state, shifted to now's sub-window as it is read. t[1]: the head as written, if kept;
+  -- t[j + 1]: the count of sub-window head - j (j = 0 .. p), as text (written back as read) or
+  -- a number, set up to `last`, the last non-zero one (1: none); `first` the first (nil: none);
+  -- `count` their sum (in decide.lua's order: newest first); n0 the number in t[2], if known.
+  local t = { nil, nil, nil, nil }
+  local head, last, first, count, n0 = i, 1, nil, 0, nil
+  local raw = redis.call('GET', key)
+  if raw then
+    -- decide.lua's `ints`: tokens '-?%d+' between white space, at least one. sluice writes digits
+    -- and single spaces, no leading zeros ('plain': such tokens below 1e15 are exact, written
+    -- back as read), and its commonest state starts with a non-zero count: one match takes the
+    -- head, that count and the rest. Anything else takes the full check and is re-printed.
+    local tok, c0, rest = string.match(raw, '^([1-9]%d*) ([1-9]%d*)([ 0-9]*)$')
+    local plain, ok, it = true, true, nil
+    if tok ~= nil then
+      if rest ~= '' then
+        it = string.gmatch(rest, '%S+')
+      end
+    else
+      plain = string.find(raw, '^[1-9][ 0-9]*$') ~= nil
+      ok = plain or (string.find(raw, '[^%s%d%-]') == nil and string.find(raw, '%d%-') == nil
+        and string.find(raw, '%-%D') == nil and string.find(raw, '%-$') == nil)
+      it = string.gmatch(raw, '%S+')
+      tok = ok and it()
     end
-    local shift = head - sh
-    -- At p + 1 (decide.lua's cap) every count has left the window: as no state at all.
-    if shift < p + 1 then
-      if plain and head == sh and #tok < 16 then
-        t[1] = tok
+    if tok then
+      local sh = tok - 0
+      if sh > i then
+        -- A clock behind the state's: it counts into the state's newest sub-window.
+        head = sh
       end
-      local k, room = 0, p + 1 - shift
-      if c0 ~= nil then
-        -- The matched first count (> 0): it stays (room >= 1).
-        k = 1
-        last = shift + 2
-        first, count = last, c0 - 0
-        if #c0 < 16 then
-          t[last] = c0
-        else
-          t[last] = string.format('%.0f', count)
+      local shift = head - sh
+      -- At p + 1 (decide.lua's cap) every count has left the window: as no state at all.
+      if shift < p + 1 then
+        if plain and head == sh and #tok < 16 then
+          t[1] = tok
         end
-        if shift == 0 then
-          n0 = count
+        local k, room = 0, p + 1 - shift
+        if c0 ~= nil then
+          -- The matched first count (> 0): it stays (room >= 1).
+          k = 1
+          last = shift + 2
+          first, count = last, c0 - 0
+          if #c0 < 16 then
+            t[last] = c0
+          else
+            t[last] = string.format('%.0f', count)
+          end
+          if shift == 0 then
+            n0 = count
+          end
         end
-      end
-      if it ~= nil then
-        for c in it do
-          k = k + 1
-          if k <= room then
-            local v = c - 0
-            if v < 0 then
+        if it ~= nil then
+          for c in it do
+            k = k + 1
+            if k <= room then
+              local v = c - 0
+              if v < 0 then
+                ok = false
+                break
+              end
+              local j = k + shift + 1
+              if v > 0 then
+                count = count + v
+                last = j
+                if first == nil then
+                  first = j
+                end
+              end
+              if plain and (#c == 1 or (string.byte(c) ~= 48 and #c < 16)) then
+                t[j] = c
+              else
+                t[j] = string.format('%.0f', v)
+              end
+            elseif k > p + 1 or (not plain and c - 0 < 0) then
+              -- More than p + 1 counts, or a negative one: no state.
               ok = false
               break
             end
-            local j = k + shift + 1
-            if v > 0 then
-              count = count + v
-              last = j
-              if first == nil then
-                first = j
-              end
-            end
-            if plain and (#c == 1 or (string.byte(c) ~= 48 and #c < 16)) then
-              t[j] = c
-            else
-              t[j] = string.format('%.0f', v)
-            end
-          elseif k > p + 1 or (not plain and c - 0 < 0) then
-            -- More than p + 1 counts, or a negative one: no state.
-            ok = false
-            break
+          end
+        end
+        if not ok then
+          head, last, first, count, n0 = i, 1, nil, 0, nil
+          t = {}
+        elseif last > 1 then
+          for j = 2, shift + 1 do
+            t[j] = '0'
           end
         end
       end
-      if not ok then
-        head, last, first, count, n0 = i, 1, nil, 0, nil
-        t = {}
-      elseif last > 1 then
-        for j = 2, shift + 1 do
-          t[j] = '0'
-        end
-      end
     end
   end
-end
 
-local flags, rem, reset
-local write = hits > 0
-if mode % 2 == 1 then
-  -- Refund: taken back from the newest sub-windows first, never below zero (each count as
-  -- decide.lua does it: a -0 read becomes 0).
-  flags = 1
-  if write then
-    local left, nz = hits, 1
-    count, first = 0, nil
-    for j = 2, last do
-      local v = tonumber(t[j])
-      local take = v
-      if left < v then
-        take = left
-      end
-      v = v - take
-      t[j] = v
-      left = left - take
-      count = count + v
-      if v > 0 then
-        nz = j
-        if first == nil then
-          first = j
-        end
-      end
-    end
-    last = nz
-  end
-  rem = limit - count
-  if not (rem > 0) then
-    rem = 0
-  end
-else
-  local allowed = count + hits <= limit
-  -- Not charged (so not written): rejected, unless charged always.
-  write = write and (allowed or mode >= 2)
-  local add = 0
-  if write then
-    -- Charge into now's sub-window, the total saturating at COUNT_CAP.
-    add = COUNT_CAP - count
-    if not (add > 0) then
-      add = 0
-    end
-    if hits < add then
-      add = hits
-    end
-    if n0 == nil then
-      n0 = tonumber(t[2] or 0)
-    end
-    local v = n0 + add
-    if v < 1e15 then
-      t[2] = string.format('%d', v)
-    else
-      t[2] = string.format('%.0f', v)
-    end
-    if v > 0 then
-      first = 2
-      if last < 2 then
-        last = 2
-      end
-    end
-  end
-  if allowed then
+  local flags, rem, reset
+  local write = hits > 0
+  if mode % 2 == 1 then
+    -- Refund: taken back from the newest sub-windows first, never below zero (each count as
+    -- decide.lua does it: a -0 read becomes 0).
     flags = 1
-    rem = limit - (count + add)
-  else
-    -- Rejected: reset is when hits more would fit, the oldest sub-windows leaving first (on
-    -- the charged state if charged: it waits out its own debt, batch.rs `verdict`), or when
-    -- every counted hit has (below).
-    flags, rem = 0, 0
-    if hits <= limit then
-      local total = count
-      if write then
-        total = 0
-        for j = 2, last do
-          total = total + tonumber(t[j])
+    if write then
+      local left, nz = hits, 1
+      count, first = 0, nil
+      for j = 2, last do
+        local v = tonumber(t[j])
+        local take = v
+        if left < v then
+          take = left
+        end
+        v = v - take
+        t[j] = v
+        left = left - take
+        count = count + v
+        if v > 0 then
+          nz = j
+          if first == nil then
+            first = j
+          end
         end
       end
-      if total + hits <= limit then
-        reset = 0
+      last = nz
+    end
+    rem = limit - count
+    if not (rem > 0) then
+      rem = 0
+    end
+  else
+    local allowed = count + hits <= limit
+    -- Not charged (so not written): rejected, unless charged always.
+    write = write and (allowed or mode >= 2)
+    local add = 0
+    if write then
+      -- Charge into now's sub-window, the total saturating at COUNT_CAP.
+      add = COUNT_CAP - count
+      if not (add > 0) then
+        add = 0
+      end
+      if hits < add then
+        add = hits
+      end
+      if n0 == nil then
+        n0 = tonumber(t[2] or 0)
+      end
+      local v = n0 + add
+      if v < 1e15 then
+        t[2] = string.format('%d', v)
       else
-        for j = last, 3, -1 do
-          total = total - tonumber(t[j])
-          if total + hits <= limit then
-            -- Fits once sub-window head - (j - 3) - 1 has left (decide.lua's operations, in
-            -- its order).
-            reset = (head - (j - 3) - 1 + 1) * sub + window - now
-            if not (reset > 0) then
-              reset = 0
+        t[2] = string.format('%.0f', v)
+      end
+      if v > 0 then
+        first = 2
+        if last < 2 then
+          last = 2
+        end
+      end
+    end
+    if allowed then
+      flags = 1
+      rem = limit - (count + add)
+    else
+      -- Rejected: reset is when hits more would fit, the oldest sub-windows leaving first (on
+      -- the charged state if charged: it waits out its own debt, batch.rs `verdict`), or when
+      -- every counted hit has (below).
+      flags, rem = 0, 0
+      if hits <= limit then
+        local total = count
+        if write then
+          total = 0
+          for j = 2, last do
+            total = total + tonumber(t[j])
+          end
+        end
+        if total + hits <= limit then
+          reset = 0
+        else
+          for j = last, 3, -1 do
+            total = total - tonumber(t[j])
+            if total + hits <= limit then
+              -- Fits once sub-window head - (j - 3) - 1 has left (decide.lua's operations, in
+              -- its order).
+              reset = (head - (j - 3) - 1 + 1) * sub + window - now
+              if not (reset > 0) then
+                reset = 0
+              end
+              break
             end
-            break
           end
         end
       end
     end
   end
-end
 
--- Until every counted hit has left the window: when the newest non-zero sub-window does.
-local u = 0
-if first ~= nil then
-  u = (head - (first - 2) + 1) * sub + window - now
-  if not (u > 0) then
-    u = 0
-  end
-end
-if reset == nil then
-  reset = u
-end
-
-if write then
-  -- Numbers below 1e14 print exactly in concat's '%.14g', as in decide.lua's '%.0f'.
-  if t[1] == nil then
-    if head < 1e14 and head > -1e14 then
-      t[1] = head
-    else
-      t[1] = string.format('%.0f', head)
+  -- Until every counted hit has left the window: when the newest non-zero sub-window does.
+  local u = 0
+  if first ~= nil then
+    u = (head - (first - 2) + 1) * sub + window - now
+    if not (u > 0) then
+      u = 0
     end
   end
-  if not (count + hits < 1e14) then
-    for j = 2, last do
-      if type(t[j]) == 'number' then
-        t[j] = string.format('%.0f', t[j])
+  if reset == nil then
+    reset = u
+  end
+
+  if write then
+    -- Numbers below 1e14 print exactly in concat's '%.14g', as in decide.lua's '%.0f'.
+    if t[1] == nil then
+      if head < 1e14 and head > -1e14 then
+        t[1] = head
+      else
+        t[1] = string.format('%.0f', head)
       end
     end
+    if not (count + hits < 1e14) then
+      for j = 2, last do
+        if type(t[j]) == 'number' then
+          t[j] = string.format('%.0f', t[j])
+        end
+      end
+    end
+    local ttl = (now + u - now) / 1000
+    ttl = ttl + (-ttl) % 1
+    if ttl < 1 then
+      ttl = 1
+    end
+    local s
+    if last == 2 then
+      s = t[1] .. ' ' .. t[2]
+    elseif last == 1 then
+      s = t[1] .. ''
+    else
+      s = table.concat(t, ' ', 1, last)
+    end
+    redis.call('SET', key, s, 'PX', ttl + GRACE_MS)
+    flags = flags + 2
   end
-  local ttl = (now + u - now) / 1000
-  ttl = ttl + (-ttl) % 1
-  if ttl < 1 then
-    ttl = 1
-  end
-  local s
-  if last == 2 then
-    s = t[1] .. ' ' .. t[2]
-  elseif last == 1 then
-    s = t[1] .. ''
-  else
-    s = table.concat(t, ' ', 1, last)
-  end
-  redis.call('SET', key, s, 'PX', ttl + GRACE_MS)
-  flags = flags + 2
+  return flags, rem, reset
 end
-return { now, flags, rem, reset }
+
+-- sluice:main (the script run by EVALSHA: the library calls the function above)
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+return { now, sliding_window(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) }

@@ -597,8 +597,9 @@ fn a_batch_on_the_redis_clock_decides_at_one_exact_instant() {
         let mut it = t.split_whitespace().map(|x| x.parse::<i64>().unwrap());
         it.next().unwrap() * SEC + it.next().unwrap()
     };
-    // Two fixed_window decisions (script code 2: key, now '', limit, window, hits, mode).
-    let sub = ["2", "1", "5", "", "10", "60000000", "1", "0"];
+    // Two fixed_window decisions (script code 2, then its ARGV: now '', limit, window, hits,
+    // mode), on keys a and b.
+    let sub = ["2", "", "10", "60000000", "1", "0"];
     let mut exact = 0;
     for _ in 0..5 {
         let before = time();
@@ -607,13 +608,15 @@ fn a_batch_on_the_redis_clock_decides_at_one_exact_instant() {
         args.extend(sub);
         let reply = redis.cli(&args);
         let after = time();
-        let nows: Vec<Micros> = reply
+        // The batch's clock, then each decision's flags, remaining and reset.
+        let ints: Vec<Micros> = reply
             .split_whitespace()
-            .step_by(4)
             .map(|n| n.parse().unwrap())
             .collect();
-        assert_eq!(nows.len(), 2, "{reply}");
-        assert_eq!(nows[0], nows[1], "one instant: {reply}");
+        assert_eq!(ints.len(), 7, "{reply}");
+        let nows = [ints[0]];
+        assert_eq!(ints[3], ints[6], "one instant, so one reset: {reply}");
+        assert_eq!(ints[3], 60 * SEC - ints[0] % (60 * SEC), "{reply}");
         assert!(
             (before..=after).contains(&nows[0]),
             "{before} {nows:?} {after}"
