@@ -21,7 +21,7 @@ stime, over the measured interval), and how many decisions per second that CPU l
 core make (10^6 / µs per request). INCRBY + EXPIRE runs under redis-benchmark (-c 1, -P the
 same depth), as bench/floors.py measures it.
 
-Writes DIR/peers~SUBJECT~rN.json and prints a Markdown table of medians. Standard library only.
+Writes DIR/peers~SUBJECT~cIN_FLIGHT~rN.json (bench/report.py's section) and prints a Markdown table of medians. Standard library only.
 """
 
 import argparse
@@ -127,7 +127,7 @@ def main():
                 floors.cli(a.port, "FLUSHALL")
                 r = load(a, addr, proc.pid)
                 results.setdefault(subject, []).append(r)
-                with open(os.path.join(a.out, f"peers~{subject}~r{run}.json"), "w") as f:
+                with open(os.path.join(a.out, f"peers~{subject}~c{a.in_flight}~r{run}.json"), "w") as f:
                     json.dump({"subject": subject, "in_flight": a.in_flight, **r}, f)
                 print(f"r{run} {subject:12} {r['throughput_rps']:9.0f} req/s "
                       f"{r['redis_cpu_us_per_request']:6.2f} µs Redis CPU/request",
@@ -135,7 +135,7 @@ def main():
             floors.cli(a.port, "FLUSHALL")
             us = floors.incr_expire(a)
             results.setdefault("incrby-expire", []).append({"redis_cpu_us_per_request": us})
-            with open(os.path.join(a.out, f"peers~incrby-expire~r{run}.json"), "w") as f:
+            with open(os.path.join(a.out, f"peers~incrby-expire~c{a.in_flight}~r{run}.json"), "w") as f:
                 json.dump({"subject": "incrby-expire", "redis_cpu_us_per_request": us}, f)
     finally:
         for proc, _ in servers.values():

@@ -84,8 +84,63 @@ def through_section(rep):
     rep.table(["algorithm", "sluice µs/decision", "floor µs/decision", "× floor"], rows)
 
 
+# bench/peers.py: sluice, limitador and the seed server on one Redis.
+PEERS = "peers"
+PEERS_AT = "c32"
+
+
+def peers_target_rows(rep, row):
+    """Issue 13 item 4 (bench/peers.py, when limitador-server was given)."""
+    k = lambda subject: (PEERS, subject, PEERS_AT)  # noqa: E731
+    if not rep.runs(k("limitador")):
+        return
+    row("Redis: sluice's throughput ≥ 3× Kuadrant/limitador's, both on one Redis, 32 in flight",
+        rep.ratio(k("sluice"), "throughput_rps", k("limitador")), 3.0, False, "×")
+    row("Redis: sluice's Redis CPU per request < Kuadrant/limitador's (ratio < 1)",
+        rep.ratio(k("sluice"), "redis_cpu_us_per_request", k("limitador")), 1.0, True, "×")
+
+
+def peers_section(rep):
+    k = lambda subject: (PEERS, subject, PEERS_AT)  # noqa: E731
+    if not rep.runs(k("limitador")):
+        return
+    p = rep.p
+    p("## Against the peers on one Redis")
+    p()
+    p("`bench/peers.py` (given a `limitador-server` built from Kuadrant/limitador's public "
+      "source; this repository does not build it): sluice, limitador (its `redis` storage) and "
+      "the seeds' fixed-window script served over gRPC (`sluice-bench noop --seed-redis`) on one "
+      "Redis, the same rule (one descriptor, a 60 s window, a limit nothing reaches, 10,000 "
+      "keys), each loaded in turn by `sluice-bench load` at 32 in flight over 2 connections, "
+      "A/B alternating every round; envoyproxy/ratelimit's INCRBY + EXPIRE under "
+      "`redis-benchmark -c 1 -P 32`. Decisions per second of one Redis core = 10⁶ ÷ Redis CPU µs "
+      "per request (one decision each).")
+    p()
+
+    def per_core(stat):
+        return type(stat)([1e6 / v for v in stat.values if v]).fmt(0)
+
+    rows = []
+    for who, subject in [("sluice", "sluice"), ("Kuadrant/limitador", "limitador"),
+                         ("the seed script, served over gRPC", "seed-server"),
+                         ("envoyproxy/ratelimit INCRBY + EXPIRE (redis-benchmark)",
+                          "incrby-expire")]:
+        cpu = rep.stat(k(subject), "redis_cpu_us_per_request")
+        if not cpu:
+            continue
+        rps = rep.stat(k(subject), "throughput_rps")
+        rows.append([who, rps.fmt(0) if rps else "", cpu.fmt(2), per_core(cpu)])
+    rep.table(["who", "requests/s", "Redis CPU µs/request", "decisions/s one Redis core "
+               "sustains"], rows)
+    p(f"sluice ÷ limitador: throughput "
+      f"{rep.ratio(k('sluice'), 'throughput_rps', k('limitador')).fmt(2)}×, Redis CPU per "
+      f"request {rep.ratio(k('sluice'), 'redis_cpu_us_per_request', k('limitador')).fmt(2)}×.")
+    p()
+
+
 def section(rep):
     through_section(rep)
+    peers_section(rep)
     if not rep.runs(("redis-cost", "floor", "fixed_window")):
         return
     p = rep.p

@@ -10,7 +10,7 @@
 # server itself on free 127.0.0.1 ports (never 6379) and stops them on exit. Writes one JSON per
 # measurement to bench/results/MODE/, then bench/report.py writes BENCHMARKS.md and
 # bench/plots/*.png. SCENARIOS="memory redis ..." runs a subset (names: memory open-memory
-# redis two-instances cluster envoy reload memory-bytes matching); the report then shows what was measured.
+# redis two-instances cluster envoy reload memory-bytes matching peers); the report then shows what was measured.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -26,7 +26,9 @@ case "$MODE" in
         RELOADS=6 RELOAD_DURATION=15s REDIS_FLOOR_REQUESTS=1000000 ;;
     *) echo "usage: $0 quick|full" >&2; exit 2 ;;
 esac
-SCENARIOS=${SCENARIOS:-"memory open-memory redis two-instances cluster envoy reload memory-bytes matching"}
+# peers (sluice against Kuadrant/limitador on one Redis) runs when LIMITADOR_BIN names a
+# limitador-server built from its public source: this suite does not build it (bench/peers.py).
+SCENARIOS=${SCENARIOS:-"memory open-memory redis two-instances cluster envoy reload memory-bytes matching${LIMITADOR_BIN:+ peers}"}
 # The concurrency of every headline table: requests in flight, over 2 HTTP/2 connections.
 HEAD=16
 # Requests in flight that the open loop allows before it counts a request as late.
@@ -499,6 +501,17 @@ scenario_matching() {
     python3 "$TOOLS" criterion target/criterion/match "$(result matching criterion rules 1)"
 }
 
+# Against the peers on one Redis: sluice, Kuadrant/limitador ($LIMITADOR_BIN) and the seed
+# script served over gRPC at 32 in flight, and INCRBY + EXPIRE (bench/peers.py).
+scenario_peers() {
+    [ -x "${LIMITADOR_BIN:-}" ] ||
+        die "the peers scenario needs LIMITADOR_BIN: a limitador-server built from github.com/Kuadrant/limitador"
+    log "Against the peers on one Redis (limitador: $LIMITADOR_BIN)"
+    python3 bench/peers.py --sluice "$SLUICE" --bench "$BENCH" --limitador "$LIMITADOR_BIN" \
+        --out "$OUT" --rounds "$RUNS" 2>>"$WORK/peers.log" >"$WORK/peers.md" ||
+        { tail -n 20 "$WORK/peers.log" >&2; die "bench/peers.py failed"; }
+}
+
 # --- Main -----------------------------------------------------------------------------------
 
 install_tools
@@ -526,6 +539,7 @@ for s in $SCENARIOS; do
         reload) scenario_reload ;;
         memory-bytes) scenario_memory_bytes ;;
         matching) scenario_matching ;;
+        peers) scenario_peers ;;
         *) die "unknown scenario $s" ;;
     esac
 done

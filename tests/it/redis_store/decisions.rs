@@ -48,6 +48,51 @@ async fn a_request_of_five_descriptors_is_one_evalsha() {
     );
 }
 
+/// A request of several fixed_window takes is charged one HINCRBY per check in the window
+/// each key holds; a key of another type among them fails the request with nothing charged,
+/// as the general path (which reads every key before it writes) does.
+#[tokio::test]
+async fn a_key_of_another_type_fails_a_request_of_several_takes_without_charging_it() {
+    let redis = RedisNode::start();
+    let store = connected(options(&redis.url(), ClockSource::Local)).await;
+    let limit = Limit::fixed_window(10, 3_600 * SEC);
+    let keys: Vec<Vec<u8>> = (0..3)
+        .map(|i| key_of("type:", &format!("v{i}"), &limit))
+        .collect();
+    let checks: Vec<Check<'_>> = (0..3u32)
+        .map(|i| take(&keys[i as usize], &limit, 1, i))
+        .collect();
+    let now = T0 + 5 * SEC;
+    let v = store
+        .decide_checks(&checks, now, Deadline::NONE)
+        .await
+        .unwrap();
+    assert!(v.iter().all(|v| v.allowed && v.charged && v.remaining == 9));
+    let state =
+        |k: &[u8]| fixed_window_state(&redis.cli(&["HGETALL", std::str::from_utf8(k).unwrap()]));
+    let before: Vec<_> = keys.iter().map(|k| state(k)).collect();
+
+    redis.cli(&["DEL", std::str::from_utf8(&keys[2]).unwrap()]);
+    redis.cli(&["SET", std::str::from_utf8(&keys[2]).unwrap(), "not a hash"]);
+    let e = store
+        .decide_checks(&checks, now + SEC, Deadline::NONE)
+        .await
+        .expect_err("a key of another type");
+    assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+    for (k, was) in keys.iter().zip(&before).take(2) {
+        assert_eq!(&state(k), was, "nothing charged");
+    }
+
+    // The same keys all hashes again: the next request is charged on each.
+    redis.cli(&["DEL", std::str::from_utf8(&keys[2]).unwrap()]);
+    let v = store
+        .decide_checks(&checks, now + 2 * SEC, Deadline::NONE)
+        .await
+        .unwrap();
+    let remaining: Vec<u64> = v.iter().map(|v| v.remaining).collect();
+    assert_eq!(remaining, [8, 8, 9]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_stores_sharing_one_redis_admit_exactly_the_limit() {
     const LIMIT: u64 = 50;

@@ -38,6 +38,9 @@ struct Scenario {
     start: Micros,
     /// Checks per request are drawn below this (2: one check, `fixed_window.lua`'s case).
     max_checks: usize,
+    /// Every check a plain take: no refund, no charge-always, no quota mode, hits >= 1
+    /// (`decide.lua`'s one-HINCRBY-per-check path for fixed_window).
+    plain: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -82,6 +85,7 @@ fn scenarios() -> Vec<Scenario> {
         max_dt: 70 * SEC,
         start: T0 + 7_654_321,
         max_checks: 6,
+        plain: false,
     };
     let tz = |unit, tz| Some(Calendar { unit, tz });
     let mut sliding = each("sliding_window", SlidingWindow);
@@ -101,6 +105,20 @@ fn scenarios() -> Vec<Scenario> {
         Scenario {
             max_checks: 3,
             ..each("fixed_window (fast path)", FixedWindow)
+        },
+        // Plain takes of several checks, often the same key twice: decide.lua's HINCRBY per
+        // check when all are allowed, given back (and the policy run) when one is not.
+        Scenario {
+            plain: true,
+            ..each("fixed_window (plain takes of several checks)", FixedWindow)
+        },
+        Scenario {
+            plain: true,
+            one_descriptor: true,
+            ..each(
+                "fixed_window (plain takes, several limits of one descriptor)",
+                FixedWindow,
+            )
         },
         sliding,
         sliding_fast,
@@ -174,6 +192,7 @@ fn scenarios() -> Vec<Scenario> {
             // 2023-11-05 03:00 UTC: New York's 25-hour day starts an hour later.
             start: 1_699_153_200 * SEC + 1_234_567,
             max_checks: 6,
+            plain: false,
         },
         Scenario {
             name: "rate_limits (several limits of one descriptor)",
@@ -191,7 +210,7 @@ fn scenarios() -> Vec<Scenario> {
     ]
 }
 
-fn step_strategy(max_dt: Micros, max_checks: usize) -> impl Strategy<Value = Step> {
+fn step_strategy(max_dt: Micros, max_checks: usize, plain: bool) -> impl Strategy<Value = Step> {
     let check = (
         (0..3usize, 0..6u64, 0..4usize),
         prop_oneof![3 => 0..3u64, 1 => 3..10u64],
@@ -201,14 +220,14 @@ fn step_strategy(max_dt: Micros, max_checks: usize) -> impl Strategy<Value = Ste
         0..3u32,
     )
         .prop_map(
-            |((key, requests, param), hits, value, refund, always, group)| CheckSpec {
+            move |((key, requests, param), hits, value, refund, always, group)| CheckSpec {
                 key,
                 requests,
                 param,
-                hits,
+                hits: if plain { hits.max(1) } else { hits },
                 value,
-                refund,
-                always,
+                refund: refund && !plain,
+                always: always && !plain,
                 group,
             },
         );
@@ -223,7 +242,11 @@ fn step_strategy(max_dt: Micros, max_checks: usize) -> impl Strategy<Value = Ste
         prop::array::uniform3(prop::bool::weighted(0.3)),
         prop::collection::vec(check, 1..max_checks),
     )
-        .prop_map(|(dt, quota, checks)| Step { dt, quota, checks })
+        .prop_map(move |(dt, quota, checks)| Step {
+            dt,
+            quota: if plain { [false; 3] } else { quota },
+            checks,
+        })
 }
 
 /// Cases per scenario: every scenario shares the < 60 s the Redis parity tests may take.
@@ -316,8 +339,10 @@ fn lua_script_matches_the_in_memory_policy() {
     let case = AtomicU64::new(0);
     for scenario in scenarios() {
         let mut runner = runner("lua_script_matches_the_in_memory_policy");
-        let timeline =
-            prop::collection::vec(step_strategy(scenario.max_dt, scenario.max_checks), 1..12);
+        let timeline = prop::collection::vec(
+            step_strategy(scenario.max_dt, scenario.max_checks, scenario.plain),
+            1..12,
+        );
         let result = runner.run(&timeline, |steps| {
             let c = Case::new(
                 &scenario,
@@ -355,7 +380,10 @@ fn batched_function_calls_match_the_in_memory_policy() {
     let case = AtomicU64::new(0);
     for scenario in scenarios() {
         let mut runner = runner("batched_function_calls_match_the_in_memory_policy");
-        let tick = prop::collection::vec(step_strategy(scenario.max_dt, scenario.max_checks), 1..5);
+        let tick = prop::collection::vec(
+            step_strategy(scenario.max_dt, scenario.max_checks, scenario.plain),
+            1..5,
+        );
         let timeline = prop::collection::vec(tick, 1..8);
         let result = runner.run(&timeline, |ticks| {
             let c = Case::new(
