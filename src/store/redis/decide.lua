@@ -930,7 +930,6 @@ local ALGORITHMS = {
   [7] = new_distinct,
   [8] = new_concurrency,
 }
-local FIXED_WINDOW = 1
 local DISTINCT = 7
 local made = {}
 local function algorithm(code)
@@ -960,6 +959,82 @@ if now == nil then
 end
 
 local n = tonumber(ARGV[3])
+
+---------------------------------------------------------------------------------------------
+-- The commonest request of several checks: fixed_window takes only (no refund, dry run,
+-- charge-always or quota mode; hits > 0; epoch-aligned windows), read straight from ARGV.
+-- Each check is charged by one HINCRBY in the window its key holds; if every one is allowed
+-- there, that is the policy's answer too (every check allowed, so every check charged, in
+-- order: the same state and expiry as the general path's writes in a window the key holds).
+-- Otherwise what was taken is given back and the general path below decides, on the very
+-- state it started from. (pcall: a key of another type fails the general path before it
+-- writes anything, and so must this one.)
+---------------------------------------------------------------------------------------------
+
+local function take_fixed_windows()
+  if scope == 'undo' then
+    return nil
+  end
+  for i = 1, n do
+    local b = 3 + (i - 1) * FIELDS
+    if ARGV[b + 2] ~= '1' or ARGV[b + 8] ~= '0' or ARGV[b + 9] ~= '0' or ARGV[b + 11] ~= '0'
+      or ARGV[b + 12] ~= '' or ARGV[b + 13] ~= '' then
+      return nil
+    end
+  end
+  local out = { now }
+  for i = 1, n do
+    local b = 3 + (i - 1) * FIELDS
+    local key, limit, hits = KEYS[tonumber(ARGV[b + 1])], tonumber(ARGV[b + 3]),
+      tonumber(ARGV[b + 7])
+    local w = tonumber(ARGV[b + 4])
+    if w < 1 then
+      w = 1
+    end
+    local r = math.fmod(now, w)
+    if r < 0 then
+      r = r + w
+    end
+    local ws = now - r
+    local v = nil
+    if hits > 0 then
+      v = redis.pcall('HINCRBY', key, ws, hits)
+    end
+    if type(v) ~= 'number' or not (v > hits and v - 1 <= limit and v - 1 <= COUNT_CAP) then
+      if type(v) == 'number' then
+        if v == hits then
+          -- The field was absent: a new window, or another one stored.
+          redis.call('HDEL', key, ws)
+        else
+          redis.call('HINCRBY', key, ws, -hits)
+        end
+      end
+      for j = i - 1, 1, -1 do
+        local d = 3 + (j - 1) * FIELDS
+        local dw = tonumber(ARGV[d + 4])
+        if dw < 1 then
+          dw = 1
+        end
+        local dr = math.fmod(now, dw)
+        if dr < 0 then
+          dr = dr + dw
+        end
+        redis.call('HINCRBY', KEYS[tonumber(ARGV[d + 1])], now - dr, -tonumber(ARGV[d + 7]))
+      end
+      return nil
+    end
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] =
+      1, limit - (v - 1), max(add(ws, w) - now, 0), 1, 1
+  end
+  return out
+end
+
+local taken = take_fixed_windows()
+if taken ~= nil then
+  return taken
+end
+
 local checks = {}
 for i = 1, n do
   local b = 3 + (i - 1) * FIELDS
@@ -1095,53 +1170,6 @@ local function push(allowed, remaining, reset, charged, first_allowed)
   reply[#reply + 1] = reset
   reply[#reply + 1] = b(charged)
   reply[#reply + 1] = b(first_allowed)
-end
-
----------------------------------------------------------------------------------------------
--- The commonest request of several checks: fixed_window takes only (no refund, dry run,
--- charge-always or quota mode; hits > 0). Each check is first charged by one HINCRBY in the
--- window its key holds; if every one is allowed there, that is the policy's answer too (every
--- check allowed, so every check charged, in order: the same state and expiry as the general
--- path's writes in a window the key holds). Otherwise what was taken is given back, and the
--- general path below decides on the very state it started from. (pcall: a key of another
--- type fails the general path before it writes anything, and so must this one.)
----------------------------------------------------------------------------------------------
-
-local function take_fixed_windows()
-  for _, c in ipairs(checks) do
-    if c.code ~= FIXED_WINDOW or c.refund or c.dry or c.always or c.quota or not (c.hits > 0) then
-      return false
-    end
-  end
-  local counts = {}
-  for i, c in ipairs(checks) do
-    local key, ws, hits = KEYS[c.k], c.frame.wstart, c.hits
-    local v = redis.pcall('HINCRBY', key, ws, hits)
-    if type(v) ~= 'number' or not (v > hits and v - 1 <= c.limit and v - 1 <= COUNT_CAP) then
-      if type(v) == 'number' then
-        if v == hits then
-          -- The field was absent: a new window, or another one stored.
-          redis.call('HDEL', key, ws)
-        else
-          redis.call('HINCRBY', key, ws, -hits)
-        end
-      end
-      for j = i - 1, 1, -1 do
-        local d = checks[j]
-        redis.call('HINCRBY', KEYS[d.k], d.frame.wstart, -d.hits)
-      end
-      return false
-    end
-    counts[i] = v - 1
-  end
-  for i, c in ipairs(checks) do
-    push(true, c.limit - counts[i], max(c.frame.wend - now, 0), true, true)
-  end
-  return true
-end
-
-if scope ~= 'undo' and take_fixed_windows() then
-  return reply
 end
 
 ---------------------------------------------------------------------------------------------
