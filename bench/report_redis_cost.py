@@ -194,5 +194,8 @@ def section(rep):
     if hot:
         p(f"A sliding_log key full at 10,000 entries (limit 10,000, one key, every call rejected) "
           f"costs **{hot.fmt(1)} µs** of Redis CPU per decision: its state is a sorted set, and "
-          "`sliding_log.lua` reads it by rank and count (O(log n)), never entry by entry. Kuadrant/limitador was not run: its server is on no registry reachable here (crates.io has only the `limitador` library).")
+          "`sliding_log.lua` reads it by rank and count (O(log n)), never entry by entry."
+          + ("" if rep.runs((PEERS, "limitador", PEERS_AT)) else
+             " Kuadrant/limitador was not run (`bench/peers.py` needs a `limitador-server`: "
+             "LIMITADOR_BIN)."))
         p()
