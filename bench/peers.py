@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -63,19 +62,9 @@ def start_limitador(binary, redis_port, work):
                           "--http-ip", "127.0.0.1", "--http-port", str(http), limits,
                           "redis", f"redis://127.0.0.1:{redis_port}"],
                          stdout=log, stderr=log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            break
-        try:
-            import urllib.request
-            with urllib.request.urlopen(f"http://127.0.0.1:{http}/status", timeout=1) as r:
-                if r.status == 200:
-                    return p, f"127.0.0.1:{rls}"
-        except OSError:
-            pass
-        time.sleep(0.1)
-    sys.exit("limitador-server did not start; see " + log.name)
+    print(f"limitador-server log: {log.name}", file=sys.stderr)
+    tools.wait_http(f"http://127.0.0.1:{http}/status", p.pid, 60)
+    return p, f"127.0.0.1:{rls}"
 
 
 def load(a, addr, pid):

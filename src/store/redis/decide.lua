@@ -142,6 +142,20 @@ local function window_of(st_start, f)
   return start, e, max(e - f.now, 0)
 end
 
+-- The epoch-aligned window of `now` for a window of `w` us (src/algorithm/mod.rs
+-- `Frame::epoch_aligned`): its start and end. fmod is exact; made Euclidean for times before
+-- the epoch.
+local function epoch_window(now, w)
+  if w < 1 then
+    w = 1
+  end
+  local r = math.fmod(now, w)
+  if r < 0 then
+    r = r + w
+  end
+  return now - r, add(now - r, w)
+end
+
 -- The state of fixed_window and of the buckets: two integers.
 local function encode_pair(st)
   return int(st[1]) .. ' ' .. int(st[2])
@@ -983,19 +997,13 @@ local function take_fixed_windows()
     end
   end
   local out = { now }
+  -- Each check's key, window field and hits, to give back what was taken.
+  local ks, fs, hs = {}, {}, {}
   for i = 1, n do
     local b = 3 + (i - 1) * FIELDS
     local key, limit, hits = KEYS[tonumber(ARGV[b + 1])], tonumber(ARGV[b + 3]),
       tonumber(ARGV[b + 7])
-    local w = tonumber(ARGV[b + 4])
-    if w < 1 then
-      w = 1
-    end
-    local r = math.fmod(now, w)
-    if r < 0 then
-      r = r + w
-    end
-    local ws = now - r
+    local ws, we = epoch_window(now, tonumber(ARGV[b + 4]))
     local v = nil
     if hits > 0 then
       v = redis.pcall('HINCRBY', key, ws, hits)
@@ -1010,22 +1018,14 @@ local function take_fixed_windows()
         end
       end
       for j = i - 1, 1, -1 do
-        local d = 3 + (j - 1) * FIELDS
-        local dw = tonumber(ARGV[d + 4])
-        if dw < 1 then
-          dw = 1
-        end
-        local dr = math.fmod(now, dw)
-        if dr < 0 then
-          dr = dr + dw
-        end
-        redis.call('HINCRBY', KEYS[tonumber(ARGV[d + 1])], now - dr, -tonumber(ARGV[d + 7]))
+        redis.call('HINCRBY', ks[j], fs[j], -hs[j])
       end
       return nil
     end
+    ks[i], fs[i], hs[i] = key, ws, hits
     local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] =
-      1, limit - (v - 1), max(add(ws, w) - now, 0), 1, 1
+      1, limit - (v - 1), max(we - now, 0), 1, 1
   end
   return out
 end
@@ -1074,17 +1074,7 @@ for i = 1, n do
     end
   end
   if ws == nil or we == nil then
-    local w = c.window
-    if w < 1 then
-      w = 1
-    end
-    -- fmod is exact; made Euclidean for times before the epoch.
-    local r = math.fmod(now, w)
-    if r < 0 then
-      r = r + w
-    end
-    ws = now - r
-    we = add(ws, w)
+    ws, we = epoch_window(now, c.window)
   end
   c.frame = { now = now, wstart = ws, wend = we }
   checks[i] = c
