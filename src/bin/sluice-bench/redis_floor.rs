@@ -283,7 +283,7 @@ mod tests {
     #[test]
     fn a_bucket_runs_its_fast_path_with_its_burst() {
         let (lua, a) = evalsha_args(&args(Algorithm::Gcra, None));
-        assert_eq!(lua, script::BUCKET_LUA);
+        assert_eq!(lua, script::ScriptId::Bucket.lua());
         // numkeys, key, now, limit, window, hits, mode, burst
         assert_eq!(
             a,
@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn a_fixed_window_runs_the_fast_path() {
         let (lua, a) = evalsha_args(&args(Algorithm::FixedWindow, None));
-        assert_eq!(lua, script::FIXED_WINDOW_LUA);
+        assert_eq!(lua, script::ScriptId::FixedWindow.lua());
         // numkeys, key, now, limit, window, hits, mode
         assert_eq!(
             a,

@@ -32,9 +32,10 @@ local function fdiv(a, b)
   return q
 end
 
--- The decision is this function of the key, now and ARGV[2..6] as given (text): the
--- library's batch calls it with a decision's values in place, EVALSHA runs this file
--- whole (its main, at the end). It answers flags, remaining and reset.
+-- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
+-- flags, remaining and reset: the library's batch calls it with a decision's values in place;
+-- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
+-- which reads now and answers { now, flags, remaining, reset }.
 local function bucket(key, now, a2, a3, a4, a5, a6)
   local floor = math.floor
 
@@ -216,10 +217,3 @@ local function bucket(key, now, a2, a3, a4, a5, a6)
   return flags, rem, skew + reset
 end
 
--- sluice:main (the script run by EVALSHA: the library calls the function above)
-local now = tonumber(ARGV[1])
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-return { now, bucket(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) }

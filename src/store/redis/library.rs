@@ -43,23 +43,25 @@ impl Library {
 pub static LIBRARY: LazyLock<Library> = LazyLock::new(build);
 
 fn build() -> Library {
-    let (defs, main) = split(script::LUA);
+    let (defs, main) = script::LUA
+        .split_once("-- sluice:main")
+        .expect("decide.lua has its -- sluice:main line");
     let mut body = String::with_capacity(script::LUA.len() * 2);
     body.push_str(defs);
     body.push_str("\nlocal function decide(KEYS, ARGV)\n-- sluice:main");
     body.push_str(main);
     body.push_str("\nend\n");
-    // A fast path's file defines its function, then (its main) calls it as a script. Its
-    // definitions run in a function of their own, at load: locals of one file never meet
-    // another's (nor Lua's 200-locals limit), and the library's `batch` calls the function
-    // itself with positional values.
+    // A fast path's file defines its function; its definitions run in a function of their
+    // own, at load: locals of one file never meet another's (nor Lua's 200-locals limit), and
+    // the library's `batch` calls the function itself with positional values. Called alone,
+    // it runs as its script does (`script::fast_main`).
     for id in ScriptId::ALL {
         if id.argc().is_some() {
-            let (defs, main) = split(id.lua());
-            let name = id.name();
+            let (name, defs) = (id.name(), id.definitions());
+            let main = script::fast_main(name);
             body.push_str(&format!(
                 "\nlocal {name} = (function()\n{defs}\nreturn {name}\nend)()\n\
-                 local function {name}_call(KEYS, ARGV)\n-- sluice:main{main}\nend\n"
+                 local function {name}_call(KEYS, ARGV)\n{main}end\n"
             ));
         }
     }
@@ -99,12 +101,6 @@ fn build() -> Library {
         functions,
         batch,
     }
-}
-
-/// A script's definitions and its per-call main, at its `-- sluice:main` line.
-fn split(lua: &'static str) -> (&'static str, &'static str) {
-    lua.split_once("-- sluice:main")
-        .expect("every decision script has its -- sluice:main line")
 }
 
 #[cfg(test)]

@@ -581,7 +581,7 @@ async fn load_on_link(
     link: &Link,
     timeout: Duration,
 ) -> Result<(), Option<Result<Vec<Verdict>, StoreError>>> {
-    for lua in script::SCRIPTS {
+    for lua in script::scripts() {
         let args = [Value::from("LOAD"), Value::from(lua)];
         match link.call("SCRIPT", &args, timeout).await {
             Ok(Frame::Error(e)) => return Err(Some(Err(from_reply(&e)))),
@@ -597,7 +597,7 @@ async fn load_on_link(
 /// client).
 async fn load_script(client: &Client, timeout: Duration) -> Result<(), fred::error::Error> {
     let load = async {
-        for lua in script::SCRIPTS {
+        for lua in script::scripts() {
             client.script_load_cluster::<(), _>(lua).await?;
         }
         Ok(())

@@ -21,26 +21,50 @@ use crate::store::{Charge, Check, ErrorKind, StoreError, Verdict};
 /// The Lua source; its SHA-1 names it in `EVALSHA`.
 pub const LUA: &str = include_str!("decide.lua");
 
-/// The fixed_window fast path's Lua source.
-pub const FIXED_WINDOW_LUA: &str = include_str!("fixed_window.lua");
+/// The fast paths' files: each defines its decision function, `NAME(key, now, ARGV[2..6])`
+/// answering flags, remaining and reset (fixed_window; sliding_log; token_bucket, leaky_bucket
+/// and gcra, one meter; sliding_window).
+const FIXED_WINDOW_FN: &str = include_str!("fixed_window.lua");
+const SLIDING_LOG_FN: &str = include_str!("sliding_log.lua");
+const BUCKET_FN: &str = include_str!("bucket.lua");
+const SLIDING_WINDOW_FN: &str = include_str!("sliding_window.lua");
 
-/// The sliding_log fast path's Lua source.
-pub const SLIDING_LOG_LUA: &str = include_str!("sliding_log.lua");
+/// A fast path's per-call part, the same for all: `now` from `ARGV[1]` ('' reads the Redis
+/// clock), then its function on `KEYS[1]` and `ARGV[2..6]`, answered as
+/// `{ now, flags, remaining, reset }`. It ends the fast path's script, and the function
+/// library (`library.rs`) wraps it as the fast path's own function.
+pub fn fast_main(name: &str) -> String {
+    format!(
+        "local now = tonumber(ARGV[1])\n\
+         if now == nil then\n  local t = redis.call('TIME')\n  \
+         now = tonumber(t[1]) * 1000000 + tonumber(t[2])\nend\n\
+         return {{ now, {name}(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) }}\n"
+    )
+}
 
-/// The fast path of token_bucket, leaky_bucket and gcra (one meter).
-pub const BUCKET_LUA: &str = include_str!("bucket.lua");
-
-/// The sliding_window fast path's Lua source.
-pub const SLIDING_WINDOW_LUA: &str = include_str!("sliding_window.lua");
+/// Each script's source (indexed by [`ScriptId::code`] - 1) and its SHA-1, made once.
+static SOURCES: LazyLock<Vec<(String, Value)>> = LazyLock::new(|| {
+    ScriptId::ALL
+        .iter()
+        .map(|id| {
+            let source = match id.argc() {
+                None => LUA.to_string(),
+                Some(_) => format!(
+                    "{}\n-- sluice:main\n{}",
+                    id.definitions(),
+                    fast_main(id.name())
+                ),
+            };
+            let sha = Value::from(fred::util::sha1_hash(&source));
+            (source, sha)
+        })
+        .collect()
+});
 
 /// Every script a decision may call: each is loaded (`SCRIPT LOAD`) wherever one is.
-pub const SCRIPTS: [&str; 5] = [
-    LUA,
-    FIXED_WINDOW_LUA,
-    SLIDING_LOG_LUA,
-    BUCKET_LUA,
-    SLIDING_WINDOW_LUA,
-];
+pub fn scripts() -> impl Iterator<Item = &'static str> {
+    ScriptId::ALL.iter().map(|id| id.lua())
+}
 
 /// Which script a call runs: its code in the function library's `batch`, its function's
 /// name there, and where in its `ARGV` it reads `now`.
@@ -83,13 +107,25 @@ impl ScriptId {
         }
     }
 
+    /// The script `EVALSHA` runs.
     pub fn lua(self) -> &'static str {
+        &SOURCES[usize::from(self.code()) - 1].0
+    }
+
+    /// Its SHA-1, which names it in `EVALSHA`.
+    pub fn sha(self) -> &'static Value {
+        &SOURCES[usize::from(self.code()) - 1].1
+    }
+
+    /// Its file: for a fast path, the definitions its script and the library share (the
+    /// script adds [`fast_main`]).
+    pub fn definitions(self) -> &'static str {
         match self {
             ScriptId::Decide => LUA,
-            ScriptId::FixedWindow => FIXED_WINDOW_LUA,
-            ScriptId::SlidingLog => SLIDING_LOG_LUA,
-            ScriptId::Bucket => BUCKET_LUA,
-            ScriptId::SlidingWindow => SLIDING_WINDOW_LUA,
+            ScriptId::FixedWindow => FIXED_WINDOW_FN,
+            ScriptId::SlidingLog => SLIDING_LOG_FN,
+            ScriptId::Bucket => BUCKET_FN,
+            ScriptId::SlidingWindow => SLIDING_WINDOW_FN,
         }
     }
 
@@ -112,16 +148,6 @@ impl ScriptId {
         }
     }
 }
-
-/// The fast paths' SHA-1s, computed once.
-static FIXED_WINDOW_SHA: LazyLock<Value> =
-    LazyLock::new(|| Value::from(fred::util::sha1_hash(FIXED_WINDOW_LUA)));
-static SLIDING_LOG_SHA: LazyLock<Value> =
-    LazyLock::new(|| Value::from(fred::util::sha1_hash(SLIDING_LOG_LUA)));
-static BUCKET_SHA: LazyLock<Value> =
-    LazyLock::new(|| Value::from(fred::util::sha1_hash(BUCKET_LUA)));
-static SLIDING_WINDOW_SHA: LazyLock<Value> =
-    LazyLock::new(|| Value::from(fred::util::sha1_hash(SLIDING_WINDOW_LUA)));
 
 /// Values per check in `ARGV` (must match `FIELDS` in the script).
 const FIELDS: usize = 15;
@@ -224,12 +250,6 @@ pub fn encode<'k, C: Borrow<Check<'k>>>(
     (keys, args)
 }
 
-/// A script of one algorithm for a lone check: its source and SHA-1.
-pub struct FastPath {
-    pub id: ScriptId,
-    sha: &'static LazyLock<Value>,
-}
-
 /// The check a fast path decides exactly as `decide.lua` would, and that path: the only check
 /// of a whole request, a fixed_window with an epoch-aligned window (calendar windows need the
 /// bounds only Rust computes) or a sliding_log. Both take the same arguments and answer in
@@ -237,38 +257,26 @@ pub struct FastPath {
 pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
     checks: &'a [C],
     scope: Scope,
-) -> Option<(&'a Check<'k>, FastPath)> {
+) -> Option<(&'a Check<'k>, ScriptId)> {
     let [c] = checks else { return None };
     let c = c.borrow();
     // A dry run takes the general script, the one that knows it.
     if scope != Scope::All || c.limit.calendar.is_some() || c.ask.dry_run {
         return None;
     }
-    let path = match c.limit.algorithm {
-        Algorithm::FixedWindow => FastPath {
-            id: ScriptId::FixedWindow,
-            sha: &FIXED_WINDOW_SHA,
-        },
-        Algorithm::SlidingLog => FastPath {
-            id: ScriptId::SlidingLog,
-            sha: &SLIDING_LOG_SHA,
-        },
-        Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra => FastPath {
-            id: ScriptId::Bucket,
-            sha: &BUCKET_SHA,
-        },
-        Algorithm::SlidingWindow => FastPath {
-            id: ScriptId::SlidingWindow,
-            sha: &SLIDING_WINDOW_SHA,
-        },
+    let id = match c.limit.algorithm {
+        Algorithm::FixedWindow => ScriptId::FixedWindow,
+        Algorithm::SlidingLog => ScriptId::SlidingLog,
+        Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra => ScriptId::Bucket,
+        Algorithm::SlidingWindow => ScriptId::SlidingWindow,
         _ => return None,
     };
-    Some((c, path))
+    Some((c, id))
 }
 
 /// The script a call over `checks` runs (what [`evalsha`] names).
 pub fn script_of<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> ScriptId {
-    fast_path(checks, scope).map_or(ScriptId::Decide, |(_, p)| p.id)
+    fast_path(checks, scope).map_or(ScriptId::Decide, |(_, id)| id)
 }
 
 /// The source of the script a call over `checks` runs.
@@ -286,11 +294,11 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     now: Option<Micros>,
     local: Micros,
 ) -> Vec<Value> {
-    if let Some((c, path)) = fast_path(checks, scope) {
+    if let Some((c, id)) = fast_path(checks, scope) {
         let int = Value::Integer;
         let mode = i64::from(c.ask.refund) + 2 * i64::from(c.charge == Charge::Always);
         let mut args = vec![
-            Value::clone(path.sha),
+            Value::clone(id.sha()),
             int(1),
             Value::Bytes(Bytes::copy_from_slice(c.key)),
             now.map_or(EMPTY, int),
@@ -301,7 +309,7 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
         ];
         // A bucket's burst, a sliding window's precision (fixed_window and sliding_log need
         // nothing more).
-        if matches!(path.id, ScriptId::Bucket | ScriptId::SlidingWindow) {
+        if matches!(id, ScriptId::Bucket | ScriptId::SlidingWindow) {
             args.push(int(clamp(param(c.limit))));
         }
         return args;
@@ -543,15 +551,15 @@ mod tests {
         assert!(fast_path(&[&one, &one], Scope::All).is_none());
         assert!(fast_path(&[&cal], Scope::All).is_none());
         assert!(fast_path(&[&other], Scope::All).is_none());
-        assert_eq!(lua_for(&[&log], Scope::All), SLIDING_LOG_LUA);
+        assert_eq!(lua_for(&[&log], Scope::All), ScriptId::SlidingLog.lua());
         assert_eq!(
             evalsha(&Value::Null, &[&log], Scope::All, None, 5)[0],
-            *SLIDING_LOG_SHA
+            *ScriptId::SlidingLog.sha()
         );
         assert_eq!(lua_for(&[&log, &log], Scope::All), LUA);
         let sha = Value::from("decide");
         let args = evalsha(&sha, &[&one], Scope::All, None, 5);
-        assert_eq!(args[0], *FIXED_WINDOW_SHA);
+        assert_eq!(args[0], *ScriptId::FixedWindow.sha());
         let ints: Vec<Option<i64>> = args.iter().map(|v| v.as_i64()).collect();
         // numkeys, key, now ('' = Redis clock), limit, window, hits, mode (refund + always)
         assert_eq!(ints[1], Some(1));
@@ -560,7 +568,7 @@ mod tests {
         assert_eq!(evalsha(&sha, &[&other], Scope::All, None, 5)[0], sha);
         // A bucket's fast path also takes its burst.
         let args = evalsha(&sha, &[&bucket], Scope::All, None, 5);
-        assert_eq!(args[0], *BUCKET_SHA);
+        assert_eq!(args[0], *ScriptId::Bucket.sha());
         assert_eq!(script_of(&[&bucket], Scope::All), ScriptId::Bucket);
         let ints: Vec<Option<i64>> = args.iter().map(|v| v.as_i64()).collect();
         assert_eq!(

@@ -61,9 +61,10 @@ local function expire(key, reset)
   redis.call('PEXPIRE', key, ttl + GRACE_MS)
 end
 
--- The decision is this function of the key, now and ARGV[2..6] as given (text): the
--- library's batch calls it with a decision's values in place, EVALSHA runs this file
--- whole (its main, at the end). It answers flags, remaining and reset.
+-- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
+-- flags, remaining and reset: the library's batch calls it with a decision's values in place;
+-- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
+-- which reads now and answers { now, flags, remaining, reset }.
 local function sliding_log(key, now, a2, a3, a4, a5, a6)
   local n = tonumber(a2)
   local window = tonumber(a3)
@@ -175,10 +176,3 @@ local function sliding_log(key, now, a2, a3, a4, a5, a6)
   return 2, 0, retry(key, now, window, n, hits, 0, kept)
 end
 
--- sluice:main (the script run by EVALSHA: the library calls the function above)
-local now = tonumber(ARGV[1])
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-return { now, sliding_log(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) }

@@ -20,9 +20,10 @@
 local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
 local GRACE_MS = 1000 -- as decide.lua: state outlives its last hit by this much
 
--- The decision is this function of the key, now and ARGV[2..6] as given (text): the
--- library's batch calls it with a decision's values in place, EVALSHA runs this file
--- whole (its main, at the end). It answers flags, remaining and reset.
+-- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
+-- flags, remaining and reset: the library's batch calls it with a decision's values in place;
+-- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
+-- which reads now and answers { now, flags, remaining, reset }.
 local function sliding_window(key, now, a2, a3, a4, a5, a6)
   -- (x - 0: the conversion tonumber makes, without its call; - 0 keeps a -0 as tonumber does.)
   local limit = a2 - 0
@@ -294,10 +295,3 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
   return flags, rem, reset
 end
 
--- sluice:main (the script run by EVALSHA: the library calls the function above)
-local now = tonumber(ARGV[1])
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-return { now, sliding_window(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) }
