@@ -19,6 +19,11 @@ local MAX = 9007199254740991 -- 2^53 - 1
 local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
 local GRACE_MS = 1000 -- as decide.lua: state outlives its window by this much
 
+-- The last window start the common case charged, and its field text. In the library these
+-- outlive the call, and most calls fall in the window of the one before: the compare saves
+-- Redis formatting the number on every HINCRBY.
+local last_ws, last_field = nil, nil
+
 -- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
 -- flags, remaining and reset: the library's batch calls it with a decision's values in place;
 -- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
@@ -44,21 +49,24 @@ local function fixed_window(key, now, a2, a3, a4, a5, a6)
   -- The common case, a take in the window the key already counts: one command. Numbers reach
   -- Redis as '%.17g', exact below 2^53, so the field is the same text decide.lua writes.
   if mode == 0 and hits > 0 then
+    if ws ~= last_ws then
+      last_ws, last_field = ws, string.format('%.17g', ws)
+    end
     -- hits as its text: Redis would format the number back into it.
-    local c = redis.call('HINCRBY', key, ws, a4)
+    local c = redis.call('HINCRBY', key, last_field, a4)
     if c > hits then
       local after = c - 1
       if after <= limit and after <= COUNT_CAP then
         return 3, limit - after, we - now
       end
       -- Rejected, or past the cap (the general path below saturates): give it back.
-      redis.call('HINCRBY', key, ws, -hits)
+      redis.call('HINCRBY', key, last_field, -hits)
       if after > limit then
         return 0, 0, we - now
       end
     elseif c == hits then
       -- The field was absent: a new window here, or a later one stored (a clock ahead).
-      redis.call('HDEL', key, ws)
+      redis.call('HDEL', key, last_field)
     end
   end
 

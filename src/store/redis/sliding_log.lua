@@ -73,8 +73,15 @@ local function sliding_log(key, now, a2, a3, a4, a5, a6)
   local mode = a5 == '0' and 0 or tonumber(a5)
   local cut = string.format('%.0f', now - window)
 
-  -- The live entries: those after `cut`.
-  local len = redis.call('ZCOUNT', key, '(' .. cut, '+inf')
+  -- The live entries: those after `cut`. When even every entry, live or not, leaves room
+  -- for a take, it is allowed, and the charge's clean-up below tells how many were dead:
+  -- ZCARD is O(1) where ZCOUNT walks the entries.
+  local total = redis.call('ZCARD', key)
+  local len = total
+  local counted = mode ~= 0 or hits == 0 or hits > n or len + hits > n
+  if counted then
+    len = redis.call('ZCOUNT', key, '(' .. cut, '+inf')
+  end
 
   if mode % 2 == 1 then
     -- Refund: the newest `hits` entries go.
@@ -104,7 +111,7 @@ local function sliding_log(key, now, a2, a3, a4, a5, a6)
   local uncharged = 0
   local dead = 0
   if not allowed then
-    dead = redis.call('ZCARD', key) - len
+    dead = total - len
     uncharged = retry(key, now, window, n, hits, dead, len)
     if mode < 2 or hits == 0 then
       -- Not charged: nothing is written.
@@ -120,7 +127,10 @@ local function sliding_log(key, now, a2, a3, a4, a5, a6)
   -- newest n kept. The newest live entry tells where they go: before now (or none), they are
   -- the first at now; at now, they follow it; after now (a clock stepped back), the last
   -- entry at now is looked up.
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', cut)
+  local removed = redis.call('ZREMRANGEBYSCORE', key, '-inf', cut)
+  if not counted then
+    len = len - removed
+  end
   local at = string.format('%.0f', now)
   local seq = 0
   local newest = now
@@ -141,8 +151,13 @@ local function sliding_log(key, now, a2, a3, a4, a5, a6)
   if add > n then
     add = n
   end
-  -- In chunks: unpack has a stack limit.
   local j = 0
+  if add == 1 then
+    -- The commonest: one entry, without a table of arguments.
+    redis.call('ZADD', key, at, at .. ':' .. string.format('%010d', seq))
+    j = 1
+  end
+  -- In chunks: unpack has a stack limit.
   while j < add do
     local args = { 'ZADD', key }
     local stop = j + 500
