@@ -24,6 +24,15 @@ local GRACE_MS = 1000 -- as decide.lua: state outlives its window by this much
 -- Redis formatting the number on every HINCRBY.
 local last_ws, last_field = nil, nil
 
+-- The key lives GRACE_MS past its window's end, `left` (us) from now.
+local function expire(key, left)
+  local ttl = math.ceil(left / 1000)
+  if ttl < 1 then
+    ttl = 1
+  end
+  redis.call('PEXPIRE', key, ttl + GRACE_MS)
+end
+
 -- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
 -- flags, remaining and reset: the library's batch calls it with a decision's values in place;
 -- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
@@ -65,7 +74,32 @@ local function fixed_window(key, now, a2, a3, a4, a5, a6)
         return 0, 0, we - now
       end
     elseif c == hits then
-      -- The field was absent: a new window here, or a later one stored (a clock ahead).
+      -- The field was absent: a new key, or one that holds another window. With nothing
+      -- else, or an earlier window only, the take starts our window from 0: what the general
+      -- path below would store, in two commands fewer (the first take of every window).
+      local f = redis.call('HGETALL', key)
+      local other = nil
+      if f[3] == nil then
+        other = false
+      elseif f[5] == nil then
+        local o, v = 1, 2
+        if f[1] == last_field then
+          o, v = 3, 4
+        end
+        local s, n = tonumber(f[o]), tonumber(f[v])
+        if s == nil or n == nil or n < 1 or s < ws then
+          other = f[o]
+        end
+      end
+      if other ~= nil and hits <= limit and hits <= COUNT_CAP then
+        if other then
+          redis.call('HDEL', key, other)
+        end
+        redis.call('HINCRBY', key, last_field, 1)
+        expire(key, we - now)
+        return 3, limit - hits, we - now
+      end
+      -- A later window (a clock behind), or a take that does not fit: the general path.
       redis.call('HDEL', key, last_field)
     end
   end
@@ -135,12 +169,8 @@ local function fixed_window(key, now, a2, a3, a4, a5, a6)
   if hits > 0 then
     if stored ~= start then
       redis.call('DEL', key)
-      local ttl = math.ceil((e - now) / 1000)
-      if ttl < 1 then
-        ttl = 1
-      end
       redis.call('HSET', key, start, after + 1)
-      redis.call('PEXPIRE', key, ttl + GRACE_MS)
+      expire(key, e - now)
     else
       redis.call('HSET', key, start, after + 1)
     end
