@@ -11,27 +11,17 @@
 -- State (layout v2, shared with decide.lua): a hash of one field, the window's start (us),
 -- holding the count plus one (so that a count given back to 0 still marks its window, and
 -- HINCRBY on an absent field tells itself apart by its result). A later window replaces an
--- earlier one; the key expires GRACE_MS after its window's end.
+-- earlier one; the key expires GRACE_MS (expiry.lua) after its window's end.
 --
 -- Reply: { now, flags (1 allowed + 2 charged), remaining, reset (us) }.
 
 local MAX = 9007199254740991 -- 2^53 - 1
 local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
-local GRACE_MS = 1000 -- as decide.lua: state outlives its window by this much
 
 -- The last window start the common case charged, and its field text. In the library these
 -- outlive the call, and most calls fall in the window of the one before: the compare saves
 -- Redis formatting the number on every HINCRBY.
 local last_ws, last_field = nil, nil
-
--- The key lives GRACE_MS past its window's end, `left` (us) from now.
-local function expire(key, left)
-  local ttl = math.ceil(left / 1000)
-  if ttl < 1 then
-    ttl = 1
-  end
-  redis.call('PEXPIRE', key, ttl + GRACE_MS)
-end
 
 -- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
 -- flags, remaining and reset: the library's batch calls it with a decision's values in place;

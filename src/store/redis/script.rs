@@ -23,9 +23,10 @@ pub const LUA: &str = include_str!("decide.lua");
 
 /// The fast paths' files: each defines its decision function, `NAME(key, now, ARGV[2..6])`
 /// answering flags, remaining and reset (fixed_window; sliding_log; token_bucket, leaky_bucket
-/// and gcra, one meter; sliding_window).
-const FIXED_WINDOW_FN: &str = include_str!("fixed_window.lua");
-const SLIDING_LOG_FN: &str = include_str!("sliding_log.lua");
+/// and gcra, one meter; sliding_window). `expiry.lua` (the grace past a key's state, and
+/// `expire`) goes before the two that set a key's expiry alone.
+const FIXED_WINDOW_FN: &str = concat!(include_str!("expiry.lua"), include_str!("fixed_window.lua"));
+const SLIDING_LOG_FN: &str = concat!(include_str!("expiry.lua"), include_str!("sliding_log.lua"));
 const BUCKET_FN: &str = include_str!("bucket.lua");
 const SLIDING_WINDOW_FN: &str = include_str!("sliding_window.lua");
 

@@ -16,8 +16,6 @@
 --
 -- Reply: { now, flags (1 allowed + 2 charged), remaining, reset (us) }.
 
-local GRACE_MS = 1000 -- as decide.lua: state outlives its last entry by this much
-
 -- The time of the i-th live entry (1 = oldest), given how many dead ones precede them.
 local function live_at(key, dead, i)
   local e = redis.call('ZRANGE', key, dead + i - 1, dead + i - 1, 'WITHSCORES')
@@ -51,14 +49,6 @@ local function retry(key, now, window, n, hits, dead, count)
     return 0
   end
   return r
-end
-
-local function expire(key, reset)
-  local ttl = math.ceil(reset / 1000)
-  if ttl < 1 then
-    ttl = 1
-  end
-  redis.call('PEXPIRE', key, ttl + GRACE_MS)
 end
 
 -- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
