@@ -20,25 +20,11 @@
 local GRACE_MS = 1000 -- as decide.lua: state outlives its expiry by this much
 local MAX = 9007199254740991 -- 2^53 - 1
 
--- floor(a / b) for exact integers, b > 0: the double quotient may round to the next integer,
--- so correct it by one either way (decide.lua's fdiv; inlined on the allowed path).
-local function fdiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
 -- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
 -- flags, remaining and reset: the library's batch calls it with a decision's values in place;
 -- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
 -- which reads now and answers { now, flags, remaining, reset }.
 local function bucket(key, now, a2, a3, a4, a5, a6)
-  local floor = math.floor
-
   -- `s - 0` is tonumber(s) without a call: the same conversion, and -0 stays -0.
   local limit = a2 - 0
   local w = a3 - 0
@@ -100,13 +86,7 @@ local function bucket(key, now, a2, a3, a4, a5, a6)
           at, level = sa, sl
         else
           local dt = now - sa
-          local q = floor(sl / drain) -- fdiv(sl, drain)
-          if q * drain > sl then
-            q = q - 1
-          elseif (q + 1) * drain <= sl then
-            q = q + 1
-          end
-          if dt <= q then
+          if dt <= fdiv(sl, drain) then
             level = sl - dt * drain
           end
         end
@@ -133,28 +113,14 @@ local function bucket(key, now, a2, a3, a4, a5, a6)
   if lvl ~= nil then
     -- Allowed: the reset is until the bucket empties.
     if not (lvl <= 0) then
-      empty = floor(lvl / drain) -- fdiv(lvl, drain), then up
-      if empty * drain > lvl then
-        empty = empty - 1
-      elseif (empty + 1) * drain <= lvl then
-        empty = empty + 1
-      end
-      if empty * drain < lvl then
-        empty = empty + 1
-      end
+      empty = cdiv(lvl, drain)
     end
     reset = empty
     rem = cap - lvl
     if not (rem > 0) then
       rem = 0
     end
-    local q = floor(rem / hit) -- fdiv(rem, hit)
-    if q * hit > rem then
-      q = q - 1
-    elseif (q + 1) * hit <= rem then
-      q = q + 1
-    end
-    rem = q
+    rem = fdiv(rem, hit)
     if hits == 0 then
       return 1, rem, skew + reset
     end
@@ -184,19 +150,13 @@ local function bucket(key, now, a2, a3, a4, a5, a6)
     end
     if not (lvl <= target) then
       local a = lvl - target
-      reset = fdiv(a, drain)
-      if reset * drain < a then
-        reset = reset + 1
-      end
+      reset = cdiv(a, drain)
     end
     if not charged then
       return 0, 0, skew + reset
     end
     if not (lvl <= 0) then
-      empty = fdiv(lvl, drain)
-      if empty * drain < lvl then
-        empty = empty + 1
-      end
+      empty = cdiv(lvl, drain)
     end
     flags = 2
   end

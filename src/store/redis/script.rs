@@ -19,16 +19,20 @@ use crate::model::Micros;
 use crate::store::{Charge, Check, ErrorKind, StoreError, Verdict};
 
 /// The Lua source; its SHA-1 names it in `EVALSHA`.
-pub const LUA: &str = include_str!("decide.lua");
+pub const LUA: &str = concat!(include_str!("division.lua"), include_str!("decide.lua"));
 
 /// The fast paths' files: each defines its decision function, `NAME(key, now, ARGV[2..6])`
 /// answering flags, remaining and reset (fixed_window; sliding_log; token_bucket, leaky_bucket
 /// and gcra, one meter; sliding_window). `expiry.lua` (the grace past a key's state, and
-/// `expire`) goes before the two that set a key's expiry alone.
+/// `expire`) goes before the two that set a key's expiry alone, `division.lua` (exact integer
+/// division) before those that divide, and before `decide.lua`.
 const FIXED_WINDOW_FN: &str = concat!(include_str!("expiry.lua"), include_str!("fixed_window.lua"));
 const SLIDING_LOG_FN: &str = concat!(include_str!("expiry.lua"), include_str!("sliding_log.lua"));
-const BUCKET_FN: &str = include_str!("bucket.lua");
-const SLIDING_WINDOW_FN: &str = include_str!("sliding_window.lua");
+const BUCKET_FN: &str = concat!(include_str!("division.lua"), include_str!("bucket.lua"));
+const SLIDING_WINDOW_FN: &str = concat!(
+    include_str!("division.lua"),
+    include_str!("sliding_window.lua")
+);
 
 /// A fast path's per-call part, the same for all: `now` from `ARGV[1]` ('' reads the Redis
 /// clock), then its function on `KEYS[1]` and `ARGV[2..6]`, answered as

@@ -35,27 +35,14 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
     p = 1
   end
 
-  -- sub and i = floor(now / sub), now's sub-window: double quotients corrected by one either way
-  -- (decide.lua's fdiv).
+  -- sub and i = floor(now / sub), now's sub-window, divided exactly (division.lua).
   local w = a3 - 0
-  local sub = w / p
-  sub = sub - sub % 1
-  if sub * p > w then
-    sub = sub - 1
-  elseif (sub + 1) * p <= w then
-    sub = sub + 1
-  end
+  local sub = fdiv(w, p)
   if not (sub > 1) then
     sub = 1
   end
   local window = sub * p
-  local i = now / sub
-  i = i - i % 1
-  if i * sub > now then
-    i = i - 1
-  elseif (i + 1) * sub <= now then
-    i = i + 1
-  end
+  local i = fdiv(now, sub)
 
   -- The state, shifted to now's sub-window as it is read. t[1]: the head as written, if kept;
   -- t[j + 1]: the count of sub-window head - j (j = 0 .. p), as text (written back as read) or
