@@ -24,7 +24,12 @@ local MAX = 9007199254740991 -- 2^53 - 1
 -- flags, remaining and reset: the library's batch calls it with a decision's values in place;
 -- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
 -- which reads now and answers { now, flags, remaining, reset }.
+-- On the allowed path, fdiv and cdiv (division.lua) are written out in place: in an A/B
+-- through the server (6 rounds) the calls cost gcra about 5% more Redis CPU per decision, and
+-- gcra is near its target of 1.5x its floor.
 local function bucket(key, now, a2, a3, a4, a5, a6)
+  local floor = math.floor
+
   -- `s - 0` is tonumber(s) without a call: the same conversion, and -0 stays -0.
   local limit = a2 - 0
   local w = a3 - 0
@@ -86,7 +91,13 @@ local function bucket(key, now, a2, a3, a4, a5, a6)
           at, level = sa, sl
         else
           local dt = now - sa
-          if dt <= fdiv(sl, drain) then
+          local q = floor(sl / drain) -- fdiv(sl, drain)
+          if q * drain > sl then
+            q = q - 1
+          elseif (q + 1) * drain <= sl then
+            q = q + 1
+          end
+          if dt <= q then
             level = sl - dt * drain
           end
         end
@@ -113,14 +124,28 @@ local function bucket(key, now, a2, a3, a4, a5, a6)
   if lvl ~= nil then
     -- Allowed: the reset is until the bucket empties.
     if not (lvl <= 0) then
-      empty = cdiv(lvl, drain)
+      empty = floor(lvl / drain) -- cdiv(lvl, drain)
+      if empty * drain > lvl then
+        empty = empty - 1
+      elseif (empty + 1) * drain <= lvl then
+        empty = empty + 1
+      end
+      if empty * drain < lvl then
+        empty = empty + 1
+      end
     end
     reset = empty
     rem = cap - lvl
     if not (rem > 0) then
       rem = 0
     end
-    rem = fdiv(rem, hit)
+    local q = floor(rem / hit) -- fdiv(rem, hit)
+    if q * hit > rem then
+      q = q - 1
+    elseif (q + 1) * hit <= rem then
+      q = q + 1
+    end
+    rem = q
     if hits == 0 then
       return 1, rem, skew + reset
     end
