@@ -25,6 +25,18 @@
 --
 -- Reply: { now, then per check: allowed, remaining, reset (us), charged, allowed in the first
 -- pass } with booleans as 0/1.
+--
+-- The commonest request of several checks has a short layout of its own, scope 'fixed':
+-- fixed_window takes of distinct keys (hits >= 1, epoch-aligned windows, no refund, dry run,
+-- charge-always or quota mode):
+--
+--   KEYS       each check's key, in order
+--   ARGV[1]    'fixed'       ARGV[2] now, as above       ARGV[3] number of checks
+--   ARGV[4]    the checks' groups separated by spaces, or '' when check i is group i - 1
+--   then per check: limit, window (us), hits
+--
+-- answered { now, then per check: remaining, reset (us) } when every check is allowed (so
+-- charged, and allowed in the first pass), else as 'all' in the long reply.
 
 local FIELDS = 15
 local MAX = 9007199254740991 -- 2^53 - 1: Rust saturates at u64/i64 bounds, Lua here
@@ -938,110 +950,214 @@ local function algorithm(code)
   return a
 end
 
+-- Scope 'fixed' (the short layout above): each check charged by one HINCRBY in the window its
+-- key holds, the window's field text looked up rather than formatted per call. When all are
+-- allowed there, that is the policy's answer too (every check allowed, so every check
+-- charged: the same state and expiry as the general path's writes). A key's first take of a
+-- window (the field absent) is kept when the key holds nothing else or only an ended window,
+-- which is then deleted: the state the general path's DEL and HSET leave. Anything else gives
+-- back what was taken and answers nil, for the general path to decide on the very state it
+-- started from. (pcall: a key of another type fails the general path before it writes
+-- anything, and so must this one.)
+local FIELD_TEXT, field_texts = {}, 0
+local function field_text(ws)
+  local f = FIELD_TEXT[ws]
+  if f == nil then
+    if field_texts >= 64 then
+      FIELD_TEXT, field_texts = {}, 0
+    end
+    f = string.format('%.17g', ws)
+    FIELD_TEXT[ws] = f
+    field_texts = field_texts + 1
+  end
+  return f
+end
+
+-- The short layout is read where it lies: check i's key is keys[ko + i] and its values follow
+-- a[ao + 4] (the library's batch passes its own tables, not a copy per decision).
+
+-- The epoch-aligned window of `now` for a window of `wt` us (text): its start, its field's
+-- text and its end.
+local function short_window(wt, now)
+  local w = tonumber(wt)
+  local r = math.fmod(now, w)
+  if r < 0 then
+    r = r + w
+  end
+  local ws = now - r
+  return ws, field_text(ws), add(ws, w)
+end
+
+-- Gives back the takes of checks 1..last (`first[i]`: check i's field was absent before).
+local function give_back(keys, ko, a, ao, now, last, first)
+  for i = last, 1, -1 do
+    local b = ao + i * 3
+    local _, field = short_window(a[b + 3], now)
+    if first ~= nil and first[i] then
+      redis.call('HDEL', keys[ko + i], field)
+    else
+      redis.call('HINCRBY', keys[ko + i], field, -tonumber(a[b + 4]))
+    end
+  end
+end
+
+local function take_fixed_windows(keys, ko, a, ao, now, n)
+  local out = { now }
+  local first = nil
+  -- Checks of one request mostly share their window: its numbers are worked out once.
+  local wt, ws, field, until_end = nil, nil, nil, nil
+  for i = 1, n do
+    local b = ao + i * 3
+    local limit, h = tonumber(a[b + 2]), a[b + 4]
+    local hits = h == '1' and 1 or tonumber(h)
+    if a[b + 3] ~= wt then
+      local we
+      wt = a[b + 3]
+      ws, field, we = short_window(wt, now)
+      until_end = max(we - now, 0)
+    end
+    local key = keys[ko + i]
+    local v = redis.pcall('HINCRBY', key, field, h)
+    local after = nil
+    if type(v) == 'number' then
+      if v > hits then
+        after = v - 1
+      elseif v == hits then
+        after = hits
+        first = first or {}
+        first[i] = ws
+      end
+    end
+    if after == nil or after > limit or after > COUNT_CAP then
+      if type(v) == 'number' then
+        if v == hits then
+          redis.call('HDEL', key, field)
+        else
+          redis.call('HINCRBY', key, field, -hits)
+        end
+      end
+      give_back(keys, ko, a, ao, now, i - 1, first)
+      return nil
+    end
+    if v == hits then
+      -- The count is stored plus one.
+      redis.call('HINCRBY', key, field, 1)
+    end
+    out[i * 2], out[i * 2 + 1] = limit - after, until_end
+  end
+  if first == nil then
+    return out
+  end
+  -- First takes: what else each key holds, all read before anything is deleted.
+  local ended = {}
+  for i = 1, n do
+    local fws = first[i]
+    if fws ~= nil then
+      local f = redis.call('HGETALL', keys[ko + i])
+      local other = nil
+      if f[3] == nil then
+        other = false
+      elseif f[5] == nil then
+        local o = 1
+        if f[1] == field_text(fws) then
+          o = 3
+        end
+        local s, c = tonumber(f[o]), tonumber(f[o + 1])
+        if s == nil or c == nil or c < 1 or s < fws then
+          other = f[o]
+        end
+      end
+      if other == nil then
+        -- A later window (a clock behind), or more than one other field.
+        give_back(keys, ko, a, ao, now, n, first)
+        return nil
+      end
+      ended[i] = other
+    end
+  end
+  for i = 1, n do
+    if first[i] ~= nil then
+      local key = keys[ko + i]
+      if ended[i] then
+        redis.call('HDEL', key, ended[i])
+      end
+      local _, _, we = short_window(a[ao + i * 3 + 3], now)
+      redis.call('PEXPIRE', key, max(math.ceil((we - now) / 1000), 1) + GRACE_MS)
+    end
+  end
+  return out
+end
+
+-- The short layout's checks in the long layout, for the general path.
+local function long_layout(a, n)
+  local groups = {}
+  for g in string.gmatch(a[4], '%d+') do
+    groups[#groups + 1] = g
+  end
+  local long = { 'all', a[2], n }
+  for i = 1, n do
+    local b = 3 + (i - 1) * FIELDS
+    long[b + 1], long[b + 2], long[b + 3], long[b + 4], long[b + 5] =
+      i, '1', a[2 + i * 3], a[3 + i * 3], '0'
+    long[b + 6], long[b + 7], long[b + 8], long[b + 9], long[b + 10] =
+      '', a[4 + i * 3], '0', '0', groups[i] or tostring(i - 1)
+    long[b + 11], long[b + 12], long[b + 13], long[b + 14], long[b + 15] = '0', '', '', '', ''
+  end
+  return long
+end
+
 -- sluice:main -- Above: definitions, which the function library (library.rs) makes once;
 -- below: what runs per call, the body of its `decide` function.
 ---------------------------------------------------------------------------------------------
 -- Arguments
 ---------------------------------------------------------------------------------------------
 
-local scope = ARGV[1]
-local now = num(ARGV[2])
+local A = ARGV
+local scope = A[1]
+local now = num(A[2])
 if now == nil then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local n = tonumber(ARGV[3])
+local n = tonumber(A[3])
 
----------------------------------------------------------------------------------------------
--- The commonest request of several checks: fixed_window takes only (no refund, dry run,
--- charge-always or quota mode; hits > 0; epoch-aligned windows), read straight from ARGV.
--- Each check is charged by one HINCRBY in the window its key holds; if every one is allowed
--- there, that is the policy's answer too (every check allowed, so every check charged, in
--- order: the same state and expiry as the general path's writes in a window the key holds).
--- Otherwise what was taken is given back and the general path below decides, on the very
--- state it started from. (pcall: a key of another type fails the general path before it
--- writes anything, and so must this one.)
----------------------------------------------------------------------------------------------
-
-local function take_fixed_windows()
-  if scope == 'undo' then
-    return nil
+if scope == 'fixed' then
+  local taken = take_fixed_windows(KEYS, 0, A, 0, now, n)
+  if taken ~= nil then
+    return taken
   end
-  for i = 1, n do
-    local b = 3 + (i - 1) * FIELDS
-    if ARGV[b + 2] ~= '1' or ARGV[b + 8] ~= '0' or ARGV[b + 9] ~= '0' or ARGV[b + 11] ~= '0'
-      or ARGV[b + 12] ~= '' or ARGV[b + 13] ~= '' then
-      return nil
-    end
-  end
-  local out = { now }
-  -- Each check's key, window field and hits, to give back what was taken.
-  local ks, fs, hs = {}, {}, {}
-  for i = 1, n do
-    local b = 3 + (i - 1) * FIELDS
-    local key, limit, hits = KEYS[tonumber(ARGV[b + 1])], tonumber(ARGV[b + 3]),
-      tonumber(ARGV[b + 7])
-    local ws, we = epoch_window(now, tonumber(ARGV[b + 4]))
-    local v = nil
-    if hits > 0 then
-      v = redis.pcall('HINCRBY', key, ws, hits)
-    end
-    if type(v) ~= 'number' or not (v > hits and v - 1 <= limit and v - 1 <= COUNT_CAP) then
-      if type(v) == 'number' then
-        if v == hits then
-          -- The field was absent: a new window, or another one stored.
-          redis.call('HDEL', key, ws)
-        else
-          redis.call('HINCRBY', key, ws, -hits)
-        end
-      end
-      for j = i - 1, 1, -1 do
-        redis.call('HINCRBY', ks[j], fs[j], -hs[j])
-      end
-      return nil
-    end
-    ks[i], fs[i], hs[i] = key, ws, hits
-    local o = #out
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] =
-      1, limit - (v - 1), max(we - now, 0), 1, 1
-  end
-  return out
-end
-
-local taken = take_fixed_windows()
-if taken ~= nil then
-  return taken
+  A, scope = long_layout(A, n), 'all'
 end
 
 local checks = {}
 for i = 1, n do
   local b = 3 + (i - 1) * FIELDS
   local c = {
-    k = tonumber(ARGV[b + 1]),
-    code = tonumber(ARGV[b + 2]),
-    limit = tonumber(ARGV[b + 3]),
-    window = tonumber(ARGV[b + 4]),
-    param = tonumber(ARGV[b + 5]),
-    value = ARGV[b + 6],
-    hits = tonumber(ARGV[b + 7]),
-    refund = ARGV[b + 8] == '1',
-    dry = ARGV[b + 8] == '2',
-    always = ARGV[b + 9] == '1',
-    group = tonumber(ARGV[b + 10]),
-    quota = ARGV[b + 11] == '1',
+    k = tonumber(A[b + 1]),
+    code = tonumber(A[b + 2]),
+    limit = tonumber(A[b + 3]),
+    window = tonumber(A[b + 4]),
+    param = tonumber(A[b + 5]),
+    value = A[b + 6],
+    hits = tonumber(A[b + 7]),
+    refund = A[b + 8] == '1',
+    dry = A[b + 8] == '2',
+    always = A[b + 9] == '1',
+    group = tonumber(A[b + 10]),
+    quota = A[b + 11] == '1',
   }
   c.algo = algorithm(c.code)
   if c.algo == nil then
-    return redis.error_reply('sluice: unknown algorithm code ' .. tostring(ARGV[b + 2]))
+    return redis.error_reply('sluice: unknown algorithm code ' .. tostring(A[b + 2]))
   end
   if c.code == DISTINCT and (#c.value ~= 16 or string.find(c.value, '^%x+$') == nil) then
     return redis.error_reply('sluice: distinct needs a 16-digit hex value')
   end
   -- The window of `now`: one of those the caller computed (calendar windows), else aligned to
   -- the epoch (src/algorithm/mod.rs `Frame::epoch_aligned`).
-  local ws, we = num(ARGV[b + 12]), num(ARGV[b + 13])
-  local pws, nwe = num(ARGV[b + 14]), num(ARGV[b + 15])
+  local ws, we = num(A[b + 12]), num(A[b + 13])
+  local pws, nwe = num(A[b + 14]), num(A[b + 15])
   if ws ~= nil and we ~= nil and not (ws <= now and now < we) then
     if pws ~= nil and pws <= now and now < ws then
       ws, we = pws, ws

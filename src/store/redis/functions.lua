@@ -8,6 +8,7 @@
 --   args   count, then per decision its script's code and:
 --            a fast path (FAST): its ARGV (ARGC of them: now, then its own), its one key
 --            decide.lua (WHOLE): its number of keys, its number of arguments, its ARGV
+--            (its short layout, scope 'fixed', is first tried in place by SHORT)
 --
 -- A fast path is called with its values as they are (no KEYS/ARGV tables are built per
 -- decision) and answers flat, so the reply is one array:
@@ -56,19 +57,31 @@ local function batch(keys, args)
       local nk = tonumber(args[aa + 2])
       local na = tonumber(args[aa + 3])
       aa = aa + 3
-      local k, a = {}, {}
-      for j = 1, nk do
-        k[j] = keys[ka + j]
+      local short = SHORT[code]
+      ok, r = true, nil
+      if short ~= nil and args[aa + 1] == 'fixed' then
+        -- decide.lua's short layout, read in place; nil: the general path decides.
+        local now = clock
+        if args[aa + 2] ~= '' then
+          now = tonumber(args[aa + 2])
+        end
+        ok, r = pcall(short, keys, ka, args, aa, now, nk)
       end
-      for j = 1, na do
-        a[j] = args[aa + j]
+      if ok and r == nil then
+        local k, a = {}, {}
+        for j = 1, nk do
+          k[j] = keys[ka + j]
+        end
+        for j = 1, na do
+          a[j] = args[aa + j]
+        end
+        if a[now_at] == '' then
+          a[now_at] = clock
+        end
+        ok, r = pcall(WHOLE[code], k, a)
       end
       ka = ka + nk
       aa = aa + na
-      if a[now_at] == '' then
-        a[now_at] = clock
-      end
-      ok, r = pcall(WHOLE[code], k, a)
     end
     if not ok then
       if type(r) == 'table' and r.err ~= nil then

@@ -73,11 +73,13 @@ fn build() -> Library {
         format!("{{ {} }}", entries.join(", "))
     };
     body.push_str(&format!(
-        "\nlocal FAST = {}\nlocal ARGC = {}\nlocal WHOLE = {}\nlocal NOW_AT = {}\n\n{BATCH_LUA}",
+        "\nlocal FAST = {}\nlocal ARGC = {}\nlocal WHOLE = {}\nlocal NOW_AT = {}\nlocal SHORT = {}\n\n{BATCH_LUA}",
         table(&|id| id.argc().map(|_| id.name().to_string())),
         table(&|id| id.argc().map(|n| n.to_string())),
         table(&|id| id.argc().is_none().then(|| id.name().to_string())),
         table(&|id| id.argc().is_none().then(|| id.now_at().to_string())),
+        // decide.lua's short layout, decided in place in the batch's own tables.
+        table(&|id| (id == ScriptId::Decide).then(|| "take_fixed_windows".to_string())),
     ));
     let hash = fred::util::sha1_hash(&body);
     let name = format!("sluice_{}", &hash[..12]);
@@ -128,6 +130,6 @@ mod tests {
             .find("local function decide(KEYS, ARGV)")
             .unwrap();
         assert!(lib.source.find("local function fdiv").unwrap() < at_main);
-        assert!(lib.source.find("local scope = ARGV[1]").unwrap() > at_main);
+        assert!(lib.source.find("local A = ARGV").unwrap() > at_main);
     }
 }

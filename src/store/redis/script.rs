@@ -279,6 +279,27 @@ pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
     Some((c, id))
 }
 
+/// Whether `decide.lua` gets the checks in its short layout (scope 'fixed'): several
+/// fixed_window takes of a whole request, on distinct keys, with epoch-aligned windows, none a
+/// refund, dry run, charge-always or quota check. The script charges them by one `HINCRBY`
+/// each when all are allowed, and otherwise decides them as the long layout would.
+fn short_layout<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> bool {
+    scope == Scope::All
+        && checks.len() > 1
+        && checks.iter().enumerate().all(|(i, c)| {
+            let c = c.borrow();
+            c.limit.algorithm == Algorithm::FixedWindow
+                && c.limit.calendar.is_none()
+                && c.ask.hits > 0
+                && !c.ask.refund
+                && !c.ask.dry_run
+                && c.charge != Charge::Always
+                && !c.quota
+                // Requests carry a handful of checks: pairwise beats a set.
+                && checks[..i].iter().all(|d| d.borrow().key != c.key)
+        })
+}
+
 /// The script a call over `checks` runs (what [`evalsha`] names).
 pub fn script_of<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> ScriptId {
     fast_path(checks, scope).map_or(ScriptId::Decide, |(_, id)| id)
@@ -319,12 +340,57 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
         }
         return args;
     }
+    if short_layout(checks, scope) {
+        return short_evalsha(sha, checks, now);
+    }
     let keys = distinct_keys(checks);
     let mut args = Vec::with_capacity(2 + keys.len() + 3 + checks.len() * FIELDS);
     args.push(sha.clone());
     args.push(Value::Integer(keys.len() as i64));
     args.extend(keys.iter().map(|k| Value::Bytes(Bytes::copy_from_slice(k))));
     push_argv(&mut args, &keys, checks, scope, now, local);
+    args
+}
+
+/// `decide.lua`'s short layout (see [`short_layout`] and the script's header).
+fn short_evalsha<'k, C: Borrow<Check<'k>>>(
+    sha: &Value,
+    checks: &[C],
+    now: Option<Micros>,
+) -> Vec<Value> {
+    let int = Value::Integer;
+    let n = checks.len();
+    let mut args = Vec::with_capacity(2 + n + 4 + 3 * n);
+    args.push(sha.clone());
+    args.push(int(n as i64));
+    args.extend(
+        checks
+            .iter()
+            .map(|c| Value::Bytes(Bytes::copy_from_slice(c.borrow().key))),
+    );
+    args.push(Value::Bytes(Bytes::from_static(b"fixed")));
+    args.push(now.map_or(EMPTY, int));
+    args.push(int(n as i64));
+    // Check i in group i - 1 (a descriptor each, in order) is said by ''.
+    let in_order = checks
+        .iter()
+        .enumerate()
+        .all(|(i, c)| c.borrow().group as usize == i);
+    if in_order {
+        args.push(EMPTY);
+    } else {
+        let groups: Vec<String> = checks
+            .iter()
+            .map(|c| c.borrow().group.to_string())
+            .collect();
+        args.push(Value::from(groups.join(" ")));
+    }
+    for c in checks {
+        let c = c.borrow();
+        args.push(int(clamp(c.limit.requests)));
+        args.push(int(c.limit.window.clamp(1, MAX_SAFE as i64)));
+        args.push(int(clamp(c.ask.hits)));
+    }
     args
 }
 
@@ -395,9 +461,29 @@ pub struct Reply {
     pub answers: Vec<Answer>,
 }
 
-/// Parses the flat integer reply for `n` checks: `decide.lua`'s, or `fixed_window.lua`'s
-/// shorter one for its single check.
+/// Parses the flat integer reply for `n` checks: `decide.lua`'s, its short one for the short
+/// layout (every check allowed and charged: remaining and reset each), or a fast path's for
+/// its single check.
 pub fn decode(reply: Vec<i64>, n: usize) -> Result<Reply, StoreError> {
+    if n > 1 && reply.len() == 1 + 2 * n {
+        let answers = reply[1..]
+            .chunks_exact(2)
+            .map(|a| Answer {
+                verdict: Verdict {
+                    allowed: true,
+                    remaining: u64::try_from(a[0]).unwrap_or(0),
+                    reset: a[1],
+                    charged: true,
+                    cached: false,
+                },
+                first_allowed: true,
+            })
+            .collect();
+        return Ok(Reply {
+            now: reply[0],
+            answers,
+        });
+    }
     if let ([now, flags, remaining, reset], 1) = (reply.as_slice(), n) {
         let allowed = flags & 1 != 0;
         return Ok(Reply {
@@ -471,6 +557,80 @@ mod tests {
         assert_eq!(third[0], Some(1));
         assert_eq!(third[2], Some(MAX_SAFE as i64));
         assert_eq!(third[9], Some(2));
+    }
+
+    #[test]
+    fn plain_fixed_window_takes_of_distinct_keys_take_the_short_layout() {
+        let l = Limit::fixed_window(u64::MAX, 60_000_000);
+        let mut cal = l.clone();
+        cal.calendar = Some(crate::algorithm::Calendar {
+            unit: crate::model::Unit::Hour,
+            tz: chrono_tz::UTC,
+        });
+        let log = Limit::new(Algorithm::SlidingLog, 10, 60_000_000);
+        let mk = |key: &'static [u8], limit, group| Check {
+            key,
+            limit,
+            ask: Ask::take(2),
+            charge: Charge::IfAdmitted,
+            group,
+            quota: false,
+            on_error: None,
+        };
+        let (a, b) = (mk(b"a", &l, 0), mk(b"b", &l, 1));
+        let sha = Value::from("decide");
+        let args = evalsha(&sha, &[&a, &b], Scope::All, None, 5);
+        let s = |v: &Value| v.as_str().map(|s| s.to_string()).unwrap_or_default();
+        // sha, 2 keys, 'fixed', now, n, groups, then limit, window, hits each.
+        assert_eq!(args.len(), 2 + 2 + 4 + 3 * 2);
+        assert_eq!((s(&args[2]), s(&args[3])), ("a".into(), "b".into()));
+        assert_eq!(s(&args[4]), "fixed");
+        assert_eq!(
+            (s(&args[5]), args[6].as_i64(), s(&args[7])),
+            ("".into(), Some(2), "".into())
+        );
+        assert_eq!(args[8].as_i64(), Some(MAX_SAFE as i64));
+        assert_eq!(
+            (args[9].as_i64(), args[10].as_i64()),
+            (Some(60_000_000), Some(2))
+        );
+        // Groups not in check order are spelled out.
+        let (c, d) = (mk(b"c", &l, 0), mk(b"d", &l, 0));
+        assert_eq!(
+            s(&evalsha(&sha, &[&a, &c, &d], Scope::All, None, 5)[8]),
+            "0 0 0"
+        );
+        // Anything else keeps the long layout.
+        let long = |checks: &[&Check<'_>], scope| {
+            let args = evalsha(&sha, checks, scope, None, 5);
+            s(&args[2 + args[1].as_i64().unwrap() as usize])
+        };
+        assert_eq!(long(&[&a, &a], Scope::All), "all");
+        assert_eq!(long(&[&a, &b], Scope::Part), "part");
+        assert_eq!(long(&[&a, &mk(b"c", &cal, 1)], Scope::All), "all");
+        assert_eq!(long(&[&a, &mk(b"c", &log, 1)], Scope::All), "all");
+        let mut refund = mk(b"c", &l, 1);
+        refund.ask.refund = true;
+        let mut quota = mk(b"c", &l, 1);
+        quota.quota = true;
+        let mut always = mk(b"c", &l, 1);
+        always.charge = Charge::Always;
+        let mut zero = mk(b"c", &l, 1);
+        zero.ask.hits = 0;
+        for other in [&refund, &quota, &always, &zero] {
+            assert_eq!(long(&[&a, other], Scope::All), "all");
+        }
+        // A short reply: every check allowed and charged.
+        let r = decode(vec![9, 4, 100, 0, 50], 2).unwrap();
+        assert_eq!(r.now, 9);
+        assert!(r
+            .answers
+            .iter()
+            .all(|a| a.verdict.allowed && a.verdict.charged && a.first_allowed));
+        assert_eq!(
+            (r.answers[1].verdict.remaining, r.answers[1].verdict.reset),
+            (0, 50)
+        );
     }
 
     #[test]

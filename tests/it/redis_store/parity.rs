@@ -41,6 +41,9 @@ struct Scenario {
     /// Every check a plain take: no refund, no charge-always, no quota mode, hits >= 1
     /// (`decide.lua`'s one-HINCRBY-per-check path for fixed_window).
     plain: bool,
+    /// Each key at most once per request (`decide.lua`'s short layout for plain fixed_window
+    /// takes), and `Some(true)`: check i in group i (a descriptor each).
+    distinct: Option<bool>,
 }
 
 #[derive(Clone, Copy)]
@@ -86,6 +89,7 @@ fn scenarios() -> Vec<Scenario> {
         start: T0 + 7_654_321,
         max_checks: 6,
         plain: false,
+        distinct: None,
     };
     let tz = |unit, tz| Some(Calendar { unit, tz });
     let mut sliding = each("sliding_window", SlidingWindow);
@@ -117,6 +121,22 @@ fn scenarios() -> Vec<Scenario> {
             one_descriptor: true,
             ..each(
                 "fixed_window (plain takes, several limits of one descriptor)",
+                FixedWindow,
+            )
+        },
+        // Plain takes of distinct keys: decide.lua's short layout, its HINCRBY per check, a
+        // key's first take of a window, and the general path when one is rejected or a key
+        // holds a later window (time steps back).
+        Scenario {
+            plain: true,
+            distinct: Some(true),
+            ..each("fixed_window (plain takes, a descriptor each)", FixedWindow)
+        },
+        Scenario {
+            plain: true,
+            distinct: Some(false),
+            ..each(
+                "fixed_window (plain takes of distinct keys, groups drawn)",
                 FixedWindow,
             )
         },
@@ -193,6 +213,7 @@ fn scenarios() -> Vec<Scenario> {
             start: 1_699_153_200 * SEC + 1_234_567,
             max_checks: 6,
             plain: false,
+            distinct: None,
         },
         Scenario {
             name: "rate_limits (several limits of one descriptor)",
@@ -210,7 +231,12 @@ fn scenarios() -> Vec<Scenario> {
     ]
 }
 
-fn step_strategy(max_dt: Micros, max_checks: usize, plain: bool) -> impl Strategy<Value = Step> {
+fn step_strategy(
+    max_dt: Micros,
+    max_checks: usize,
+    plain: bool,
+    distinct: Option<bool>,
+) -> impl Strategy<Value = Step> {
     let check = (
         (0..3usize, 0..6u64, 0..4usize),
         prop_oneof![3 => 0..3u64, 1 => 3..10u64],
@@ -242,10 +268,21 @@ fn step_strategy(max_dt: Micros, max_checks: usize, plain: bool) -> impl Strateg
         prop::array::uniform3(prop::bool::weighted(0.3)),
         prop::collection::vec(check, 1..max_checks),
     )
-        .prop_map(move |(dt, quota, checks)| Step {
-            dt,
-            quota: if plain { [false; 3] } else { quota },
-            checks,
+        .prop_map(move |(dt, quota, mut checks)| {
+            if let Some(in_order) = distinct {
+                let mut seen = [false; 3];
+                checks.retain(|c| !std::mem::replace(&mut seen[c.key], true));
+                if in_order {
+                    for (i, c) in checks.iter_mut().enumerate() {
+                        c.group = i as u32;
+                    }
+                }
+            }
+            Step {
+                dt,
+                quota: if plain { [false; 3] } else { quota },
+                checks,
+            }
         })
 }
 
@@ -340,7 +377,12 @@ fn lua_script_matches_the_in_memory_policy() {
     for scenario in scenarios() {
         let mut runner = runner("lua_script_matches_the_in_memory_policy");
         let timeline = prop::collection::vec(
-            step_strategy(scenario.max_dt, scenario.max_checks, scenario.plain),
+            step_strategy(
+                scenario.max_dt,
+                scenario.max_checks,
+                scenario.plain,
+                scenario.distinct,
+            ),
             1..12,
         );
         let result = runner.run(&timeline, |steps| {
@@ -381,7 +423,12 @@ fn batched_function_calls_match_the_in_memory_policy() {
     for scenario in scenarios() {
         let mut runner = runner("batched_function_calls_match_the_in_memory_policy");
         let tick = prop::collection::vec(
-            step_strategy(scenario.max_dt, scenario.max_checks, scenario.plain),
+            step_strategy(
+                scenario.max_dt,
+                scenario.max_checks,
+                scenario.plain,
+                scenario.distinct,
+            ),
             1..5,
         );
         let timeline = prop::collection::vec(tick, 1..8);
