@@ -69,10 +69,15 @@ def benchmark(a, *command):
     return after[0] - before[0], calls
 
 
+def floor_args(algorithm):
+    """The floor script's ARGV as text."""
+    return [f"{x:.17g}" if isinstance(x, float) else str(x) for x in FLOOR_ARGS[algorithm]]
+
+
 def floor(a, algorithm):
     with open(os.path.join(FLOORS, f"{algorithm}.lua")) as f:
         sha = cli(a.port, "SCRIPT", "LOAD", f.read())
-    args = [f"{x:.17g}" if isinstance(x, float) else x for x in FLOOR_ARGS[algorithm]]
+    args = floor_args(algorithm)
     cpu, calls = benchmark(a, "EVALSHA", sha, 1, f"floor:{algorithm}:__rand_int__", *args)
     return cpu * 1e6 / calls["evalsha"]
 

@@ -13,8 +13,11 @@ against `sluice serve --backend redis` on bench/config, one descriptor per reque
 decision) or five (five decisions), over --keys values, --in-flight requests outstanding over
 2 connections (sluice's 2 serving threads). The floors' side: redis-benchmark calling each
 floor script by EVALSHA, 1 connection with --in-flight commands pipelined (the floor's best
-case: one read per 16 calls). Writes DIR/redis-cost-through~SUBJECT~POINT~rN.json and prints a
-Markdown table of medians. Standard library only.
+case: one read per 16 calls), and the same floor script served over gRPC under the same load
+as sluice (`sluice-bench noop --seed-redis`, subject seed-server for fixed_window, floor-server
+for the others: the same traffic, the same machine). Writes
+DIR/redis-cost-through~SUBJECT~POINT~rN.json and prints a Markdown table of medians. Standard
+library only.
 """
 
 import argparse
@@ -76,17 +79,29 @@ def start_sluice(binary, redis_port, work, extra):
     sys.exit("sluice did not become healthy; see " + log.name)
 
 
-def start_seed_server(bench, redis_port):
-    """`sluice-bench noop --seed-redis`: the seeds' fixed-window script per descriptor, served
-    over gRPC on sluice's own pipelined connection, with sluice's runtime layout (2 threads,
-    each its own listener and connection)."""
+def start_seed_server(bench, redis_port, algorithm="fixed_window"):
+    """`sluice-bench noop --seed-redis`: a floor script per descriptor (the seeds' fixed-window
+    script, or `algorithm`'s floor of bench/floors/ with its arguments), served over gRPC on
+    sluice's own pipelined connection, with sluice's runtime layout (2 threads, each its own
+    listener and connection)."""
+    floor = []
+    if algorithm != "fixed_window":
+        floor = ["--floor-script", os.path.join(HERE, "floors", f"{algorithm}.lua")]
+        floor += [f"--floor-arg={x}" for x in floors.floor_args(algorithm)]
     p = subprocess.Popen([bench, "noop", "--runtime", "per-core", "--threads", "2",
-                          "--addr", "127.0.0.1:0", "--seed-redis", f"127.0.0.1:{redis_port}"],
+                          "--addr", "127.0.0.1:0", "--seed-redis", f"127.0.0.1:{redis_port}",
+                          *floor],
                          stdout=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     if not line.startswith("listening on "):
         sys.exit(f"the seed server did not start: {line!r}")
     return p, line.split()[-1]
+
+
+def served(point):
+    """The subject of `point`'s floor served over gRPC: the seed script's server for
+    fixed_window, the floor script's for the others."""
+    return "seed-server" if point in ("fixed_window", FIVE) else "floor-server"
 
 
 def through_server(a, addr, pid, point):
@@ -139,8 +154,14 @@ def main():
     a.port = tools.free_port()
     redis = start_redis(a.port, work)
     sluice, addr = start_sluice(a.sluice, a.port, work, a.sluice_flag)
-    seed, seed_addr = start_seed_server(a.bench, a.port)
     points = a.points.split(",")
+    # Each point's floor served over gRPC the same way as sluice: the seed script for
+    # fixed_window, each other algorithm's floor script for it.
+    servers = {}
+    for point in points:
+        algorithm = "fixed_window" if point == FIVE else point
+        if algorithm not in servers:
+            servers[algorithm] = start_seed_server(a.bench, a.port, algorithm)
     results = {}
 
     def record(subject, point, run, value, extra=None):
@@ -160,10 +181,11 @@ def main():
                     if side == "sluice":
                         r = through_server(a, addr, sluice.pid, point)
                         record("sluice", point, run, r["redis_cpu_us_per_decision"], r)
-                        if point in ("fixed_window", FIVE):
-                            floors.cli(a.port, "FLUSHALL")
-                            r = through_server(a, seed_addr, seed.pid, point)
-                            record("seed-server", point, run, r["redis_cpu_us_per_decision"], r)
+                        floors.cli(a.port, "FLUSHALL")
+                        algorithm = "fixed_window" if point == FIVE else point
+                        server, server_addr = servers[algorithm]
+                        r = through_server(a, server_addr, server.pid, point)
+                        record(served(point), point, run, r["redis_cpu_us_per_decision"], r)
                     else:
                         algorithm = "fixed_window" if point == FIVE else point
                         record("floor", point, run, floors.floor(a, algorithm))
@@ -172,7 +194,8 @@ def main():
             floors.cli(a.port, "FLUSHALL")
             record("incr", "fixed_window", run, plain(a, "INCR", "k:__rand_int__"))
     finally:
-        seed.terminate()
+        for server, _ in servers.values():
+            server.terminate()
         sluice.terminate()
         redis.terminate()
         sluice.wait()
@@ -192,10 +215,10 @@ def main():
         ratios = [x / y for x, y in zip(s, f)]
         print(f"| {point} | {statistics.median(s):.2f} | {statistics.median(f):.2f} | "
               f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)}) |")
-    for point in [p for p in points if p in ("fixed_window", FIVE)]:
-        s, f = results[("sluice", point)], results[("seed-server", point)]
+    for point in points:
+        s, f = results[("sluice", point)], results[(served(point), point)]
         ratios = [x / y for x, y in zip(s, f)]
-        print(f"| {point}, against the seed script served over gRPC the same way | "
+        print(f"| {point}, against its floor served over gRPC the same way | "
               f"{statistics.median(s):.2f} | {statistics.median(f):.2f} | "
               f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)}) |")
     print(f"| envoyproxy/ratelimit INCRBY + EXPIRE | {med('incrby-expire', 'fixed_window'):.2f} | | |")

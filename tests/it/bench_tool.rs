@@ -405,3 +405,41 @@ fn noop_with_seed_redis_runs_the_seed_script_per_descriptor() {
     assert!((1..=60_000).contains(&ttl), "{ttl}");
     noop.stop();
 }
+
+/// `noop --seed-redis --floor-script`: another algorithm's floor (bench/floors/sliding_log.lua,
+/// a sorted set per key) with its `--floor-arg`s in order; its answers are the script's: a
+/// limit of 3 in a 60 s window admits exactly 3 calls on the one key.
+#[test]
+fn noop_with_a_floor_script_calls_it_with_its_arguments() {
+    let redis = redis_support::RedisNode::start();
+    let script = format!("{}/bench/floors/sliding_log.lua", env!("CARGO_MANIFEST_DIR"));
+    let noop = Noop::start(&[
+        "--seed-redis",
+        &format!("127.0.0.1:{}", redis.port),
+        "--floor-script",
+        &script,
+        "--floor-arg",
+        "60000000",
+        "--floor-arg",
+        "3",
+    ]);
+    let j = bench_json(&[
+        "load",
+        "--target",
+        &noop.addr,
+        "--duration",
+        "300ms",
+        "--warmup",
+        "0s",
+        "--in-flight",
+        "4",
+        "--descriptor",
+        "k=v{i}",
+        "--keys",
+        "1",
+    ]);
+    assert_eq!(u(&j, "ok"), 3, "{j}");
+    assert!(u(&j, "over_limit") > 0, "{j}");
+    assert_eq!(redis.cli(&["ZCARD", "seed:v0|"]).trim(), "3");
+    noop.stop();
+}

@@ -174,6 +174,13 @@ struct NoopArgs {
     /// this Redis (the Redis floor served over gRPC; see `noop.rs`).
     #[arg(long, value_parser = parse_host_port)]
     seed_redis: Option<String>,
+    /// With --seed-redis: a floor script file to call instead of the seeds' (its one key is
+    /// the descriptor's values)...
+    #[arg(long, requires = "seed_redis")]
+    floor_script: Option<std::path::PathBuf>,
+    /// ...and its arguments after the key, in order (repeatable).
+    #[arg(long, requires = "floor_script", allow_hyphen_values = true)]
+    floor_arg: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -182,7 +189,7 @@ fn main() -> ExitCode {
         Cmd::Load(a) => load_command(a),
         Cmd::Noop(a) => {
             let threads = a.threads.unwrap_or_else(available_cores).max(1);
-            noop::run(a.addr, a.runtime, threads, a.seed_redis)
+            noop_command(a, threads)
         }
         Cmd::RedisFloor(a) => redis_floor_command(a),
         Cmd::Memory(a) => memory_command(a),
@@ -198,6 +205,20 @@ fn main() -> ExitCode {
 
 fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn noop_command(a: NoopArgs, threads: usize) -> anyhow::Result<()> {
+    let script = match &a.floor_script {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the floor script {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let floor = a
+        .seed_redis
+        .map(|redis| noop::Floor::new(redis, script, a.floor_arg));
+    noop::run(a.addr, a.runtime, threads, floor)
 }
 
 fn load_command(a: LoadArgs) -> anyhow::Result<()> {

@@ -3,11 +3,13 @@
 //! themselves on this machine, on the runtime layout chosen by `--runtime`.
 //!
 //! With `--seed-redis HOST:PORT` it is the Redis floor served over gRPC instead: each
-//! descriptor is one call of the seeds' fixed-window script (bench/floors/fixed_window.lua:
-//! GET, compare, INCR, PEXPIRE on the first hit; the key is the descriptor's values, a 60 s
-//! window), sent on sluice's own pipelined connection (one per runtime thread, the commands of
-//! a tick in one write, as sluice's serving threads send theirs). What Redis spends per
-//! decision behind it is the simplest script's cost under the same traffic as sluice's.
+//! descriptor is one call of a floor script, by default the seeds' fixed-window script
+//! (bench/floors/fixed_window.lua: GET, compare, INCR, PEXPIRE on the first hit; a 60 s
+//! window), or `--floor-script` with its `--floor-arg`s (another algorithm's floor), keyed by
+//! the descriptor's values and sent on sluice's own pipelined connection (one per runtime
+//! thread, the commands of a tick in one write, as sluice's serving threads send theirs). What
+//! Redis spends per decision behind it is the simplest script's cost under the same traffic as
+//! sluice's.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -43,32 +45,65 @@ const SEED_LUA: &str = include_str!("../../../bench/floors/fixed_window.lua");
 const SEED_WINDOW_MS: i64 = 60_000;
 const SEED_LIMIT: i64 = 1_000_000_000;
 
+/// The floor a `--seed-redis` server calls per descriptor: on which Redis, which script with
+/// which arguments after its one key.
+#[derive(Clone, Debug)]
+pub struct Floor {
+    pub redis: String,
+    pub script: String,
+    pub args: Vec<String>,
+}
+
+impl Floor {
+    /// The seeds' fixed-window script, or `script` (its source) with `args`.
+    pub fn new(redis: String, script: Option<String>, args: Vec<String>) -> Floor {
+        match script {
+            Some(script) => Floor {
+                redis,
+                script,
+                args,
+            },
+            None => Floor {
+                redis,
+                script: SEED_LUA.to_string(),
+                args: vec![SEED_WINDOW_MS.to_string(), SEED_LIMIT.to_string()],
+            },
+        }
+    }
+}
+
+/// A thread's floor: its connection, the script's SHA-1 and its arguments.
+struct Loaded {
+    pipeline: PipelinedConnection,
+    sha: Value,
+    args: Vec<Value>,
+}
+
 #[derive(Clone, Default)]
 struct Noop {
-    /// `--seed-redis`: this thread's connection and the script's SHA-1.
-    seed: Option<Arc<(PipelinedConnection, Value)>>,
+    /// `--seed-redis`: this thread's connection and floor.
+    seed: Option<Arc<Loaded>>,
 }
 
 impl Noop {
-    /// The seed script for each descriptor, all sent in this tick's write; OK when it said 1.
+    /// The floor script for each descriptor, all sent in this tick's write; OK when it said 1.
     async fn seed(&self, request: &RateLimitRequest) -> Result<Vec<Code>, Status> {
         let Some(seed) = &self.seed else {
             return Ok(vec![Code::Ok; request.descriptors.len()]);
         };
-        let (pipeline, sha) = &**seed;
+        let Loaded {
+            pipeline,
+            sha,
+            args: floor_args,
+        } = &**seed;
         let calls = request.descriptors.iter().map(|d| {
             let mut key = b"seed:".to_vec();
             for e in &d.entries {
                 key.extend_from_slice(&e.value);
                 key.push(b'|');
             }
-            let args = [
-                sha.clone(),
-                Value::Integer(1),
-                Value::Bytes(key.into()),
-                Value::Integer(SEED_WINDOW_MS),
-                Value::Integer(SEED_LIMIT),
-            ];
+            let mut args = vec![sha.clone(), Value::Integer(1), Value::Bytes(key.into())];
+            args.extend(floor_args.iter().cloned());
             async move {
                 match pipeline
                     .call("EVALSHA", &args, Duration::from_secs(1))
@@ -76,7 +111,7 @@ impl Noop {
                 {
                     Ok(Frame::Integer(1)) => Ok(Code::Ok),
                     Ok(Frame::Integer(_)) => Ok(Code::OverLimit),
-                    Ok(other) => Err(Status::internal(format!("seed script: {other:?}"))),
+                    Ok(other) => Err(Status::internal(format!("floor script: {other:?}"))),
                     Err(e) => Err(Status::unavailable(e.to_string())),
                 }
             }
@@ -85,8 +120,9 @@ impl Noop {
     }
 }
 
-/// Connects this thread's pipeline to `addr` and loads the seed script on it.
-async fn seed_pipeline(addr: &str) -> anyhow::Result<Arc<(PipelinedConnection, Value)>> {
+/// Connects this thread's pipeline to the floor's Redis and loads its script there.
+async fn seed_pipeline(floor: &Floor) -> anyhow::Result<Arc<Loaded>> {
+    let addr = &floor.redis;
     let opts = ConnectOptions::for_url(format!("redis://{addr}"));
     let pipeline = PipelinedConnection::connect(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let start = tokio::time::Instant::now();
@@ -97,12 +133,17 @@ async fn seed_pipeline(addr: &str) -> anyhow::Result<Arc<(PipelinedConnection, V
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let load = [Value::from("LOAD"), Value::from(SEED_LUA)];
+    let load = [Value::from("LOAD"), Value::from(floor.script.as_str())];
     let sha = match pipeline.call("SCRIPT", &load, Duration::from_secs(5)).await {
         Ok(Frame::Bulk(Some(sha))) => Value::Bytes(sha.into()),
         other => anyhow::bail!("SCRIPT LOAD at {addr}: {other:?}"),
     };
-    Ok(Arc::new((pipeline, sha)))
+    let args = floor.args.iter().map(|a| Value::from(a.as_str())).collect();
+    Ok(Arc::new(Loaded {
+        pipeline,
+        sha,
+        args,
+    }))
 }
 
 #[tonic::async_trait]
@@ -178,10 +219,10 @@ async fn shutdown_signal() {
     }
 }
 
-async fn serve(listener: TcpListener, seed: Option<&str>) -> anyhow::Result<()> {
+async fn serve(listener: TcpListener, seed: Option<&Floor>) -> anyhow::Result<()> {
     let noop = Noop {
         seed: match seed {
-            Some(addr) => Some(seed_pipeline(addr).await?),
+            Some(floor) => Some(seed_pipeline(floor).await?),
             None => None,
         },
     };
@@ -204,7 +245,7 @@ pub fn run(
     addr: SocketAddr,
     runtime: RuntimeKind,
     threads: usize,
-    seed: Option<String>,
+    seed: Option<Floor>,
 ) -> anyhow::Result<()> {
     match runtime {
         RuntimeKind::Current | RuntimeKind::Multi => {
@@ -221,7 +262,7 @@ pub fn run(
             rt.block_on(async {
                 let listener = bind(addr, false).with_context(|| format!("cannot bind {addr}"))?;
                 announce(listener.local_addr()?)?;
-                serve(listener, seed.as_deref()).await
+                serve(listener, seed.as_ref()).await
             })
         }
         RuntimeKind::PerCore => per_core(addr, threads, seed),
@@ -231,7 +272,7 @@ pub fn run(
 /// One thread per listener, each a current-thread runtime; the first binds `addr` (port 0
 /// picks one), the others bind the port it got. The kernel spreads connections over the
 /// listeners by a hash of the 4-tuple, so use at least as many connections as threads.
-fn per_core(addr: SocketAddr, threads: usize, seed: Option<String>) -> anyhow::Result<()> {
+fn per_core(addr: SocketAddr, threads: usize, seed: Option<Floor>) -> anyhow::Result<()> {
     let mut bound = addr;
     let mut handles = Vec::new();
     for n in 0..threads.max(1) {
@@ -253,7 +294,7 @@ fn per_core(addr: SocketAddr, threads: usize, seed: Option<String>) -> anyhow::R
                         }
                     };
                     let _ = tx.send(Ok(listener.local_addr()?));
-                    serve(listener, seed.as_deref()).await
+                    serve(listener, seed.as_ref()).await
                 })
             })?;
         bound = rx.recv().context("a listener thread died")??;

@@ -51,6 +51,11 @@ local function retry(key, now, window, n, hits, dead, count)
   return r
 end
 
+-- The texts of the last call's now, its cut (now - window) and the first member at now. In
+-- the library these outlive the call, and a batch decides at one instant, mostly for one
+-- window: the compares save Redis formatting the numbers on every decision.
+local last_now, last_at, last_first, last_window, last_cut = nil, nil, nil, nil, nil
+
 -- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
 -- flags, remaining and reset: the library's batch calls it with a decision's values in place;
 -- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
@@ -61,7 +66,14 @@ local function sliding_log(key, now, a2, a3, a4, a5, a6)
   -- One hit and mode 0 are the commonest: a compare of interned strings, not a conversion.
   local hits = a4 == '1' and 1 or tonumber(a4)
   local mode = a5 == '0' and 0 or tonumber(a5)
-  local cut = string.format('%.0f', now - window)
+  if now ~= last_now then
+    last_now, last_at, last_window = now, string.format('%.0f', now), nil
+    last_first = last_at .. ':0000000000'
+  end
+  if window ~= last_window then
+    last_window, last_cut = window, string.format('%.0f', now - window)
+  end
+  local cut = last_cut
 
   -- The live entries: those after `cut`. When even every entry, live or not, leaves room
   -- for a take, it is allowed, and the charge's clean-up below tells how many were dead:
@@ -121,7 +133,7 @@ local function sliding_log(key, now, a2, a3, a4, a5, a6)
   if not counted then
     len = len - removed
   end
-  local at = string.format('%.0f', now)
+  local at = last_at
   local seq = 0
   local newest = now
   local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
@@ -144,7 +156,11 @@ local function sliding_log(key, now, a2, a3, a4, a5, a6)
   local j = 0
   if add == 1 then
     -- The commonest: one entry, without a table of arguments.
-    redis.call('ZADD', key, at, at .. ':' .. string.format('%010d', seq))
+    local member = last_first
+    if seq ~= 0 then
+      member = at .. ':' .. string.format('%010d', seq)
+    end
+    redis.call('ZADD', key, at, member)
     j = 1
   end
   -- In chunks: unpack has a stack limit.
