@@ -401,7 +401,7 @@ fn noop_with_seed_redis_runs_the_seed_script_per_descriptor() {
         Some(2 * answered),
         "{j}"
     );
-    let ttl: i64 = redis.cli(&["PTTL", "seed:v7|"]).trim().parse().unwrap();
+    let ttl: i64 = redis.cli(&["PTTL", "bench|k=v7|"]).trim().parse().unwrap();
     assert!((1..=60_000).contains(&ttl), "{ttl}");
     noop.stop();
 }
@@ -412,7 +412,10 @@ fn noop_with_seed_redis_runs_the_seed_script_per_descriptor() {
 #[test]
 fn noop_with_a_floor_script_calls_it_with_its_arguments() {
     let redis = redis_support::RedisNode::start();
-    let script = format!("{}/bench/floors/sliding_log.lua", env!("CARGO_MANIFEST_DIR"));
+    let script = format!(
+        "{}/bench/floors/sliding_log.lua",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let noop = Noop::start(&[
         "--seed-redis",
         &format!("127.0.0.1:{}", redis.port),
@@ -440,6 +443,6 @@ fn noop_with_a_floor_script_calls_it_with_its_arguments() {
     ]);
     assert_eq!(u(&j, "ok"), 3, "{j}");
     assert!(u(&j, "over_limit") > 0, "{j}");
-    assert_eq!(redis.cli(&["ZCARD", "seed:v0|"]).trim(), "3");
+    assert_eq!(redis.cli(&["ZCARD", "bench|k=v0|"]).trim(), "3");
     noop.stop();
 }

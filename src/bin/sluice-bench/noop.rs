@@ -6,7 +6,7 @@
 //! descriptor is one call of a floor script, by default the seeds' fixed-window script
 //! (bench/floors/fixed_window.lua: GET, compare, INCR, PEXPIRE on the first hit; a 60 s
 //! window), or `--floor-script` with its `--floor-arg`s (another algorithm's floor), keyed by
-//! the descriptor's values and sent on sluice's own pipelined connection (one per runtime
+//! the domain and the descriptor's entries (`domain|key=value|...`) and sent on sluice's own pipelined connection (one per runtime
 //! thread, the commands of a tick in one write, as sluice's serving threads send theirs). What
 //! Redis spends per decision behind it is the simplest script's cost under the same traffic as
 //! sluice's.
@@ -97,8 +97,13 @@ impl Noop {
             args: floor_args,
         } = &**seed;
         let calls = request.descriptors.iter().map(|d| {
-            let mut key = b"seed:".to_vec();
+            // What any RLS server's key must name: the domain and every entry's key and value
+            // (values alone would mix descriptors and domains).
+            let mut key = request.domain.as_bytes().to_vec();
+            key.push(b'|');
             for e in &d.entries {
+                key.extend_from_slice(&e.key);
+                key.push(b'=');
                 key.extend_from_slice(&e.value);
                 key.push(b'|');
             }

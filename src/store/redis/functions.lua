@@ -9,6 +9,8 @@
 --            a fast path (FAST): its ARGV (ARGC of them: now, then its own), its one key
 --            decide.lua (WHOLE): its number of keys, its number of arguments, its ARGV
 --            (its short layout, scope 'fixed', is first tried in place by SHORT)
+--          or, in place of a code, '=': a fast path's decision with the script and values
+--          (now included) of the fast path's decision before it in the batch, its one key
 --
 -- A fast path is called with its values as they are (no KEYS/ARGV tables are built per
 -- decision) and answers flat, so the reply is one array:
@@ -26,62 +28,73 @@ local function batch(keys, args)
   local o = 1
   local ka, aa = 0, 1
   local clock = nil
+  -- The last fast path's decision: its function, where its values are, and its now.
+  local last, last_at, last_now = nil, nil, nil
   for _ = 1, n do
     local code = args[aa + 1]
     local fast = FAST[code]
-    local now_at = ARGC[code] and 1 or NOW_AT[code]
-    if now_at == nil then
-      -- Our own encoder wrote it: nothing after it can be read right.
-      return { err = 'ERR sluice: unknown script code ' .. tostring(code) }
-    end
-    local at = aa + 1 + (fast and 0 or 2) + now_at
-    if args[at] == '' then
-      if clock == nil then
-        local t = redis.call('TIME')
-        -- A number, not its text: tostring keeps 14 digits (100 us at today's times).
-        clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-        out[1] = clock
-      end
-    end
     local ok, r, rem, reset
-    if fast ~= nil then
-      local now = clock
-      if args[at] ~= '' then
-        now = tonumber(args[at])
-      end
-      ok, r, rem, reset = pcall(fast, keys[ka + 1], now, args[at + 1], args[at + 2],
-        args[at + 3], args[at + 4], args[at + 5])
+    if code == '=' and last ~= nil then
+      fast = last
+      ok, r, rem, reset = pcall(last, keys[ka + 1], last_now, args[last_at + 1],
+        args[last_at + 2], args[last_at + 3], args[last_at + 4], args[last_at + 5])
       ka = ka + 1
-      aa = aa + 1 + ARGC[code]
+      aa = aa + 1
     else
-      local nk = tonumber(args[aa + 2])
-      local na = tonumber(args[aa + 3])
-      aa = aa + 3
-      local short = SHORT[code]
-      ok, r = true, nil
-      if short ~= nil and args[aa + 1] == 'fixed' then
-        -- decide.lua's short layout, read in place; nil: the general path decides.
+      local now_at = ARGC[code] and 1 or NOW_AT[code]
+      if now_at == nil then
+        -- Our own encoder wrote it: nothing after it can be read right.
+        return { err = 'ERR sluice: unknown script code ' .. tostring(code) }
+      end
+      local at = aa + 1 + (fast and 0 or 2) + now_at
+      if args[at] == '' then
+        if clock == nil then
+          local t = redis.call('TIME')
+          -- A number, not its text: tostring keeps 14 digits (100 us at today's times).
+          clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+          out[1] = clock
+        end
+      end
+      if fast ~= nil then
         local now = clock
-        if args[aa + 2] ~= '' then
-          now = tonumber(args[aa + 2])
+        if args[at] ~= '' then
+          now = tonumber(args[at])
         end
-        ok, r = pcall(short, keys, ka, args, aa, now, nk)
+        last, last_at, last_now = fast, at, now
+        ok, r, rem, reset = pcall(fast, keys[ka + 1], now, args[at + 1], args[at + 2],
+          args[at + 3], args[at + 4], args[at + 5])
+        ka = ka + 1
+        aa = aa + 1 + ARGC[code]
+      else
+        local nk = tonumber(args[aa + 2])
+        local na = tonumber(args[aa + 3])
+        aa = aa + 3
+        local short = SHORT[code]
+        ok, r = true, nil
+        if short ~= nil and args[aa + 1] == 'fixed' then
+          -- decide.lua's short layout, read in place; nil: the general path decides.
+          local now = clock
+          if args[aa + 2] ~= '' then
+            now = tonumber(args[aa + 2])
+          end
+          ok, r = pcall(short, keys, ka, args, aa, now, nk)
+        end
+        if ok and r == nil then
+          local k, a = {}, {}
+          for j = 1, nk do
+            k[j] = keys[ka + j]
+          end
+          for j = 1, na do
+            a[j] = args[aa + j]
+          end
+          if a[now_at] == '' then
+            a[now_at] = clock
+          end
+          ok, r = pcall(WHOLE[code], k, a)
+        end
+        ka = ka + nk
+        aa = aa + na
       end
-      if ok and r == nil then
-        local k, a = {}, {}
-        for j = 1, nk do
-          k[j] = keys[ka + j]
-        end
-        for j = 1, na do
-          a[j] = args[aa + j]
-        end
-        if a[now_at] == '' then
-          a[now_at] = clock
-        end
-        ok, r = pcall(WHOLE[code], k, a)
-      end
-      ka = ka + nk
-      aa = aa + na
     end
     if not ok then
       if type(r) == 'table' and r.err ~= nil then

@@ -184,12 +184,19 @@ impl Queued {
                 Waiter::Fcall(e.reply)
             }),
             entries => {
-                // FCALL batch numkeys KEYS.. count (code [nkeys nargs] ARGV..)..
+                // FCALL batch numkeys KEYS.. count (code [nkeys nargs] ARGV.. | =)..
                 let nkeys: usize = entries.iter().map(|e| e.nkeys).sum();
-                // Each decision's code, and decide.lua's two counts, before its arguments.
+                let repeats = repeats(entries, &self.args);
+                // Each decision's code, and decide.lua's two counts, before its arguments; a
+                // repeat is its one `=`.
                 let nargs: usize = entries
                     .iter()
-                    .map(|e| e.nargs + if e.fast.is_some() { 1 } else { 3 })
+                    .zip(&repeats)
+                    .map(|(e, &again)| match (again, e.fast.is_some()) {
+                        (true, _) => 1,
+                        (false, true) => 1 + e.nargs,
+                        (false, false) => 3 + e.nargs,
+                    })
                     .sum();
                 resp::command_header(out, 3 + nkeys + 1 + nargs);
                 resp::bulk(out, b"FCALL");
@@ -199,8 +206,12 @@ impl Queued {
                     out.extend_from_slice(&self.keys[e.keys.clone()]);
                 }
                 resp::bulk_int(out, entries.len() as i64);
-                for e in entries {
-                    out.extend_from_slice(&self.args[e.args.clone()]);
+                for (e, again) in entries.iter().zip(repeats) {
+                    if again {
+                        resp::bulk(out, b"=");
+                    } else {
+                        out.extend_from_slice(&self.args[e.args.clone()]);
+                    }
                 }
                 let replies = self
                     .entries
@@ -222,6 +233,26 @@ impl Queued {
         self.keys.clear();
         self.args.clear();
     }
+}
+
+/// Which decisions of a batch are sent as `=`: a fast path's whose script code and values
+/// (`now` included) are those of the fast path's decision before it in the batch, so `batch`
+/// reuses them and only its key travels (a thread's requests mostly hit one rule at one
+/// instant: each repeat saves Redis parsing and interning its values).
+fn repeats(entries: &[Entry], args: &[u8]) -> Vec<bool> {
+    let mut last: Option<&[u8]> = None;
+    entries
+        .iter()
+        .map(|e| {
+            if e.fast.is_none() {
+                return false;
+            }
+            let own = &args[e.args.clone()];
+            let again = last == Some(own);
+            last = Some(own);
+            again
+        })
+        .collect()
 }
 
 /// Between reconnection attempts: the first at once, then doubling to at most this, so a
@@ -636,6 +667,65 @@ mod tests {
                 Error("WRONGTYPE".into())
             ])
         );
+    }
+
+    #[test]
+    fn a_fast_decision_with_the_values_of_the_one_before_travels_as_a_repeat() {
+        let mut q = Queued::default();
+        let fw = |key: &str, now: &str, limit: i64| {
+            vec![
+                Value::from("sha"),
+                Value::Integer(1),
+                Value::from(key),
+                Value::from(now),
+                Value::Integer(limit),
+                Value::Integer(60_000_000),
+                Value::Integer(1),
+                Value::Integer(0),
+            ]
+        };
+        let decide = [
+            Value::from("sha"),
+            Value::Integer(1),
+            Value::from("x"),
+            Value::from("all"),
+        ];
+        let mut waiting = Vec::new();
+        let mut push = |id, args: &[Value]| {
+            let (reply, rx) = oneshot::channel();
+            waiting.push(rx);
+            q.push(id, args, reply).unwrap();
+        };
+        push(ScriptId::FixedWindow, &fw("a", "", 10));
+        push(ScriptId::FixedWindow, &fw("b", "", 10)); // a repeat
+        push(ScriptId::Decide, &decide);
+        push(ScriptId::FixedWindow, &fw("c", "", 10)); // a repeat of a's: decide.lua between
+        push(ScriptId::FixedWindow, &fw("d", "", 11));
+        push(ScriptId::FixedWindow, &fw("e", "7", 11)); // its own now
+        let mut out = Vec::new();
+        assert!(q.write(&mut out).is_some());
+        let (Frame::Array(Some(parts)), used) = resp::parse(&out).unwrap().unwrap() else {
+            panic!("not a command");
+        };
+        assert_eq!(used, out.len());
+        let text: Vec<String> = parts
+            .iter()
+            .map(|f| match f {
+                Frame::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let code = ScriptId::FixedWindow.code().to_string();
+        let d = ScriptId::Decide.code().to_string();
+        // FCALL batch 6 keys.., 6 decisions, then each one's code and values, or `=`.
+        let tail: Vec<&str> = text[3 + 6..].iter().map(String::as_str).collect();
+        let want = [
+            "6", &code, "", "10", "60000000", "1", "0", "=", &d, "1", "1", "all", "=", &code, "",
+            "11", "60000000", "1", "0", &code, "7", "11", "60000000", "1", "0",
+        ];
+        assert_eq!(tail, want);
+        assert_eq!(text[2], "6");
+        assert_eq!(&text[3..9], ["a", "b", "x", "c", "d", "e"]);
     }
 
     #[test]
