@@ -3,6 +3,8 @@
 # CPU per call through sluice against redis-benchmark running the same script at the same depth.
 #
 #     bash bench/sluice_cpu.sh                   # RUNS=3 DURATION=5s, this tree's release build
+#     CONNECTIONS=8 bash bench/sluice_cpu.sh     # 16 in flight over 8 connections (default 2):
+#                                                # both threads get some, whatever the hash
 #     BASE=/tmp/base/sluice bash bench/sluice_cpu.sh   # also a second sluice binary on Redis
 #
 # One Redis and two sluice processes (memory, Redis; a third with BASE) run at once; each round
@@ -23,7 +25,7 @@ BENCH=${BENCH:-target/release/sluice-bench}
 BASE=${BASE:-}
 TOOLS=bench/tools.py
 OUT=bench/results/sluice-cpu
-LOAD=(--connections 2 --in-flight 8 --descriptor "k=u{i}" --keys 10000)
+LOAD=(--connections ${CONNECTIONS:-2} --in-flight $((16 / ${CONNECTIONS:-2})) --descriptor "k=u{i}" --keys 10000)
 
 [ -x "$SLUICE" ] && [ -x "$BENCH" ] || cargo build --release --bins
 mkdir -p "$OUT"
