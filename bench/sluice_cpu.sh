@@ -49,7 +49,8 @@ redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemoni
 PIDS+=($!)
 for _ in $(seq 300); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.05; done
 
-# start NAME BINARY FLAGS...: prints "PID ADDR" once healthy (and, on Redis, connected).
+# start NAME BINARY FLAGS...: prints "PID ADDR" once healthy (and, on Redis, connected). It runs
+# in a subshell (`< <(start ..)`), so the caller adds the PID to PIDS for the clean-up.
 start() {
     local name=$1 bin=$2
     shift 2
@@ -59,7 +60,6 @@ start() {
     "$bin" serve --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" --log-level warn \
         --watch-config false --config bench/config "$@" 2>"$WORK/$name.log" &
     local pid=$!
-    PIDS+=("$pid")
     python3 "$TOOLS" wait-http "http://127.0.0.1:$http/healthcheck" "$pid" 60 >/dev/null
     case " $* " in
         *" --backend redis "*)
@@ -71,10 +71,13 @@ start() {
 
 REDIS_FLAGS=(--backend redis --redis-command-timeout 250ms --redis-url "redis://127.0.0.1:$port")
 read -r mem_pid mem_addr < <(start memory "$SLUICE")
+PIDS+=("$mem_pid")
 read -r red_pid red_addr < <(start redis "$SLUICE" "${REDIS_FLAGS[@]}")
+PIDS+=("$red_pid")
 subjects=("memory $mem_pid $mem_addr" "redis $red_pid $red_addr")
 if [ -n "$BASE" ]; then
     read -r base_pid base_addr < <(start base "$BASE" "${REDIS_FLAGS[@]}")
+    PIDS+=("$base_pid")
     subjects+=("base-redis $base_pid $base_addr")
 fi
 
