@@ -13,11 +13,10 @@
 -- window / gcd(window, limit) ticks and limit / gcd ticks drain per us, so every step is an
 -- exact integer. `at` is now, or the later time of a write by an instance whose clock runs
 -- ahead (times are then computed from `at` and the difference added). The key expires
--- GRACE_MS after the bucket empties.
+-- GRACE_MS (expiry.lua) after the bucket empties.
 --
 -- Reply: { now, flags (1 allowed + 2 charged), remaining, reset (us) }.
 
-local GRACE_MS = 1000 -- as decide.lua: state outlives its expiry by this much
 local MAX = 9007199254740991 -- 2^53 - 1
 
 -- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
@@ -188,17 +187,13 @@ local function bucket(key, now, a2, a3, a4, a5, a6)
 
   -- Charged: decide.lua's write. Its text is '%.0f %.0f'; '%d' prints the same digits for
   -- integers in (0, 2^53), every real state, at half the cost.
-  local ttl = math.ceil((at + empty - now) / 1000)
-  if ttl < 1 then
-    ttl = 1
-  end
   local text
   if at > 0 and at < MAX and at % 1 == 0 and lvl > 0 and lvl < MAX and lvl % 1 == 0 then
     text = string.format('%d %d', at, lvl)
   else
     text = string.format('%.0f %.0f', at, lvl)
   end
-  redis.call('SET', key, text, 'PX', ttl + GRACE_MS)
+  redis.call('SET', key, text, 'PX', ttl_ms(at + empty - now))
   return flags, rem, skew + reset
 end
 

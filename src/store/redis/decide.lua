@@ -41,9 +41,6 @@
 local FIELDS = 15
 local MAX = 9007199254740991 -- 2^53 - 1: Rust saturates at u64/i64 bounds, Lua here
 local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
--- Stored state lives this much past its expiry: a sluice whose clock runs behind the one that
--- wrote it must still see it (losing it early would grant quota).
-local GRACE_MS = 1000
 
 local function add(a, b)
   local s = a + b
@@ -161,8 +158,8 @@ local function read_string(a, key)
   return nil
 end
 
-local function write_string(a, key, st, ttl_ms)
-  redis.call('SET', key, a.encode(st), 'PX', ttl_ms)
+local function write_string(a, key, st, ms)
+  redis.call('SET', key, a.encode(st), 'PX', ms)
 end
 
 -- fixed_window (src/algorithm/fixed_window.rs); state { window_start, count }, stored as a
@@ -182,14 +179,14 @@ local function new_fixed_window()
 
   -- `read`: what `read` gave for the key. In the window it holds, one HSET: its expiry, set
   -- when the window began, stands. A new window replaces the hash and sets its expiry.
-  function fixed_window.write(key, st, ttl_ms, read)
+  function fixed_window.write(key, st, ms, read)
     if read and read[1] == st[1] then
       redis.call('HSET', key, st[1], st[2] + 1)
       return
     end
     redis.call('DEL', key)
     redis.call('HSET', key, st[1], st[2] + 1)
-    redis.call('PEXPIRE', key, ttl_ms)
+    redis.call('PEXPIRE', key, ms)
   end
 
   function fixed_window.evaluate(c, st, f, hits, refund)
@@ -362,7 +359,7 @@ local function new_sliding_log()
     return log
   end
 
-  function sliding_log.write(key, log, ttl_ms)
+  function sliding_log.write(key, log, ms)
     redis.call('DEL', key)
     if #log == 0 then
       return
@@ -386,7 +383,7 @@ local function new_sliding_log()
       redis.call(unpack(args))
       j = stop + 1
     end
-    redis.call('PEXPIRE', key, ttl_ms)
+    redis.call('PEXPIRE', key, ms)
   end
 
   function sliding_log.evaluate(c, st, f, hits, refund)
@@ -979,13 +976,8 @@ end
 -- The epoch-aligned window of `now` for a window of `wt` us (text): its start, its field's
 -- text and its end.
 local function short_window(wt, now)
-  local w = tonumber(wt)
-  local r = math.fmod(now, w)
-  if r < 0 then
-    r = r + w
-  end
-  local ws = now - r
-  return ws, field_text(ws), add(ws, w)
+  local ws, we = epoch_window(now, tonumber(wt))
+  return ws, field_text(ws), we
 end
 
 -- Gives back the takes of checks 1..last (`first[i]`: check i's field was absent before).
@@ -1082,7 +1074,7 @@ local function take_fixed_windows(keys, ko, a, ao, now, n)
         redis.call('HDEL', key, ended[i])
       end
       local _, _, we = short_window(a[ao + i * 3 + 3], now)
-      redis.call('PEXPIRE', key, max(math.ceil((we - now) / 1000), 1) + GRACE_MS)
+      expire(key, we - now)
     end
   end
   return out
@@ -1195,11 +1187,7 @@ local function put(c, o)
     -- nothing to write, and its expiry is unchanged.
     return
   end
-  local ttl = math.ceil((o.expires_at - now) / 1000)
-  if ttl < 1 then
-    ttl = 1
-  end
-  c.algo.write(KEYS[c.k], o.state, ttl + GRACE_MS, stored[c.k])
+  c.algo.write(KEYS[c.k], o.state, ttl_ms(o.expires_at - now), stored[c.k])
 end
 
 local function evaluate(c, st, hits, refund)

@@ -19,17 +19,26 @@ use crate::model::Micros;
 use crate::store::{Charge, Check, ErrorKind, StoreError, Verdict};
 
 /// The Lua source; its SHA-1 names it in `EVALSHA`.
-pub const LUA: &str = concat!(include_str!("division.lua"), include_str!("decide.lua"));
+pub const LUA: &str = concat!(
+    include_str!("expiry.lua"),
+    include_str!("division.lua"),
+    include_str!("decide.lua")
+);
 
 /// The fast paths' files: each defines its decision function, `NAME(key, now, ARGV[2..6])`
 /// answering flags, remaining and reset (fixed_window; sliding_log; token_bucket, leaky_bucket
-/// and gcra, one meter; sliding_window). `expiry.lua` (the grace past a key's state, and
-/// `expire`) goes before the two that set a key's expiry alone, `division.lua` (exact integer
-/// division) before those that divide, and before `decide.lua`.
+/// and gcra, one meter; sliding_window). `expiry.lua` (the grace past a key's state, `ttl_ms`
+/// and `expire`) goes before each of them and before `decide.lua`, `division.lua` (exact
+/// integer division) before those that divide, and before `decide.lua`.
 const FIXED_WINDOW_FN: &str = concat!(include_str!("expiry.lua"), include_str!("fixed_window.lua"));
 const SLIDING_LOG_FN: &str = concat!(include_str!("expiry.lua"), include_str!("sliding_log.lua"));
-const BUCKET_FN: &str = concat!(include_str!("division.lua"), include_str!("bucket.lua"));
+const BUCKET_FN: &str = concat!(
+    include_str!("expiry.lua"),
+    include_str!("division.lua"),
+    include_str!("bucket.lua")
+);
 const SLIDING_WINDOW_FN: &str = concat!(
+    include_str!("expiry.lua"),
     include_str!("division.lua"),
     include_str!("sliding_window.lua")
 );

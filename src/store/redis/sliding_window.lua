@@ -12,13 +12,12 @@
 -- State (shared with decide.lua): the string 'head c0 c1 ...', the index of the newest
 -- sub-window (floor(t / sub), sub = max(floor(window / precision), 1)) and the counts of it
 -- and of the precision sub-windows before it, newest first, trailing zeros left out. Anything
--- else, or more than precision + 1 counts, counts as no state. The key expires GRACE_MS after
--- the last counted hit has left the window.
+-- else, or more than precision + 1 counts, counts as no state. The key expires GRACE_MS
+-- (expiry.lua) after the last counted hit has left the window.
 --
 -- Reply: { now, flags (1 allowed + 2 charged), remaining, reset (us) }.
 
 local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
-local GRACE_MS = 1000 -- as decide.lua: state outlives its last hit by this much
 
 -- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
 -- flags, remaining and reset: the library's batch calls it with a decision's values in place;
@@ -263,11 +262,6 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
         end
       end
     end
-    local ttl = (now + u - now) / 1000
-    ttl = ttl + (-ttl) % 1
-    if ttl < 1 then
-      ttl = 1
-    end
     local s
     if last == 2 then
       s = t[1] .. ' ' .. t[2]
@@ -276,7 +270,7 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
     else
       s = table.concat(t, ' ', 1, last)
     end
-    redis.call('SET', key, s, 'PX', ttl + GRACE_MS)
+    redis.call('SET', key, s, 'PX', ttl_ms(now + u - now))
     flags = flags + 2
   end
   return flags, rem, reset

@@ -153,3 +153,57 @@ async fn the_redis_clock_decides_by_default() {
 // ---------------------------------------------------------------------------------------------
 // Faults.
 // ---------------------------------------------------------------------------------------------
+
+/// Every script sets a key's expiry to when its state stops counting plus the grace
+/// (`expiry.lua`), by `EVALSHA` and in the library's batch alike: a key gone early would
+/// grant quota, one kept long holds memory. fixed_window.lua, sliding_log.lua, decide.lua's
+/// short layout and its general path.
+#[test]
+fn every_script_expires_a_key_when_its_state_stops_counting() {
+    let redis = RedisNode::start();
+    let (rt, batched) =
+        redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Local));
+    let pooled = rt.block_on(connected(options(&redis.url(), ClockSource::Local)));
+    let w = 60 * SEC;
+    let now = T0 + 7_654_321;
+    let grace_ms = 1_000;
+    // A window ends at the next multiple of its length; a log counts an entry for a window.
+    let window_ms = ((now / w + 1) * w - now + 999) / 1_000 + grace_ms;
+    let log_ms = w / 1_000 + grace_ms;
+    let fixed = Limit::fixed_window(100, w);
+    let log = Limit::new(Algorithm::SlidingLog, 100, w);
+    for (name, store) in [("evalsha", &pooled), ("batch", &batched)] {
+        let k = |v: &str, l: &Limit| key_of(&format!("{name}:"), v, l);
+        let (a, b, c) = (k("a", &fixed), k("b", &fixed), k("c", &fixed));
+        let (d, e, f) = (k("d", &fixed), k("e", &log), k("f", &log));
+        // Each request, and the expiry (ms) of each key it writes.
+        type Expiries<'a> = Vec<(&'a [u8], i64)>;
+        let requests: [(Vec<Check<'_>>, Expiries<'_>); 4] = [
+            (vec![take(&a, &fixed, 1, 0)], vec![(&a, window_ms)]),
+            (
+                vec![take(&b, &fixed, 1, 0), take(&c, &fixed, 2, 1)],
+                vec![(&b, window_ms), (&c, window_ms)],
+            ),
+            (
+                vec![take(&d, &fixed, 1, 0), take(&e, &log, 1, 1)],
+                vec![(&d, window_ms), (&e, log_ms)],
+            ),
+            (vec![take(&f, &log, 1, 0)], vec![(&f, log_ms)]),
+        ];
+        for (checks, want) in requests {
+            let v = rt
+                .block_on(store.decide_checks(&checks, now, Deadline::NONE))
+                .unwrap();
+            assert!(v.iter().all(|v| v.allowed && v.charged), "{name}: {v:?}");
+            for (key, ms) in want {
+                let key = std::str::from_utf8(key).unwrap();
+                let ttl: i64 = redis.cli(&["PTTL", key]).trim().parse().unwrap();
+                // Read a moment after the write: at most that moment less.
+                assert!(
+                    (ms - 500..=ms).contains(&ttl),
+                    "{name}: {key} expires in {ttl} ms, not {ms}"
+                );
+            }
+        }
+    }
+}
