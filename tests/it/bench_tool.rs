@@ -80,6 +80,21 @@ fn bench_json(args: &[&str]) -> Json {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stderr}"))
 }
 
+/// `sluice-bench load` on `target` for `duration` without warm-up, then `rest`: its result.
+fn load_json(target: &str, duration: &str, rest: &[&str]) -> Json {
+    let mut args = vec![
+        "load",
+        "--target",
+        target,
+        "--duration",
+        duration,
+        "--warmup",
+        "0s",
+    ];
+    args.extend_from_slice(rest);
+    bench_json(&args)
+}
+
 /// Runs sluice-bench from inside a tokio test without blocking the server in the same process.
 async fn bench_json_async(args: Vec<String>) -> Json {
     tokio::task::spawn_blocking(move || {
@@ -174,21 +189,18 @@ fn open_loop_sends_rate_times_duration_requests() {
 #[test]
 fn multi_thread_noop_and_generator_work_too() {
     let noop = Noop::start(&["--runtime", "multi", "--threads", "2"]);
-    let j = bench_json(&[
-        "load",
-        "--target",
+    let j = load_json(
         &noop.addr,
-        "--duration",
         "300ms",
-        "--warmup",
-        "0s",
-        "--threads",
-        "2",
-        "--connections",
-        "3",
-        "--descriptor",
-        "k=v",
-    ]);
+        &[
+            "--threads",
+            "2",
+            "--connections",
+            "3",
+            "--descriptor",
+            "k=v",
+        ],
+    );
     assert!(u(&j, "requests") > 0);
     assert_eq!(u(&j, "ok"), u(&j, "requests"));
 }
@@ -371,27 +383,24 @@ fn noop_with_seed_redis_runs_the_seed_script_per_descriptor() {
         "--seed-redis",
         &format!("127.0.0.1:{}", redis.port),
     ]);
-    let j = bench_json(&[
-        "load",
-        "--target",
+    let j = load_json(
         &noop.addr,
-        "--duration",
         "500ms",
-        "--warmup",
-        "0s",
-        "--connections",
-        "2",
-        "--in-flight",
-        "4",
-        "--descriptor",
-        "k=v{i}",
-        "--descriptor",
-        "k=w{i}",
-        "--keys",
-        "50",
-        "--redis",
-        &format!("127.0.0.1:{}", redis.port),
-    ]);
+        &[
+            "--connections",
+            "2",
+            "--in-flight",
+            "4",
+            "--descriptor",
+            "k=v{i}",
+            "--descriptor",
+            "k=w{i}",
+            "--keys",
+            "50",
+            "--redis",
+            &format!("127.0.0.1:{}", redis.port),
+        ],
+    );
     let answered = u(&j, "ok");
     assert!(answered > 0 && u(&j, "requests") == answered, "{j}");
     assert_eq!(j["errors"], serde_json::json!({}));
@@ -426,21 +435,11 @@ fn noop_with_a_floor_script_calls_it_with_its_arguments() {
         "--floor-arg",
         "3",
     ]);
-    let j = bench_json(&[
-        "load",
-        "--target",
+    let j = load_json(
         &noop.addr,
-        "--duration",
         "300ms",
-        "--warmup",
-        "0s",
-        "--in-flight",
-        "4",
-        "--descriptor",
-        "k=v{i}",
-        "--keys",
-        "1",
-    ]);
+        &["--in-flight", "4", "--descriptor", "k=v{i}", "--keys", "1"],
+    );
     assert_eq!(u(&j, "ok"), 3, "{j}");
     assert!(u(&j, "over_limit") > 0, "{j}");
     assert_eq!(redis.cli(&["ZCARD", "bench|k=v0|"]).trim(), "3");
