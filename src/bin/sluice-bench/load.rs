@@ -1,4 +1,4 @@
-//! `sluice-bench load`: the gRPC load generator. One tonic `Channel` (one HTTP/2 connection)
+//! `sluice-bench load`: the gRPC load generator. One HTTP/2 connection ([`grpc`], lean on CPU)
 //! per `--connections`, each driven by ONE task that keeps its calls in a `FuturesUnordered`:
 //! closed loop keeps `--in-flight` calls outstanding, open loop starts calls on a fixed
 //! schedule. Each task records latencies into its own HDR histogram; they are merged at the end.
@@ -7,19 +7,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
 
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
-use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice::service::rls::grpc_code_name;
 
 use crate::args::DescriptorTemplate;
+use crate::grpc::{self, Client};
 
 /// Requests the open loop did not send because `--max-in-flight` were outstanding: counted as
 /// errors under this name (the server never saw them).
@@ -57,9 +56,9 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The request when no descriptor uses `{i}`: built once and cloned.
-    fn fixed_request(&self) -> Option<RateLimitRequest> {
-        (!self.descriptors.iter().any(|d| d.uses_index())).then(|| self.request(0))
+    /// The request when no descriptor uses `{i}`: built and encoded once.
+    fn fixed_request(&self) -> Option<Bytes> {
+        (!self.descriptors.iter().any(|d| d.uses_index())).then(|| grpc::encode(&self.request(0)))
     }
 
     fn request(&self, index: u64) -> RateLimitRequest {
@@ -141,18 +140,10 @@ impl Tally {
 type Outcome = Result<i32, tonic::Code>;
 
 /// Opens one HTTP/2 connection per `--connections`.
-pub async fn connect(plan: &Plan) -> anyhow::Result<Vec<RateLimitServiceClient<Channel>>> {
-    let endpoint = Endpoint::from_shared(format!("http://{}", plan.target))
-        .with_context(|| format!("bad target {}", plan.target))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(5));
+pub async fn connect(plan: &Plan) -> anyhow::Result<Vec<Client>> {
     let mut clients = Vec::with_capacity(plan.connections);
     for _ in 0..plan.connections {
-        let channel = endpoint
-            .connect()
-            .await
-            .with_context(|| format!("cannot connect to {}", plan.target))?;
-        clients.push(RateLimitServiceClient::new(channel));
+        clients.push(grpc::connect(&plan.target).await?);
     }
     Ok(clients)
 }
@@ -162,7 +153,7 @@ pub async fn connect(plan: &Plan) -> anyhow::Result<Vec<RateLimitServiceClient<C
 /// are counted.
 pub async fn run(
     plan: Arc<Plan>,
-    clients: Vec<RateLimitServiceClient<Channel>>,
+    clients: Vec<Client>,
     t0: Instant,
 ) -> Tally {
     let n = clients.len();
@@ -183,15 +174,14 @@ pub async fn run(
 /// One call; answers with the slot (`due`: when it counts) and the time its latency is
 /// measured from (`from`).
 async fn call(
-    mut client: RateLimitServiceClient<Channel>,
-    req: RateLimitRequest,
+    client: &Client,
+    req: Bytes,
     due: Instant,
     from: Instant,
     timeout: Duration,
 ) -> (Instant, Instant, Outcome) {
     let outcome = match tokio::time::timeout(timeout, client.should_rate_limit(req)).await {
-        Ok(Ok(resp)) => Ok(resp.get_ref().overall_code),
-        Ok(Err(status)) => Err(status.code()),
+        Ok(outcome) => outcome,
         Err(_) => Err(tonic::Code::DeadlineExceeded),
     };
     (due, from, outcome)
@@ -200,7 +190,7 @@ async fn call(
 /// One connection's loop.
 async fn drive(
     plan: Arc<Plan>,
-    client: RateLimitServiceClient<Channel>,
+    client: Client,
     conn: usize,
     connections: usize,
     t0: Instant,
@@ -211,7 +201,7 @@ async fn drive(
     let mut rng = SplitMix64::new(conn as u64);
     let mut next_request = || match &fixed {
         Some(r) => r.clone(),
-        None => plan.request(rng.below(plan.keys)),
+        None => grpc::encode(&plan.request(rng.below(plan.keys))),
     };
     let mut tally = Tally::new();
     let mut inflight = FuturesUnordered::new();
@@ -222,7 +212,7 @@ async fn drive(
                 if now < end {
                     while inflight.len() < in_flight {
                         let req = next_request();
-                        inflight.push(call(client.clone(), req, now, now, plan.timeout));
+                        inflight.push(call(&client, req, now, now, plan.timeout));
                     }
                 }
                 let Some((due, from, outcome)) = inflight.next().await else {
@@ -258,7 +248,7 @@ async fn drive(
                     if inflight.len() < cap {
                         let req = next_request();
                         let from = next.min(now);
-                        inflight.push(call(client.clone(), req, next, from, plan.timeout));
+                        inflight.push(call(&client, req, next, from, plan.timeout));
                     } else if next >= measure_start {
                         *tally.errors.entry(CLIENT_OVERLOAD).or_default() += 1;
                     }

@@ -5,6 +5,7 @@
 
 mod args;
 mod cpu;
+mod grpc;
 mod load;
 mod memory;
 mod noop;
