@@ -34,10 +34,13 @@ pub async fn connect(target: &str) -> anyhow::Result<Client> {
     let uri: Uri = format!("http://{target}{PATH}")
         .parse()
         .with_context(|| format!("bad target {target}"))?;
-    let tcp = tokio::time::timeout(std::time::Duration::from_secs(5), TcpStream::connect(target))
-        .await
-        .with_context(|| format!("connecting to {target} timed out"))?
-        .with_context(|| format!("cannot connect to {target}"))?;
+    let tcp = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        TcpStream::connect(target),
+    )
+    .await
+    .with_context(|| format!("connecting to {target} timed out"))?
+    .with_context(|| format!("cannot connect to {target}"))?;
     tcp.set_nodelay(true)?;
     let (send, connection) = h2::client::handshake(tcp)
         .await
@@ -112,9 +115,7 @@ fn status(headers: &HeaderMap) -> Option<tonic::Code> {
 
 /// The overall code of one length-prefixed, uncompressed `RateLimitResponse`.
 fn decode(frame: &[u8]) -> Result<i32, tonic::Code> {
-    let (head, rest) = frame
-        .split_at_checked(5)
-        .ok_or(tonic::Code::Internal)?;
+    let (head, rest) = frame.split_at_checked(5).ok_or(tonic::Code::Internal)?;
     let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
     if head[0] != 0 || rest.len() != len {
         return Err(tonic::Code::Internal);
@@ -139,7 +140,10 @@ mod tests {
         frame.extend_from_slice(&(answer.encoded_len() as u32).to_be_bytes());
         frame.extend_from_slice(&answer.encode_to_vec());
         assert_eq!(decode(&frame), Ok(Code::OverLimit as i32));
-        assert_eq!(decode(&frame[..frame.len() - 1]), Err(tonic::Code::Internal));
+        assert_eq!(
+            decode(&frame[..frame.len() - 1]),
+            Err(tonic::Code::Internal)
+        );
         frame[0] = 1;
         assert_eq!(decode(&frame), Err(tonic::Code::Internal));
     }

@@ -151,11 +151,7 @@ pub async fn connect(plan: &Plan) -> anyhow::Result<Vec<Client>> {
 /// Runs the plan on `clients` from `t0`: warm-up, then the measured interval, then waits for
 /// the calls still outstanding. Only calls sent (open loop: due) within the measured interval
 /// are counted.
-pub async fn run(
-    plan: Arc<Plan>,
-    clients: Vec<Client>,
-    t0: Instant,
-) -> Tally {
+pub async fn run(plan: Arc<Plan>, clients: Vec<Client>, t0: Instant) -> Tally {
     let n = clients.len();
     let tasks: Vec<_> = clients
         .into_iter()
