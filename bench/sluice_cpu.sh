@@ -6,6 +6,8 @@
 #     CONNECTIONS=8 bash bench/sluice_cpu.sh     # 16 in flight over 8 connections (default 2):
 #                                                # both threads get some, whatever the hash
 #     BASE=/tmp/base/sluice bash bench/sluice_cpu.sh   # also a second sluice binary on Redis
+#     RATE=30000 bash bench/sluice_cpu.sh        # open loop: every server at the same offered
+#                                                # rate (requests/s), so both batch alike
 #
 # One Redis and two sluice processes (memory, Redis; a third with BASE) run at once; each round
 # drives each of them in turn with the same load (sluice-bench load: 16 in flight over 2
@@ -26,6 +28,10 @@ BASE=${BASE:-}
 TOOLS=bench/tools.py
 OUT=bench/results/sluice-cpu
 LOAD=(--connections ${CONNECTIONS:-2} --in-flight $((16 / ${CONNECTIONS:-2})) --descriptor "k=u{i}" --keys 10000)
+# A closed loop lets each server run at its own pace, and CPU per request falls as more
+# requests share a wake-up; RATE compares them at one pace instead.
+[ -z "${RATE:-}" ] ||
+    LOAD=(--connections ${CONNECTIONS:-2} --rate "$RATE" --max-in-flight 2000 --descriptor "k=u{i}" --keys 10000)
 
 [ -x "$SLUICE" ] && [ -x "$BENCH" ] || cargo build --release --bins
 mkdir -p "$OUT"

@@ -187,6 +187,34 @@ fn open_loop_sends_rate_times_duration_requests() {
 }
 
 #[test]
+fn an_open_loop_far_behind_keeps_its_connection() {
+    // Far more offered than one connection carries: thousands of answers wait unread at times.
+    // Every request is answered or counted as not sent; none fails with the connection
+    // (h2's default budget of small unread DATA frames closed it with ENHANCE_YOUR_CALM).
+    let noop = Noop::start(&["--runtime", "current"]);
+    let j = load_json(
+        &noop.addr,
+        "1s",
+        &[
+            "--rate",
+            "1000000",
+            "--max-in-flight",
+            "5000",
+            "--connections",
+            "1",
+            "--descriptor",
+            "k=v",
+        ],
+    );
+    let errors = j["errors"].as_object().expect("errors");
+    assert!(
+        errors.keys().all(|k| k == "client_overload"),
+        "errors other than client_overload: {j}"
+    );
+    assert!(u(&j, "ok") > 1000, "{j}");
+}
+
+#[test]
 fn multi_thread_noop_and_generator_work_too() {
     let noop = Noop::start(&["--runtime", "multi", "--threads", "2"]);
     let j = load_json(

@@ -22,6 +22,16 @@ use sluice::proto::{RateLimitRequest, RateLimitResponse};
 
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
+/// What h2 counts per small buffered DATA frame, at most (its overhead threshold).
+const DATA_FRAME_OVERHEAD: usize = 256;
+
+/// Unread answers a connection may hold: more than any `--max-in-flight` a run would use.
+const MAX_UNREAD: usize = 1 << 20;
+
+/// The connection's receive window (bytes): as hyper's client sets it, far above what the
+/// answers of every call in flight take.
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+
 /// One HTTP/2 connection; clones share it.
 #[derive(Clone)]
 pub struct Client {
@@ -42,13 +52,24 @@ pub async fn connect(target: &str) -> anyhow::Result<Client> {
     .with_context(|| format!("connecting to {target} timed out"))?
     .with_context(|| format!("cannot connect to {target}"))?;
     tcp.set_nodelay(true)?;
-    let (send, connection) = h2::client::handshake(tcp)
+    let (send, connection) = h2::client::Builder::new()
+        // Answers wait unread while the generator is busy (an open loop far behind, thousands
+        // in flight): h2's guard against many small buffered DATA frames (by default about
+        // 100 of them per connection, then GOAWAY ENHANCE_YOUR_CALM) would end the connection
+        // and fail every later call. The generator reads every answer it asked for, so it
+        // allows one per call it can have out; the window, likewise, never holds it back.
+        .data_frame_budget(DATA_FRAME_OVERHEAD * MAX_UNREAD)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .handshake(tcp)
         .await
         .with_context(|| format!("HTTP/2 handshake with {target}"))?;
     // The connection's frames are read and written by this task; a failed connection fails
-    // the calls on it, which count it.
+    // the calls on it (each counted by its code), and says why once.
+    let target = target.to_string();
     tokio::spawn(async move {
-        let _ = connection.await;
+        if let Err(e) = connection.await {
+            eprintln!("sluice-bench: the connection to {target} failed: {e}");
+        }
     });
     Ok(Client { send, uri })
 }
