@@ -21,7 +21,12 @@ import report_redis_cost
 HEAD = "c16"
 # The commands decide.lua calls: Redis counts a script's own calls in INFO commandstats too, but
 # they are not round trips of the request path.
-SCRIPT_COMMANDS = {"get", "set", "time"}
+# The commands sluice's scripts run inside Redis (src/store/redis/*.lua): Redis counts them in
+# INFO commandstats too, but they are not round trips of their own.
+SCRIPT_COMMANDS = {"del", "get", "hdel", "hgetall", "hincrby", "hset", "pexpire", "set", "time",
+                   "zadd", "zcard", "zcount", "zrange", "zremrangebyrank", "zremrangebyscore"}
+# The calls that run a script: each is one round trip carrying one or more decisions.
+SCRIPT_CALLS = {"evalsha", "eval", "fcall"}
 
 
 def load(directory):
@@ -175,16 +180,17 @@ class Report:
         row(f"Memory: throughput on 2 cores above a one-thread server's (× no-op current-thread, {HEAD})",
             self.ratio(("memory-1-key", "sluice", HEAD), "throughput_rps",
                        ("floor", "noop-current", HEAD)), 1.0, False, "×")
-        evalsha = Stat([(get(v, "redis.commands.evalsha") or 0) / answered(v)
-                        for v in self.runs(("redis", "sluice", HEAD)).values() if answered(v)])
+        calls = Stat([sum(get(v, f"redis.commands.{c}") or 0 for c in SCRIPT_CALLS) / answered(v)
+                      for v in self.runs(("redis", "sluice", HEAD)).values() if answered(v)])
         others = self.other_redis_commands(("redis", "sluice", HEAD))
-        if evalsha:
-            rows.append(["Redis: one EVALSHA per request, no other command on the request path",
-                         f"{evalsha.fmt(3)} EVALSHA/request; others: {others or 'none'}",
-                         "met" if abs(evalsha.median - 1) < 0.01 and not others else "missed",
-                         "", "" if abs(evalsha.median - 1) < 0.01 and not others else "see below"])
+        if calls:
+            ok = calls.median <= 1.0 and not others
+            rows.append(["Redis: at most one script call (round trip) per request, no other "
+                         "command on the request path",
+                         f"{calls.fmt(3)} script calls/request; others: {others or 'none'}",
+                         "met" if ok else "missed", "", "" if ok else "see below"])
         else:
-            row("Redis: one EVALSHA per request", None, 1, True)
+            row("Redis: at most one script call per request", None, 1, True)
         row(f"Redis: Redis CPU/request ≤ 1.2× the script's under redis-benchmark (pipeline {HEAD[1:]})",
             self.ratio(("redis", "sluice", HEAD), "redis.cpu_us_per_request",
                        ("redis", "floor", "p" + HEAD[1:]), "redis_cpu_us_per_call"), 1.2, True, "×")
@@ -270,7 +276,7 @@ class Report:
         names = set()
         for v in self.runs(key).values():
             for name, n in (get(v, "redis.commands") or {}).items():
-                if name.lower() not in {"evalsha", "info"} | SCRIPT_COMMANDS and n:
+                if name.lower() not in {"info"} | SCRIPT_CALLS | SCRIPT_COMMANDS and n:
                     names.add(name)
         return ", ".join(sorted(names))
 
