@@ -26,7 +26,7 @@ SLUICE=${SLUICE:-target/release/sluice}
 BENCH=${BENCH:-target/release/sluice-bench}
 BASE=${BASE:-}
 TOOLS=bench/tools.py
-OUT=bench/results/sluice-cpu
+OUT=${OUT:-bench/results/sluice-cpu}
 LOAD=(--connections ${CONNECTIONS:-2} --in-flight $((16 / ${CONNECTIONS:-2})) --descriptor "k=u{i}" --keys 10000)
 # A closed loop lets each server run at its own pace, and CPU per request falls as more
 # requests share a wake-up; RATE compares them at one pace instead.
