@@ -19,8 +19,6 @@ from collections import defaultdict
 import report_redis_cost
 
 HEAD = "c16"
-# The commands decide.lua calls: Redis counts a script's own calls in INFO commandstats too, but
-# they are not round trips of the request path.
 # The commands sluice's scripts run inside Redis (src/store/redis/*.lua): Redis counts them in
 # INFO commandstats too, but they are not round trips of their own.
 SCRIPT_COMMANDS = {"del", "get", "hdel", "hgetall", "hincrby", "hset", "pexpire", "set", "time",

@@ -14,7 +14,7 @@ use anyhow::Context;
 use bytes::{BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, TE};
-use http::{HeaderMap, Method, Request, Uri};
+use http::{HeaderMap, HeaderValue, Method, Request, Uri};
 use prost::Message;
 use tokio::net::TcpStream;
 
@@ -93,8 +93,8 @@ impl Client {
         let request = Request::builder()
             .method(Method::POST)
             .uri(self.uri.clone())
-            .header(CONTENT_TYPE, "application/grpc")
-            .header(TE, "trailers")
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/grpc"))
+            .header(TE, HeaderValue::from_static("trailers"))
             .body(())
             .map_err(|_| tonic::Code::Internal)?;
         let mut send = self.send.clone().ready().await.map_err(unavailable)?;
