@@ -54,13 +54,13 @@ def start_redis(port, work):
     sys.exit("redis-server did not start")
 
 
-def start_sluice(binary, redis_port, work, extra):
+def start_sluice(binary, redis_port, work, extra, command_timeout="250ms"):
     grpc, http = tools.free_port(), tools.free_port()
     log = open(os.path.join(work, "sluice.log"), "w")
     p = subprocess.Popen([binary, "serve", "--grpc-addr", f"127.0.0.1:{grpc}",
                           "--http-addr", f"127.0.0.1:{http}", "--log-level", "warn",
                           "--watch-config", "false", "--config", os.path.join(HERE, "config"),
-                          "--backend", "redis", "--redis-command-timeout", "250ms",
+                          "--backend", "redis", "--redis-command-timeout", command_timeout,
                           "--redis-url", f"redis://127.0.0.1:{redis_port}", *extra],
                          stdout=log, stderr=log)
     # Health says SERVING only once the store answers (issue 13, item 6).
@@ -147,8 +147,12 @@ def main():
                    help="which rows, comma-separated")
     p.add_argument("--sluice-flag", action="append", default=[],
                    help="a flag for sluice serve (repeatable), e.g. --sluice-flag=--grpc-threads=1")
+    p.add_argument("--floor-pipeline", type=int,
+                   help="redis-benchmark's -P for the floors (default: --in-flight). A server "
+                        "at N in flight sends about N/2 decisions per round trip, so "
+                        "--in-flight 32 --floor-pipeline 16 compares at equal reads")
     a = p.parse_args()
-    a.pipeline = a.in_flight
+    a.pipeline = a.floor_pipeline or a.in_flight
     os.makedirs(a.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="redis-cost-")
     a.port = tools.free_port()

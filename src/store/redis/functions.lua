@@ -28,16 +28,21 @@ local function batch(keys, args)
   local o = 1
   local ka, aa = 0, 1
   local clock = nil
-  -- The last fast path's decision: its function, where its values are, and its now.
-  local last, last_at, last_now = nil, nil, nil
+  -- The last fast path's decision: its function, where its values are, its now, and its
+  -- `_again` (the decision with those values kept, for a key alone) where it has one.
+  local last, last_at, last_now, last_again = nil, nil, nil, nil
   for _ = 1, n do
     local code = args[aa + 1]
     local fast = FAST[code]
     local ok, r, rem, reset
     if code == '=' and last ~= nil then
       fast = last
-      ok, r, rem, reset = pcall(last, keys[ka + 1], last_now, args[last_at + 1],
-        args[last_at + 2], args[last_at + 3], args[last_at + 4], args[last_at + 5])
+      if last_again ~= nil then
+        ok, r, rem, reset = pcall(last_again, keys[ka + 1])
+      else
+        ok, r, rem, reset = pcall(last, keys[ka + 1], last_now, args[last_at + 1],
+          args[last_at + 2], args[last_at + 3], args[last_at + 4], args[last_at + 5])
+      end
       ka = ka + 1
       aa = aa + 1
     else
@@ -60,9 +65,11 @@ local function batch(keys, args)
         if args[at] ~= '' then
           now = tonumber(args[at])
         end
-        last, last_at, last_now = fast, at, now
         ok, r, rem, reset = pcall(fast, keys[ka + 1], now, args[at + 1], args[at + 2],
           args[at + 3], args[at + 4], args[at + 5])
+        -- A call that failed may have failed before keeping its values: its repeats are
+        -- called whole, as it was.
+        last, last_at, last_now, last_again = fast, at, now, ok and AGAIN[code] or nil
         ka = ka + 1
         aa = aa + 1 + ARGC[code]
       else

@@ -42,6 +42,14 @@ impl Library {
 
 pub static LIBRARY: LazyLock<Library> = LazyLock::new(build);
 
+/// Whether a fast path's file defines `<name>_again(key)`.
+fn has_again(id: ScriptId) -> bool {
+    id.argc().is_some()
+        && id
+            .definitions()
+            .contains(&format!("local function {}_again(key)", id.name()))
+}
+
 fn build() -> Library {
     let (defs, main) = script::LUA
         .split_once("-- sluice:main")
@@ -55,12 +63,19 @@ fn build() -> Library {
     // own, at load: locals of one file never meet another's (nor Lua's 200-locals limit), and
     // the library's `batch` calls the function itself with positional values. Called alone,
     // it runs as its script does (`script::fast_main`).
+    // A fast path that also defines `<name>_again(key)` (the decision with the values of
+    // its last call) is given it too: `batch` decides a repeat (`=`) by it.
     for id in ScriptId::ALL {
         if id.argc().is_some() {
             let (name, defs) = (id.name(), id.definitions());
             let main = script::fast_main(name);
+            let again = if has_again(id) {
+                format!("{name}_again")
+            } else {
+                "nil".to_string()
+            };
             body.push_str(&format!(
-                "\nlocal {name} = (function()\n{defs}\nreturn {name}\nend)()\n\
+                "\nlocal {name}, {name}_again = (function()\n{defs}\nreturn {name}, {again}\nend)()\n\
                  local function {name}_call(KEYS, ARGV)\n{main}end\n"
             ));
         }
@@ -73,8 +88,9 @@ fn build() -> Library {
         format!("{{ {} }}", entries.join(", "))
     };
     body.push_str(&format!(
-        "\nlocal FAST = {}\nlocal ARGC = {}\nlocal WHOLE = {}\nlocal NOW_AT = {}\nlocal SHORT = {}\n\n{BATCH_LUA}",
+        "\nlocal FAST = {}\nlocal AGAIN = {}\nlocal ARGC = {}\nlocal WHOLE = {}\nlocal NOW_AT = {}\nlocal SHORT = {}\n\n{BATCH_LUA}",
         table(&|id| id.argc().map(|_| id.name().to_string())),
+        table(&|id| has_again(id).then(|| format!("{}_again", id.name()))),
         table(&|id| id.argc().map(|n| n.to_string())),
         table(&|id| id.argc().is_none().then(|| id.name().to_string())),
         table(&|id| id.argc().is_none().then(|| id.now_at().to_string())),
