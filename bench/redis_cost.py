@@ -104,11 +104,15 @@ def served(point):
     return "seed-server" if point in ("fixed_window", FIVE) else "floor-server"
 
 
-def through_server(a, addr, pid, point):
+def descriptors_of(point):
+    """The descriptors of every request of `point` (bench/config's `cost_*` rules)."""
     if point == FIVE:
-        descriptors = [f"cost_fixed_window={c}{{i}}" for c in "abcde"]
-    else:
-        descriptors = [f"cost_{point}=u{{i}}"]
+        return [f"cost_fixed_window={c}{{i}}" for c in "abcde"]
+    return [f"cost_{point}=u{{i}}"]
+
+
+def through_server(a, addr, pid, point):
+    descriptors = descriptors_of(point)
     cmd = [a.bench, "load", "--target", addr, "--connections", "2",
            "--in-flight", str(a.in_flight // 2), "--duration", a.duration, "--warmup", "1s",
            "--keys", str(a.keys), "--redis", f"127.0.0.1:{a.port}", "--server-pid", str(pid),

@@ -20,8 +20,9 @@ work is no noise), each measurement zeroes the counters after a warm-up and dump
 the load. sluice and the floor servers are the real servers of bench/redis_cost.py, driven by
 `sluice-bench load` at --in-flight over 2 connections; the floors also run under
 redis-benchmark (-c 1) at -P in-flight/2 (the reads per decision the servers make) and at
--P in-flight. Writes DIR/redis-instructions~SUBJECT~POINT~rN.json and prints a Markdown
-table of medians. Standard library only (plus valgrind).
+-P in-flight. Writes DIR/redis-instructions~SUBJECT~POINT~rN.json (SUBJECT sluice, served,
+floor-PN; bench/report_redis_cost.py's section) and prints a Markdown table of medians.
+Standard library only (plus valgrind).
 """
 
 import argparse
@@ -99,10 +100,7 @@ class Counted:
 
 
 def through_server(a, redis, addr, point):
-    if point == redis_cost.FIVE:
-        descriptors = [f"cost_fixed_window={c}{{i}}" for c in "abcde"]
-    else:
-        descriptors = [f"cost_{point}=u{{i}}"]
+    descriptors = redis_cost.descriptors_of(point)
     cmd = [a.bench, "load", "--target", addr, "--connections", "2",
            "--in-flight", str(a.in_flight // 2), "--keys", str(a.keys), "--warmup", "0s",
            "--json", "-"]
@@ -187,7 +185,7 @@ def main():
                                      for p in points}):
                 for pipeline in (a.in_flight // 2, a.in_flight):
                     floors.cli(a.port, "FLUSHALL")
-                    record(f"floor -P {pipeline}", algorithm, run,
+                    record(f"floor-P{pipeline}", algorithm, run,
                            under_benchmark(a, redis, algorithm, pipeline))
     finally:
         for server, _ in servers.values():
@@ -211,8 +209,8 @@ def main():
         algorithm = "fixed_window" if point == redis_cost.FIVE else point
         s = med("sluice", point)
         row = [point, f"{s:.0f} ({med('sluice', point, 1):.3f} reads)"]
-        for subject, at in (("served", point), (f"floor -P {a.in_flight // 2}", algorithm),
-                            (f"floor -P {a.in_flight}", algorithm)):
+        for subject, at in (("served", point), (f"floor-P{a.in_flight // 2}", algorithm),
+                            (f"floor-P{a.in_flight}", algorithm)):
             f = med(subject, at)
             row += [f"{f:.0f} ({med(subject, at, 1):.3f} reads)", f"**{s / f:.2f}**"]
         print("| " + " | ".join(row) + " |")

@@ -219,6 +219,7 @@ class Report:
             "{:.0f}", 0)
         report_redis_cost.target_rows(self, row)
         report_redis_cost.through_target_rows(self, row)
+        report_redis_cost.instruction_target_rows(self, row)
         report_redis_cost.peers_target_rows(self, row)
         fw = self.memory_bytes("fixed_window")
         if fw:

@@ -11,6 +11,9 @@ THROUGH = "redis-cost-through"
 PER = "redis_cpu_us_per_decision"
 # A floor script other than the seed's, served over gRPC (`sluice-bench noop --floor-script`).
 SERVED = "floor-server"
+# bench/redis_instructions.py: Redis' user-space instructions per decision (callgrind).
+INSTR = "redis-instructions"
+IPD = "instructions_per_decision"
 
 
 def target_rows(rep, row):
@@ -55,6 +58,63 @@ def through_target_rows(rep, row):
         if rep.runs(t(SERVED, a)):
             row(f"Redis: {a} through sluice ≤ 1.5× its floor served over gRPC the same way",
                 rep.ratio(t("sluice", a), PER, t(SERVED, a), PER), 1.5, True, "×")
+
+
+def instruction_target_rows(rep, row):
+    """Issue 13 item 1 in Redis' own instructions, at equal reads (bench/redis_instructions.py)."""
+    i = lambda subject, point: (INSTR, subject, point)  # noqa: E731
+    if not rep.runs(i("sluice", "fixed_window")):
+        return
+    row("Redis: instructions per fixed_window decision through sluice ≤ the seed script's "
+        "served the same way (callgrind, the same reads per decision)",
+        rep.ratio(i("sluice", "fixed_window"), IPD, i("served", "fixed_window"), IPD), 1.0,
+        True, "×")
+    row("Redis: instructions per decision of 5 descriptors ≤ one seed script call's (callgrind)",
+        rep.ratio(i("sluice", "fixed_windowx5"), IPD, i("served", "fixed_windowx5"), IPD), 1.0,
+        True, "×")
+    for a in ALGORITHMS[1:]:
+        if rep.runs(i("sluice", a)):
+            row(f"Redis: instructions per {a} decision through sluice ≤ 1.5× its floor's served "
+                "the same way (callgrind)",
+                rep.ratio(i("sluice", a), IPD, i("served", a), IPD), 1.5, True, "×")
+
+
+def instruction_section(rep):
+    i = lambda subject, point: (INSTR, subject, point)  # noqa: E731
+    if not rep.runs(i("sluice", "fixed_window")):
+        return
+    p = rep.p
+    p("## Redis' own instructions per decision")
+    p()
+    p("`bench/redis_instructions.py`: Redis under callgrind, which counts the instructions Redis "
+      "runs in user space, the same for the same work whatever else the machine does (its CPU "
+      "time here moves by ±15% between runs). The servers and the load are those of the table "
+      "above at 16 in flight, with 500 keys and a warm-up that takes every key's first take of "
+      "its window out of the count; the floors also run under `redis-benchmark -c 1` at `-P 8` "
+      "(the reads per decision the servers make) and `-P 16`. What callgrind leaves out is the "
+      "kernel: the reads, writes and wake-ups of each round trip, most of Redis' CPU time on "
+      "loopback, which follow the reads per decision shown beside each figure.")
+    p()
+    def cell(subject, at):
+        n, reads = rep.stat(i(subject, at), IPD), rep.stat(i(subject, at), "reads_per_decision")
+        return f"{n.median:,.0f} ({reads.median:.3f})" if n and reads else None
+
+    rows = []
+    for a in ALGORITHMS + ["fixed_windowx5"]:
+        own = cell("sluice", a)
+        if not own:
+            continue
+        floor = "fixed_window" if a == "fixed_windowx5" else a
+        row = [a, own]
+        for subject, at in (("served", a), ("floor-P8", floor), ("floor-P16", floor)):
+            c = cell(subject, at)
+            row += [c, rep.ratio(i("sluice", a), IPD, i(subject, at), IPD).fmt(2)] if c else \
+                ["", ""]
+        rows.append(row)
+    rep.table(["point", "sluice (reads per decision)", "floor served the same way", "×",
+               "floor, redis-benchmark -P 8", "×", "floor, redis-benchmark -P 16", "×"], rows)
+    p("Medians of the rounds; each ratio is taken within its round.")
+    p()
 
 
 def through_section(rep):
@@ -153,6 +213,7 @@ def peers_section(rep):
 
 def section(rep):
     through_section(rep)
+    instruction_section(rep)
     peers_section(rep)
     if not rep.runs(("redis-cost", "floor", "fixed_window")):
         return

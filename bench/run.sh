@@ -19,11 +19,13 @@ case "$MODE" in
     quick)
         RUNS=3 DURATION=3s WARMUP=1s SWEEP="1 4 16 64" FRACTIONS="0.25 0.5 0.9"
         ALGORITHMS="fixed_window sliding_window sliding_log token_bucket leaky_bucket gcra distinct"
-        RELOADS=3 RELOAD_DURATION=8s REDIS_FLOOR_REQUESTS=200000 ;;
+        RELOADS=3 RELOAD_DURATION=8s REDIS_FLOOR_REQUESTS=200000
+        INSTR_ROUNDS=1 INSTR_POINTS="fixed_window,fixed_window x5" ;;
     full)
         RUNS=5 DURATION=10s WARMUP=2s SWEEP="1 4 16 64" FRACTIONS="0.1 0.25 0.5 0.75 0.9"
         ALGORITHMS="fixed_window sliding_window sliding_log token_bucket leaky_bucket gcra distinct"
-        RELOADS=6 RELOAD_DURATION=15s REDIS_FLOOR_REQUESTS=1000000 ;;
+        RELOADS=6 RELOAD_DURATION=15s REDIS_FLOOR_REQUESTS=1000000 INSTR_ROUNDS=2
+        INSTR_POINTS="fixed_window,fixed_window x5,sliding_window,sliding_log,token_bucket,leaky_bucket,gcra" ;;
     *) echo "usage: $0 quick|full" >&2; exit 2 ;;
 esac
 # peers (sluice against Kuadrant/limitador on one Redis) runs when LIMITADOR_BIN names a
@@ -61,6 +63,9 @@ install_tools() {
     command -v redis-benchmark >/dev/null 2>&1 || packages+=(redis-tools)
     case " $SCENARIOS " in
         *" envoy "*) command -v wrk >/dev/null 2>&1 || packages+=(wrk) ;;
+    esac
+    case " $SCENARIOS " in
+        *" redis "*) command -v valgrind >/dev/null 2>&1 || packages+=(valgrind) ;;
     esac
     command -v curl >/dev/null 2>&1 || packages+=(curl)
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
@@ -332,6 +337,12 @@ scenario_redis() {
     python3 bench/redis_cost.py --sluice "$SLUICE" --bench "$BENCH" --out "$OUT" \
         --rounds "$RUNS" 2>>"$WORK/redis-cost-through.log" >"$WORK/redis-cost-through.md" ||
         { tail -n 20 "$WORK/redis-cost-through.log" >&2; die "bench/redis_cost.py failed"; }
+    # The same in Redis' own instructions (callgrind), which this shared machine does not move.
+    log "Redis under callgrind: instructions per decision ($INSTR_POINTS)"
+    python3 bench/redis_instructions.py --sluice "$SLUICE" --bench "$BENCH" --out "$OUT" \
+        --rounds "$INSTR_ROUNDS" --points "$INSTR_POINTS" \
+        2>>"$WORK/redis-instructions.log" >"$WORK/redis-instructions.md" ||
+        { tail -n 20 "$WORK/redis-instructions.log" >&2; die "bench/redis_instructions.py failed"; }
     local max
     max=$(max_rps redis sluice "c$HEAD")
     log "Redis standalone, open loop (fractions $FRACTIONS of $max req/s)"
