@@ -23,28 +23,53 @@ local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
 -- Redis formatting the number on every HINCRBY.
 local last_ws, last_field = nil, nil
 
--- The values of the decision being made, set by `fixed_window` and kept for the library's
--- batch: a repeat of it (the same values at the same now, sent as '=') is decided by
--- `fixed_window_again(key)` without reading, converting or dividing them again.
-local v_now, v_limit, v_hits, v_a4, v_mode, v_ws, v_we = 0, 0, 0, '0', 0, 0, 1
--- The common case (a take: mode 0, hits > 0), and the most its HINCRBY may answer to be
--- allowed outright (the count plus one, at most the limit and COUNT_CAP).
-local v_take, v_most = false, 0
+-- In the library, a function that keeps each decision's converted values for the batch's
+-- repeats of it (fixed_window_again.lua sets it); nil in a script.
+local keep = nil
 
--- The decision with the values set: a function of the key alone.
-local function fixed_window_again(key)
-  local now, limit, hits, mode, ws, we = v_now, v_limit, v_hits, v_mode, v_ws, v_we
+-- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
+-- flags, remaining and reset: the library's batch calls it with a decision's values in place;
+-- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
+-- which reads now and answers { now, flags, remaining, reset }. A repeat in the library's
+-- batch (fixed_window_again.lua) passes the values already converted after them (limit,
+-- hits, mode, ws, we), so none is read again: one function, so that a script makes no more
+-- closures per call than it did.
+local function fixed_window(key, now, a2, a3, a4, a5, a6, limit, hits, mode, ws, we)
+  if limit == nil then
+    limit = tonumber(a2)
+    local w = tonumber(a3)
+    -- One hit and mode 0 are the commonest: a compare of interned strings, not a conversion.
+    hits = a4 == '1' and 1 or tonumber(a4)
+    mode = a5 == '0' and 0 or tonumber(a5)
+
+    -- The epoch-aligned window of now (fmod is exact; made Euclidean before the epoch).
+    local r = math.fmod(now, w)
+    if r < 0 then
+      r = r + w
+    end
+    ws = now - r
+    we = ws + w
+    if we > MAX then
+      we = MAX
+    end
+    if keep ~= nil then
+      keep(now, a4, limit, hits, mode, ws, we)
+    end
+  end
 
   -- The common case, a take in the window the key already counts: one command. Numbers reach
   -- Redis as '%.17g', exact below 2^53, so the field is the same text decide.lua writes.
-  if v_take then
+  if mode == 0 and hits > 0 then
+    if ws ~= last_ws then
+      last_ws, last_field = ws, string.format('%.17g', ws)
+    end
     -- hits as its text: Redis would format the number back into it.
-    local c = redis.call('HINCRBY', key, last_field, v_a4)
+    local c = redis.call('HINCRBY', key, last_field, a4)
     if c > hits then
-      if c <= v_most then
-        return 3, limit - c + 1, we - now
-      end
       local after = c - 1
+      if after <= limit and after <= COUNT_CAP then
+        return 3, limit - after, we - now
+      end
       -- Rejected, or past the cap (the general path below saturates): give it back.
       redis.call('HINCRBY', key, last_field, -hits)
       if after > limit then
@@ -154,41 +179,4 @@ local function fixed_window_again(key)
     flags = flags + 2
   end
   return flags, rem, until_end
-end
-
--- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
--- flags, remaining and reset: the library's batch calls it with a decision's values in place;
--- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
--- which reads now and answers { now, flags, remaining, reset }.
-local function fixed_window(key, now, a2, a3, a4, a5, a6)
-  local limit = tonumber(a2)
-  local w = tonumber(a3)
-  -- One hit and mode 0 are the commonest: a compare of interned strings, not a conversion.
-  local hits = a4 == '1' and 1 or tonumber(a4)
-  local mode = a5 == '0' and 0 or tonumber(a5)
-
-  -- The epoch-aligned window of now (fmod is exact; made Euclidean before the epoch).
-  local r = math.fmod(now, w)
-  if r < 0 then
-    r = r + w
-  end
-  local ws = now - r
-  local we = ws + w
-  if we > MAX then
-    we = MAX
-  end
-
-  v_now, v_limit, v_hits, v_a4, v_mode, v_ws, v_we = now, limit, hits, a4, mode, ws, we
-  v_take = mode == 0 and hits > 0
-  if v_take then
-    if ws ~= last_ws then
-      last_ws, last_field = ws, string.format('%.17g', ws)
-    end
-    local most = limit
-    if most > COUNT_CAP then
-      most = COUNT_CAP
-    end
-    v_most = most + 1
-  end
-  return fixed_window_again(key)
 end

@@ -42,14 +42,6 @@ impl Library {
 
 pub static LIBRARY: LazyLock<Library> = LazyLock::new(build);
 
-/// Whether a fast path's file defines `<name>_again(key)`.
-fn has_again(id: ScriptId) -> bool {
-    id.argc().is_some()
-        && id
-            .definitions()
-            .contains(&format!("local function {}_again(key)", id.name()))
-}
-
 fn build() -> Library {
     let (defs, main) = script::LUA
         .split_once("-- sluice:main")
@@ -63,19 +55,18 @@ fn build() -> Library {
     // own, at load: locals of one file never meet another's (nor Lua's 200-locals limit), and
     // the library's `batch` calls the function itself with positional values. Called alone,
     // it runs as its script does (`script::fast_main`).
-    // A fast path that also defines `<name>_again(key)` (the decision with the values of
-    // its last call) is given it too: `batch` decides a repeat (`=`) by it.
+    // A fast path with a library-only companion (`ScriptId::kept`) keeps its decision's
+    // values there, and `batch` decides a repeat (`=`) by its `<name>_again(key)`.
     for id in ScriptId::ALL {
         if id.argc().is_some() {
             let (name, defs) = (id.name(), id.definitions());
             let main = script::fast_main(name);
-            let again = if has_again(id) {
-                format!("{name}_again")
-            } else {
-                "nil".to_string()
+            let (kept, returned) = match id.kept() {
+                Some(kept) => (kept, format!("{name}, {name}_again")),
+                None => ("", format!("{name}, nil")),
             };
             body.push_str(&format!(
-                "\nlocal {name}, {name}_again = (function()\n{defs}\nreturn {name}, {again}\nend)()\n\
+                "\nlocal {name}, {name}_again = (function()\n{defs}\n{kept}\nreturn {returned}\nend)()\n\
                  local function {name}_call(KEYS, ARGV)\n{main}end\n"
             ));
         }
@@ -90,7 +81,7 @@ fn build() -> Library {
     body.push_str(&format!(
         "\nlocal FAST = {}\nlocal AGAIN = {}\nlocal ARGC = {}\nlocal WHOLE = {}\nlocal NOW_AT = {}\nlocal SHORT = {}\n\n{BATCH_LUA}",
         table(&|id| id.argc().map(|_| id.name().to_string())),
-        table(&|id| has_again(id).then(|| format!("{}_again", id.name()))),
+        table(&|id| id.kept().map(|_| format!("{}_again", id.name()))),
         table(&|id| id.argc().map(|n| n.to_string())),
         table(&|id| id.argc().is_none().then(|| id.name().to_string())),
         table(&|id| id.argc().is_none().then(|| id.now_at().to_string())),

@@ -143,6 +143,16 @@ impl ScriptId {
         }
     }
 
+    /// A fast path's library-only companion, which keeps a decision's converted values for
+    /// the batch's repeats of it (`<name>_kept`, `<name>_again`): only the library has it,
+    /// since an `EVALSHA` would make its closures on every call for nothing.
+    pub fn kept(self) -> Option<&'static str> {
+        match self {
+            ScriptId::FixedWindow => Some(include_str!("fixed_window_again.lua")),
+            _ => None,
+        }
+    }
+
     /// A fast path's number of `ARGV` values (`now` first), which its function takes as
     /// positional values in the library's `batch`; `None` for `decide.lua` (a variable
     /// number, passed as tables).

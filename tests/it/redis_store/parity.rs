@@ -703,3 +703,44 @@ fn a_batch_on_the_redis_clock_decides_at_one_exact_instant() {
     // Rounded to 100 us (what `tostring` of a time does), all five would be multiples of 100.
     assert!(exact > 0, "the time was rounded");
 }
+
+/// A repeat (`=`) is decided with the values of the fast decision before it in its batch,
+/// which fixed_window keeps in the library between calls: when that decision failed before
+/// keeping them, its repeat fails as it did, and never decides with the values an earlier
+/// batch left behind.
+#[test]
+fn a_repeat_of_a_failed_decision_fails_as_it_did() {
+    use sluice::store::redis::library::LIBRARY;
+    let redis = RedisNode::start();
+    redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
+    // fixed_window (script code 2): now, limit, window, hits, mode.
+    let good = ["2", "1000000000", "10", "60000000", "1", "0"];
+    // A window that is no number fails before anything is written or kept.
+    let unreadable = ["2", "1000000000", "10", "x", "1", "0"];
+    let batch = |keys: &[&str], decisions: &[&str]| {
+        let (nkeys, count) = (keys.len().to_string(), keys.len().to_string());
+        let mut args = vec!["FCALL", LIBRARY.batch(), &nkeys];
+        args.extend(keys);
+        args.push(&count);
+        args.extend(decisions);
+        redis.cli(&args)
+    };
+    // The batch's clock (0: none read), then flags 3 (allowed, charged), remaining, reset.
+    assert_eq!(batch(&["a"], &good), "0\n3\n9\n20000000");
+    let mut decisions = unreadable.to_vec();
+    decisions.push("=");
+    let reply = batch(&["a", "b"], &decisions);
+    assert_eq!(reply.matches("ERR").count(), 2, "{reply}");
+    assert_eq!(
+        redis.cli(&["EXISTS", "b"]),
+        "0",
+        "the repeat decided: {reply}"
+    );
+    // And a repeat of a decision that succeeded is that decision on its own key.
+    let mut decisions = good.to_vec();
+    decisions.push("=");
+    assert_eq!(
+        batch(&["a", "b"], &decisions),
+        "0\n3\n8\n20000000\n3\n9\n20000000"
+    );
+}
