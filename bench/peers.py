@@ -8,8 +8,8 @@ Kuadrant/limitador's server, the seeds' fixed-window script served over gRPC
         [--duration 5s] [--keys 10000]
 
 --limitador defaults to $LIMITADOR_BIN. It is a binary you built from Kuadrant/limitador's public
-source (`cargo build --release -p limitador-server`; about 25 minutes of both cores here).
-This suite does not build it: nothing of limitador's is part of this repository.
+source, by its own instructions (about 25 minutes of both cores here). This suite does not
+build it: nothing of limitador's, nor any recipe that builds it, is part of this repository.
 
 The same rule on every server: one descriptor `cost_fixed_window=<key>`, a fixed 60 s window
 and a limit nothing reaches (bench/config's `cost_fixed_window`; for limitador, a limit of

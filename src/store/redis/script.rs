@@ -144,8 +144,8 @@ impl ScriptId {
     }
 
     /// A fast path's library-only companion, which keeps a decision's converted values for
-    /// the batch's repeats of it (`<name>_kept`, `<name>_again`): only the library has it,
-    /// since an `EVALSHA` would make its closures on every call for nothing.
+    /// the batch's repeats of it (the fast path's `keep` hook, `<name>_again`): only the
+    /// library has it, since an `EVALSHA` would make its closure on every call for nothing.
     pub fn kept(self) -> Option<&'static str> {
         match self {
             ScriptId::FixedWindow => Some(include_str!("fixed_window_again.lua")),
