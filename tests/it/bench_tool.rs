@@ -191,6 +191,9 @@ fn an_open_loop_far_behind_keeps_its_connection() {
     // Far more offered than one connection carries: thousands of answers wait unread at times.
     // Every request is answered or counted as not sent; none fails with the connection
     // (h2's default budget of small unread DATA frames closed it with ENHANCE_YOUR_CALM).
+    // The generator's own per-request timeout is set long: on a busy host a request may wait
+    // seconds behind the 5,000 before it, which is the generator's deadline, not the
+    // connection failing.
     let noop = Noop::start(&["--runtime", "current"]);
     let j = load_json(
         &noop.addr,
@@ -200,6 +203,8 @@ fn an_open_loop_far_behind_keeps_its_connection() {
             "1000000",
             "--max-in-flight",
             "5000",
+            "--timeout",
+            "120s",
             "--connections",
             "1",
             "--descriptor",
