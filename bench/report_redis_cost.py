@@ -14,6 +14,8 @@ SERVED = "floor-server"
 # bench/redis_instructions.py: Redis' user-space instructions per decision (callgrind).
 INSTR = "redis-instructions"
 IPD = "instructions_per_decision"
+# Five fixed_window descriptors per request, per decision (redis_cost.FIVE's point name).
+FIVE_POINT = "fixed_windowx5"
 
 
 def target_rows(rep, row):
@@ -33,50 +35,40 @@ def target_rows(rep, row):
                   ("redis-cost", "sluice", "fixed_window"), US), 2.0, True, "×")
 
 
-def through_target_rows(rep, row):
-    """Issue 13 item 1 measured through the server (bench/redis_cost.py)."""
-    t = lambda subject, point: (THROUGH, subject, point)  # noqa: E731
-    row("Redis: CPU per fixed_window decision through sluice ≤ the seed script's "
-        "(seed under redis-benchmark -P 16, same Redis, same run)",
-        rep.ratio(t("sluice", "fixed_window"), PER, t("floor", "fixed_window"), PER), 1.0, True,
-        "×")
-    row("Redis: CPU per fixed_window decision through sluice ≤ the seed script served over gRPC "
-        "the same way (sluice-bench noop --seed-redis)",
-        rep.ratio(t("sluice", "fixed_window"), PER, t("seed-server", "fixed_window"), PER), 1.0,
-        True, "×")
-    row("Redis: each of 5 descriptors ≤ one seed script call (seed under redis-benchmark -P 16)",
-        rep.ratio(t("sluice", "fixed_windowx5"), PER, t("floor", "fixed_windowx5"), PER), 1.0,
-        True, "×")
-    row("Redis: each of 5 descriptors ≤ one seed script call (the seed script served over gRPC "
-        "the same way)",
-        rep.ratio(t("sluice", "fixed_windowx5"), PER, t("seed-server", "fixed_windowx5"), PER),
-        1.0, True, "×")
+def item1_rows(rep, row, kind, metric, what, seed, floor, against):
+    """Issue 13 item 1 for one measure (`kind` results, `metric` per decision): fixed_window and
+    5 descriptors against `seed` (≤ 1×), each other algorithm measured against `floor` (≤ 1.5×);
+    `against` says how the floors ran."""
+    def k(subject, point):
+        return (kind, subject, point)
+
+    def ratio(point, other):
+        return rep.ratio(k("sluice", point), metric, k(other, point), metric)
+
+    row(f"Redis: {what} per fixed_window decision through sluice ≤ the seed script's ({against})",
+        ratio("fixed_window", seed), 1.0, True, "×")
+    row(f"Redis: {what} per decision of 5 descriptors ≤ one seed script call's ({against})",
+        ratio(FIVE_POINT, seed), 1.0, True, "×")
     for a in ALGORITHMS[1:]:
-        row(f"Redis: {a} through sluice ≤ 1.5× its floor (bench/floors/{a}.lua under "
-            "redis-benchmark -P 16)",
-            rep.ratio(t("sluice", a), PER, t("floor", a), PER), 1.5, True, "×")
-        if rep.runs(t(SERVED, a)):
-            row(f"Redis: {a} through sluice ≤ 1.5× its floor served over gRPC the same way",
-                rep.ratio(t("sluice", a), PER, t(SERVED, a), PER), 1.5, True, "×")
+        if rep.runs(k("sluice", a)) and rep.runs(k(floor, a)):
+            row(f"Redis: {what} per {a} decision through sluice ≤ 1.5× its floor's ({against})",
+                ratio(a, floor), 1.5, True, "×")
+
+
+def through_target_rows(rep, row):
+    """Issue 13 item 1 in Redis CPU time, through the server (bench/redis_cost.py): against the
+    floors under redis-benchmark -P 16, and served over gRPC the same way."""
+    item1_rows(rep, row, THROUGH, PER, "CPU", "floor", "floor",
+               "the floor under redis-benchmark -P 16, same Redis, same run")
+    item1_rows(rep, row, THROUGH, PER, "CPU", "seed-server", SERVED,
+               "the floor served over gRPC the same way, sluice-bench noop")
 
 
 def instruction_target_rows(rep, row):
     """Issue 13 item 1 in Redis' own instructions, at equal reads (bench/redis_instructions.py)."""
-    i = lambda subject, point: (INSTR, subject, point)  # noqa: E731
-    if not rep.runs(i("sluice", "fixed_window")):
-        return
-    row("Redis: instructions per fixed_window decision through sluice ≤ the seed script's "
-        "served the same way (callgrind, the same reads per decision)",
-        rep.ratio(i("sluice", "fixed_window"), IPD, i("served", "fixed_window"), IPD), 1.0,
-        True, "×")
-    row("Redis: instructions per decision of 5 descriptors ≤ one seed script call's (callgrind)",
-        rep.ratio(i("sluice", "fixed_windowx5"), IPD, i("served", "fixed_windowx5"), IPD), 1.0,
-        True, "×")
-    for a in ALGORITHMS[1:]:
-        if rep.runs(i("sluice", a)):
-            row(f"Redis: instructions per {a} decision through sluice ≤ 1.5× its floor's served "
-                "the same way (callgrind)",
-                rep.ratio(i("sluice", a), IPD, i("served", a), IPD), 1.5, True, "×")
+    if rep.runs((INSTR, "sluice", "fixed_window")):
+        item1_rows(rep, row, INSTR, IPD, "instructions", "served", "served",
+                   "callgrind, the floor served the same way, the same reads per decision")
 
 
 def instruction_section(rep):
