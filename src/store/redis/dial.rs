@@ -2,7 +2,7 @@
 //! connector fred's configuration carries, so both trust the same CAs), then `AUTH`,
 //! `SELECT` and `CLIENT SETNAME sluice-thread` in one write; with Sentinel, the primary's
 //! address asked of the sentinels first and `ROLE` checked, so a thread never decides on a
-//! demoted primary. Cluster URLs get no own connections (see [`super::nodes`]).
+//! demoted primary; in a Cluster, one per node ([`super::nodes`]).
 
 use std::time::Duration;
 
@@ -46,10 +46,10 @@ enum Target {
 }
 
 impl Dial {
-    /// `None` for Cluster URLs.
+    /// `None` for Cluster URLs (their nodes are dialled one by one: [`Dial::node`]).
     pub(super) fn new(opts: &ConnectOptions) -> Result<Option<Dial>, ConfigError> {
         let (config, _) = connect::config(opts)?;
-        let target = match config.server {
+        let target = match &config.server {
             ServerConfig::Centralized { server } => {
                 Target::Server(server.host.to_string(), server.port)
             }
@@ -60,23 +60,37 @@ impl Dial {
                 password,
             } => Target::Sentinel {
                 sentinels: hosts.iter().map(|s| (s.host.to_string(), s.port)).collect(),
-                service: service_name,
-                username,
-                password: password.map(Secret::new),
+                service: service_name.clone(),
+                username: username.clone(),
+                password: password.clone().map(Secret::new),
             },
             _ => return Ok(None),
         };
+        Ok(Some(Dial::with(config, target, opts)))
+    }
+
+    /// One node of a Cluster, with the URL's credentials and TLS.
+    pub(super) fn node(opts: &ConnectOptions, host: &str, port: u16) -> Result<Dial, ConfigError> {
+        let (config, _) = connect::config(opts)?;
+        Ok(Dial::with(
+            config,
+            Target::Server(host.to_string(), port),
+            opts,
+        ))
+    }
+
+    fn with(config: fred::prelude::Config, target: Target, opts: &ConnectOptions) -> Dial {
         let tls = config.tls.map(|t| match t.connector {
             TlsConnector::Rustls(c) => c,
         });
-        Ok(Some(Dial {
+        Dial {
             target,
             username: config.username,
             password: config.password.map(Secret::new),
             database: config.database,
             tls,
             timeout: opts.connect_timeout,
-        }))
+        }
     }
 
     /// A connection ready for commands, or why not; bounded by the connect timeout.

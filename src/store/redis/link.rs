@@ -11,6 +11,8 @@
 //! unless an ACL forbids `FUNCTION LOAD`), the decisions of one tick go as ONE command: an
 //! `FCALL` of the decision's function when there is one, of `batch` when there are several,
 //! whose reply holds one answer per decision. Elsewhere each decision is its own `EVALSHA`.
+//! On a Cluster node (`batch` off) each decision is its own `FCALL`, the tick's in one write:
+//! one call may touch one slot only.
 //!
 //! A link is "up" once connected, authenticated and named ([`super::dial`]); callers use the
 //! shared pool whenever it is not, and a command that never left the queue when the
@@ -54,6 +56,8 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes the connection's task: commands were queued (or a reconnect was asked for).
     wake: Notify,
+    /// The decisions of a tick leave as one `FCALL` of `batch` (else one `FCALL` each).
+    batch: bool,
 }
 
 type Reply = oneshot::Sender<Result<Frame, CallError>>;
@@ -173,16 +177,7 @@ impl Queued {
         let lib = &*LIBRARY;
         let waiter = match self.entries.as_slice() {
             [] => None,
-            [_] => self.entries.pop().map(|e| {
-                // FCALL function numkeys KEYS.. ARGV..
-                resp::command_header(out, 3 + e.nkeys + e.nargs);
-                resp::bulk(out, b"FCALL");
-                resp::bulk(out, lib.function(e.id).as_bytes());
-                resp::bulk_int(out, e.nkeys as i64);
-                out.extend_from_slice(&self.keys[e.keys]);
-                out.extend_from_slice(&self.args[e.own..e.args.end]);
-                Waiter::Fcall(e.reply)
-            }),
+            [_] => self.entries.pop().map(|e| self.fcall(out, e)),
             entries => {
                 // FCALL batch numkeys KEYS.. count (code [nkeys nargs] ARGV.. | =)..
                 let nkeys: usize = entries.iter().map(|e| e.nkeys).sum();
@@ -228,6 +223,30 @@ impl Queued {
         waiter
     }
 
+    /// Encodes each decision queued as its own `FCALL` into `out`, in order, and empties the
+    /// queue; their waiters join `waiting`. For a Cluster node: one script may touch one slot
+    /// only, and the decisions of a tick rarely share one.
+    fn write_each(&mut self, out: &mut Vec<u8>, waiting: &mut VecDeque<Waiter>) {
+        let entries = std::mem::take(&mut self.entries);
+        for e in entries {
+            if !e.reply.is_closed() {
+                waiting.push_back(self.fcall(out, e));
+            }
+        }
+        self.clear();
+    }
+
+    /// `FCALL function numkeys KEYS.. ARGV..` of one decision.
+    fn fcall(&self, out: &mut Vec<u8>, e: Entry) -> Waiter {
+        resp::command_header(out, 3 + e.nkeys + e.nargs);
+        resp::bulk(out, b"FCALL");
+        resp::bulk(out, LIBRARY.function(e.id).as_bytes());
+        resp::bulk_int(out, e.nkeys as i64);
+        out.extend_from_slice(&self.keys[e.keys]);
+        out.extend_from_slice(&self.args[e.own..e.args.end]);
+        Waiter::Fcall(e.reply)
+    }
+
     fn clear(&mut self) {
         self.entries.clear();
         self.keys.clear();
@@ -267,11 +286,13 @@ const STALL_CHECK: Duration = Duration::from_millis(250);
 
 impl Link {
     /// Starts connecting on the calling task's runtime, in the background; the task ends when
-    /// aborted (with the store).
-    pub(super) fn start(dial: Dial, stall: Duration) -> (Link, JoinHandle<()>) {
+    /// aborted (with the store). `batch`: the decisions of a tick may share one `FCALL` (not
+    /// on a Cluster node, where one call touches one slot).
+    pub(super) fn start(dial: Dial, stall: Duration, batch: bool) -> (Link, JoinHandle<()>) {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Notify::new(),
+            batch,
         });
         let task = tokio::spawn(run(shared.clone(), dial, stall));
         (Link { shared }, task)
@@ -470,7 +491,9 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
             // reply is in. Redis then wakes once per round trip rather than once per tick, at
             // most one round trip later for a decision queued just after a write.
             let s = &mut *s;
-            if !s.fcall_in_flight {
+            if !shared.batch {
+                s.queued.write_each(&mut batch, &mut s.waiting);
+            } else if !s.fcall_in_flight {
                 if let Some(w) = s.queued.write(&mut batch) {
                     s.waiting.push_back(w);
                     s.fcall_in_flight = true;
@@ -517,8 +540,8 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
 /// elsewhere (the pool), and sets the connection right: the library is not on the server
 /// (`FUNCTION FLUSH`, a server restarted with an old dataset): reconnect, which loads it
 /// again; an ACL allows `FUNCTION LOAD` but not `FCALL`: decide by `EVALSHA` on this
-/// connection from now on. Only one `FCALL` is ever out, so no other decision met the same
-/// fate after being written.
+/// connection from now on. Each `FCALL` written meanwhile (one with `batch`, several on a
+/// Cluster node) is refused alike, and so sent elsewhere: none of them ran.
 fn fcall_refused(s: &mut State, f: &Frame) -> bool {
     let Frame::Error(e) = f else { return false };
     if e.contains("Function not found") {
@@ -726,6 +749,55 @@ mod tests {
         assert_eq!(tail, want);
         assert_eq!(text[2], "6");
         assert_eq!(&text[3..9], ["a", "b", "x", "c", "d", "e"]);
+    }
+
+    #[test]
+    fn on_a_cluster_node_each_decision_is_its_own_fcall_in_one_write() {
+        let mut q = Queued::default();
+        let fw = |key: &str| {
+            vec![
+                Value::from("sha"),
+                Value::Integer(1),
+                Value::from(key),
+                Value::from(""),
+                Value::Integer(10),
+                Value::Integer(60_000_000),
+                Value::Integer(1),
+                Value::Integer(0),
+            ]
+        };
+        let mut rxs = Vec::new();
+        for key in ["a", "b", "c"] {
+            let (reply, rx) = oneshot::channel();
+            rxs.push(rx);
+            q.push(ScriptId::FixedWindow, &fw(key), reply).unwrap();
+        }
+        // A caller gone meanwhile is left out.
+        drop(rxs.remove(1));
+        let (mut out, mut waiting) = (Vec::new(), VecDeque::new());
+        q.write_each(&mut out, &mut waiting);
+        assert!(q.is_empty());
+        assert_eq!(waiting.len(), 2);
+        assert!(waiting.iter().all(|w| matches!(w, Waiter::Fcall(_))));
+        let mut at = 0;
+        let function = LIBRARY.function(ScriptId::FixedWindow);
+        for key in ["a", "c"] {
+            let (Frame::Array(Some(parts)), used) = resp::parse(&out[at..]).unwrap().unwrap()
+            else {
+                panic!("not a command");
+            };
+            at += used;
+            let text: Vec<String> = parts
+                .iter()
+                .map(|f| match f {
+                    Frame::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            let want = ["FCALL", function, "1", key, "", "10", "60000000", "1", "0"];
+            assert_eq!(text, want);
+        }
+        assert_eq!(at, out.len());
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! * **Cluster**: each descriptor's keys share one hash slot (the `{...}` tag of
 //!   [`key`](super::key)), but different descriptors usually live on different slots and
 //!   nodes, and a script can touch only one slot. So the checks are split by slot and each
-//!   part runs as one `EVALSHA` (concurrently: pipelined per node, nodes in parallel). Each
+//!   part runs as one script call (concurrently: pipelined per node, nodes in parallel). Each
 //!   part is atomic and decided as if the descriptors elsewhere pass ("optimistic"). When the
 //!   request turns out rejected by a descriptor elsewhere, the hits charged optimistically are
 //!   given back by a second `EVALSHA` per slot (the `undo` mode of the same script): a second
@@ -60,7 +60,10 @@
 //!   The breaker, readiness and status are the store's, over all of them. Cluster: sluice routes by slot
 //!   itself ([`nodes`]): a pool and a breaker per primary, shared by every thread, so a dead
 //!   primary or a reshard costs only the slots concerned (`redirect.rs` follows `MOVED`, `ASK`
-//!   and `TRYAGAIN`: a redirected call did not run, so it is sent again).
+//!   and `TRYAGAIN`: a redirected call did not run, so it is sent again); and a serving
+//!   thread's own connection per primary ([`Inner::node_link`], opened on its first call
+//!   there), on which the calls of a tick leave in one write, one `FCALL` each (a call may
+//!   touch one slot only), with the pool for what it cannot carry (not up yet, `ASK`).
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
@@ -203,6 +206,12 @@ thread_local! {
     /// address): a link's task runs on the runtime that started it, so a serving thread that
     /// uses its own link sends and receives without waking another thread.
     static THREAD_LINKS: RefCell<Vec<(Weak<Inner>, Link)>> = const { RefCell::new(Vec::new()) };
+    /// Cluster stores attached to this thread: it opens its own connection to each of their
+    /// nodes on its first call there ([`Inner::node_link`]).
+    static CLUSTER_THREADS: RefCell<Vec<Weak<Inner>>> = const { RefCell::new(Vec::new()) };
+    /// This thread's own connections to Cluster nodes, keyed by the node (a node dropped from
+    /// the slot map aborts its connections' tasks).
+    static NODE_LINKS: RefCell<Vec<(Weak<nodes::Node>, Link)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The decision command (what `script::evalsha`'s arguments follow).
@@ -255,12 +264,19 @@ impl RedisStore {
     /// breaker, readiness and status stay the store's as a whole. Must be called within the
     /// thread's (current-thread) Tokio runtime; a second call on one thread does nothing.
     pub fn attach_thread(&self) -> Result<(), ConfigError> {
-        // Cluster: one pool per primary, shared: a connection per thread and primary would
-        // multiply the connections for a wake-up saved.
+        let id = Arc::as_ptr(&self.inner);
+        // Cluster: a connection per node, opened on the thread's first call there (the nodes
+        // are learnt from the slot map, and change with it).
         let Some(dial) = &self.inner.dial else {
+            CLUSTER_THREADS.with(|t| {
+                let mut t = t.borrow_mut();
+                t.retain(|s| s.strong_count() > 0);
+                if !t.iter().any(|s| s.as_ptr() == id) {
+                    t.push(Arc::downgrade(&self.inner));
+                }
+            });
             return Ok(());
         };
-        let id = Arc::as_ptr(&self.inner);
         let attached = THREAD_LINKS.with(|t| {
             let mut t = t.borrow_mut();
             // Links of stores dropped meanwhile (their tasks ended with them).
@@ -270,7 +286,7 @@ impl RedisStore {
         if attached {
             return Ok(());
         }
-        let (link, task) = Link::start(dial.clone(), self.inner.stall);
+        let (link, task) = Link::start(dial.clone(), self.inner.stall, true);
         self.inner
             .threads
             .lock()
@@ -440,6 +456,32 @@ impl Inner {
                 .iter()
                 .find(|(s, l)| s.as_ptr() == id && l.is_up())
                 .map(|(_, l)| l.clone())
+        })
+    }
+
+    /// This thread's own connection to Cluster node `node`, when it is up. Made on the first
+    /// call (so not up yet: that call uses the node's pool), on a thread attached to this store.
+    fn node_link(&self, node: &Arc<nodes::Node>) -> Option<Link> {
+        let id = Arc::as_ptr(node);
+        NODE_LINKS.with(|t| {
+            let mut t = t.borrow_mut();
+            if let Some((_, l)) = t.iter().find(|(n, _)| n.as_ptr() == id) {
+                return l.is_up().then(|| l.clone());
+            }
+            let me = self as *const Inner;
+            if !CLUSTER_THREADS.with(|c| c.borrow().iter().any(|s| s.as_ptr() == me)) {
+                return None;
+            }
+            // Links of nodes dropped meanwhile (their tasks ended with them).
+            t.retain(|(n, _)| n.strong_count() > 0);
+            // One slot per call: the decisions of a tick leave as one FCALL each.
+            let (link, task) = Link::start(node.dial.clone(), self.stall, false);
+            node.thread_tasks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(task);
+            t.push((Arc::downgrade(node), link));
+            None
         })
     }
 

@@ -16,9 +16,11 @@ use std::time::Duration;
 use fred::prelude::{ClientLike, ClusterInterface, Pool};
 use fred::types::Value;
 use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 
 use super::breaker::{Breaker, BreakerOptions};
 use super::connect::{self, ConfigError, ConnectOptions};
+use super::dial::Dial;
 use super::ConnectionTask;
 
 /// Slots of a Redis Cluster.
@@ -31,20 +33,32 @@ pub const REFRESH_UNHEALTHY: Duration = Duration::from_millis(100);
 /// caused no error here).
 pub const REFRESH_HEALTHY: Duration = Duration::from_secs(5);
 
-/// One primary: its pool and breaker.
+/// One primary: its pool and breaker, and how a serving thread opens its own connection to
+/// it ([`super::link`], made by the store on the thread's first call to this node).
 pub struct Node {
     pub addr: String,
     pub pool: Pool,
     pub breaker: Breaker,
     /// Set once the script is loaded on this node (or its loading attempted).
     pub loaded: AtomicBool,
+    pub(super) dial: Dial,
     tasks: Vec<ConnectionTask>,
+    /// The serving threads' connection tasks to this node, each on its thread's runtime.
+    pub(super) thread_tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
         // The connection tasks would otherwise reconnect forever to a node no longer used.
         for t in &self.tasks {
+            t.abort();
+        }
+        for t in self
+            .thread_tasks
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             t.abort();
         }
     }
@@ -133,6 +147,7 @@ impl Nodes {
         let (host, port) = split_addr(addr)
             .ok_or_else(|| ConfigError::new(format!("invalid cluster node address {addr}")))?;
         let pool = connect::build_node_pool(&self.opts, host, port)?;
+        let dial = Dial::node(&self.opts, host, port)?;
         let tasks = {
             let _rt = self.runtime.enter();
             pool.connect_pool()
@@ -143,7 +158,9 @@ impl Nodes {
             pool,
             breaker: Breaker::new(self.breaker),
             loaded: AtomicBool::new(false),
+            dial,
             tasks,
+            thread_tasks: Mutex::new(Vec::new()),
         }))
     }
 

@@ -27,7 +27,8 @@ impl PipelinedConnection {
     pub fn connect(opts: &ConnectOptions) -> Result<PipelinedConnection, ConfigError> {
         let dial = Dial::new(opts)?
             .ok_or_else(|| ConfigError::new("a pipeline needs a standalone or Sentinel URL"))?;
-        let (link, task) = Link::start(dial, opts.connect_timeout.max(Duration::from_secs(1)));
+        let (link, task) =
+            Link::start(dial, opts.connect_timeout.max(Duration::from_secs(1)), true);
         Ok(PipelinedConnection { link, task })
     }
 

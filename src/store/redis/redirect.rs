@@ -10,7 +10,9 @@ use fred::prelude::{Client, ClientLike};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::connect::ConfigError;
+use super::link::{CallError, Link};
 use super::nodes::{self, Nodes};
+use super::resp::{self, Frame};
 use super::script::{self, Scope};
 use super::{breaker_open, error, from_fred, record, Inner, When, MIN_TIMEOUT};
 use crate::store::{Check, ErrorKind, StoreError};
@@ -49,8 +51,22 @@ impl Inner {
                 return Err(breaker_open());
             }
             let left = timeout.saturating_sub(started.elapsed()).max(MIN_TIMEOUT);
-            let client = node.pool.next_connected().clone();
-            let result = self.call(&client, &args, asking, left, now.deadline).await;
+            // This thread's own connection to the node when up (not for ASK: `ASKING` must
+            // precede the call on its connection), else the node's pool.
+            let own = match self.node_link(&node).filter(|_| !asking) {
+                Some(link) => {
+                    let id = script::script_of(checks, scope);
+                    on_link(&link, id, &args(), left).await
+                }
+                None => None,
+            };
+            let result = match own {
+                Some(r) => r,
+                None => {
+                    let client = node.pool.next_connected().clone();
+                    Box::pin(self.call(&client, &args, asking, left, now.deadline)).await
+                }
+            };
             let redirect = match &result {
                 Err(e) if attempt < MAX_REDIRECTS => Redirect::of(e),
                 _ => None,
@@ -87,6 +103,28 @@ impl Inner {
             }
         }
     }
+}
+
+/// A slot's call on this thread's own connection to its node, its outcome as the pool's
+/// would be (so redirections, `CLUSTERDOWN` and outages are read alike). `None`: it did not
+/// run (never written, the function library refused, `NOSCRIPT`), so the pool sends it.
+async fn on_link(
+    link: &Link,
+    id: script::ScriptId,
+    args: &[Value],
+    timeout: Duration,
+) -> Option<Result<Vec<i64>, fred::error::Error>> {
+    use fred::error::{Error, ErrorKind as F};
+    Some(match link.decide(id, args, timeout).await {
+        Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT") => return None,
+        // An error reply: `kind_of` reads its code, `Redirect::of` its words.
+        Ok(Frame::Error(e)) => Err(Error::new(F::Unknown, e)),
+        Ok(frame) => resp::integers(frame).map_err(|m| Error::new(F::Parse, m)),
+        Err(CallError::NotSent) => return None,
+        Err(CallError::Timeout) => Err(Error::new(F::Timeout, "redis call timed out")),
+        Err(CallError::Lost(why)) => Err(Error::new(F::IO, format!("connection lost: {why}"))),
+        Err(CallError::Argument(e)) => Err(Error::new(F::InvalidArgument, e.to_string())),
+    })
 }
 
 /// A Cluster redirection: the call did not run where it was sent.

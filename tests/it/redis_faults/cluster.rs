@@ -25,8 +25,42 @@ fn primaries(cluster: &RedisCluster) -> Vec<u16> {
         .collect()
 }
 
+/// Which connections `threads` says the load used: the own ones, or only the pools.
+/// Only those send `FCALL`s (the pools send `EVALSHA`); a dead node counts none.
+fn assert_path(cluster: &RedisCluster, threads: Option<usize>) {
+    let n = cluster.command_calls("fcall");
+    match threads {
+        None => assert_eq!(n, 0, "the pools sent FCALLs"),
+        Some(_) => assert!(n > 0, "no call went on a serving thread's own connection"),
+    }
+}
+
+/// The load of a test, on the store's pools (`None`) or on `Some(n)` serving threads, each
+/// with its own connection per node (as a server's requests go).
+fn load(
+    store: &RedisStore,
+    keys: Vec<Vec<u8>>,
+    threads: Option<usize>,
+    workers: usize,
+    pause: Duration,
+) -> Load {
+    match threads {
+        None => Load::start(store, Arc::new(keys), workers, pause),
+        Some(n) => Load::on_threads(store, Arc::new(keys), n, workers, pause),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_cluster_primary_costs_only_its_own_slots() {
+    killed_primary(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_cluster_primary_costs_only_its_own_slots_on_serving_threads() {
+    killed_primary(Some(2)).await;
+}
+
+async fn killed_primary(threads: Option<usize>) {
     let mut cluster = RedisCluster::start();
     // Redis' default (`yes`) makes every node refuse every slot (CLUSTERDOWN) from the moment
     // the dead primary is marked failed until its replica is promoted: nothing a client can
@@ -44,7 +78,7 @@ async fn a_killed_cluster_primary_costs_only_its_own_slots() {
         .collect();
     let owner: Vec<u16> = keys.iter().map(|k| cluster.owner(k)).collect();
     let victim = owner[0];
-    let load = Load::start(&store, Arc::new(keys), 6, Duration::from_millis(5));
+    let load = load(&store, keys, threads, 6, Duration::from_millis(5));
     load.more(200).await;
 
     let killed_at = sluice::clock::monotonic();
@@ -121,17 +155,27 @@ async fn a_killed_cluster_primary_costs_only_its_own_slots() {
         back - promoted
     );
     assert_eq!(primaries(&cluster).len(), 3);
+    assert_path(&cluster, threads);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reshard_under_load_fails_almost_nothing_and_never_stalls() {
+    reshard(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reshard_under_load_fails_almost_nothing_and_never_stalls_on_serving_threads() {
+    reshard(Some(2)).await;
+}
+
+async fn reshard(threads: Option<usize>) {
     let cluster = RedisCluster::start();
     let store = connected(options(&cluster.url(), Duration::from_millis(500))).await;
     let limit = roomy();
     let keys: Vec<Vec<u8>> = (0..300)
         .map(|i| key_of("reshard:", &i.to_string(), &limit))
         .collect();
-    let load = Load::start(&store, Arc::new(keys), 6, Duration::from_millis(2));
+    let load = load(&store, keys, threads, 6, Duration::from_millis(2));
     load.more(200).await;
 
     let masters = primaries(&cluster);
@@ -168,6 +212,7 @@ async fn a_reshard_under_load_fails_almost_nothing_and_never_stalls() {
         outcomes.len()
     );
     assert!(slowest <= Duration::from_secs(1), "a call took {slowest:?}");
+    assert_path(&cluster, threads);
 }
 
 // ---------------------------------------------------------------------------------------------

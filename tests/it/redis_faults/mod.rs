@@ -72,50 +72,118 @@ struct Load {
     outcomes: Arc<Mutex<Vec<Outcome>>>,
     opened: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// What every worker of a [`Load`] shares.
+#[derive(Clone)]
+struct Worker {
+    store: RedisStore,
+    keys: Arc<Vec<Vec<u8>>>,
+    stop: Arc<AtomicBool>,
+    outcomes: Arc<Mutex<Vec<Outcome>>>,
+    opened: Arc<AtomicBool>,
+    workers: usize,
+    pause: Duration,
+}
+
+impl Worker {
+    /// Worker `w`'s calls, until told to stop.
+    async fn run(self, w: usize) {
+        let limit = roomy();
+        let mut i = w;
+        while !self.stop.load(Ordering::Relaxed) {
+            let k = i % self.keys.len();
+            let check = [Check::new(&self.keys[k], &limit, Ask::take(1))];
+            let started = sluice::clock::monotonic();
+            let result = self.store.decide_checks(&check, T0, Deadline::NONE).await;
+            let ok = result.is_ok();
+            let error = result.err().map(|e| e.kind().as_str());
+            let at = sluice::clock::monotonic();
+            if self.store.status().breaker_open {
+                self.opened.store(true, Ordering::Relaxed);
+            }
+            self.outcomes.lock().unwrap().push(Outcome {
+                at,
+                key: k,
+                ok,
+                took: at - started,
+                error,
+            });
+            i += self.workers;
+            tokio::time::sleep(self.pause).await;
+        }
+    }
 }
 
 impl Load {
+    /// `workers` tasks on the test's runtime: every call on the store's shared pools.
     fn start(store: &RedisStore, keys: Arc<Vec<Vec<u8>>>, workers: usize, pause: Duration) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let outcomes = Arc::new(Mutex::new(Vec::new()));
-        let opened = Arc::new(AtomicBool::new(false));
-        let tasks = (0..workers)
-            .map(|w| {
-                let (store, keys) = (store.clone(), keys.clone());
-                let (stop, outcomes, opened) = (stop.clone(), outcomes.clone(), opened.clone());
-                tokio::spawn(async move {
-                    let limit = roomy();
-                    let mut i = w;
-                    while !stop.load(Ordering::Relaxed) {
-                        let k = i % keys.len();
-                        let check = [Check::new(&keys[k], &limit, Ask::take(1))];
-                        let started = sluice::clock::monotonic();
-                        let result = store.decide_checks(&check, T0, Deadline::NONE).await;
-                        let ok = result.is_ok();
-                        let error = result.err().map(|e| e.kind().as_str());
-                        let at = sluice::clock::monotonic();
-                        if store.status().breaker_open {
-                            opened.store(true, Ordering::Relaxed);
+        let (mut load, worker) = Load::new(store, keys, workers, pause);
+        load.tasks = (0..workers)
+            .map(|w| tokio::spawn(worker.clone().run(w)))
+            .collect();
+        load
+    }
+
+    /// `workers` tasks spread over `threads` threads, each with its own current-thread runtime
+    /// attached to the store as a serving thread is ([`RedisStore::attach_thread`]): the
+    /// calls go on the threads' own connections once up, as a server's do.
+    fn on_threads(
+        store: &RedisStore,
+        keys: Arc<Vec<Vec<u8>>>,
+        threads: usize,
+        workers: usize,
+        pause: Duration,
+    ) -> Load {
+        let (mut load, worker) = Load::new(store, keys, workers, pause);
+        load.threads = (0..threads)
+            .map(|t| {
+                let worker = worker.clone();
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    rt.block_on(async move {
+                        worker.store.attach_thread().unwrap();
+                        let mine: Vec<_> = (t..workers)
+                            .step_by(threads)
+                            .map(|w| tokio::spawn(worker.clone().run(w)))
+                            .collect();
+                        for m in mine {
+                            m.await.unwrap();
                         }
-                        outcomes.lock().unwrap().push(Outcome {
-                            at,
-                            key: k,
-                            ok,
-                            took: at - started,
-                            error,
-                        });
-                        i += workers;
-                        tokio::time::sleep(pause).await;
-                    }
+                    });
                 })
             })
             .collect();
-        Load {
-            stop,
-            outcomes,
-            opened,
-            tasks,
-        }
+        load
+    }
+
+    fn new(
+        store: &RedisStore,
+        keys: Arc<Vec<Vec<u8>>>,
+        workers: usize,
+        pause: Duration,
+    ) -> (Load, Worker) {
+        let load = Load {
+            stop: Arc::new(AtomicBool::new(false)),
+            outcomes: Arc::new(Mutex::new(Vec::new())),
+            opened: Arc::new(AtomicBool::new(false)),
+            tasks: Vec::new(),
+            threads: Vec::new(),
+        };
+        let worker = Worker {
+            store: store.clone(),
+            keys,
+            stop: load.stop.clone(),
+            outcomes: load.outcomes.clone(),
+            opened: load.opened.clone(),
+            workers,
+            pause,
+        };
+        (load, worker)
     }
 
     fn outcomes(&self) -> Vec<Outcome> {
@@ -135,6 +203,11 @@ impl Load {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.tasks {
             t.await.unwrap();
+        }
+        for t in self.threads {
+            tokio::task::spawn_blocking(move || t.join().unwrap())
+                .await
+                .unwrap();
         }
         self.outcomes.lock().unwrap().clone()
     }
