@@ -11,8 +11,8 @@
 //! unless an ACL forbids `FUNCTION LOAD`), the decisions of one tick go as ONE command: an
 //! `FCALL` of the decision's function when there is one, of `batch` when there are several,
 //! whose reply holds one answer per decision. Elsewhere each decision is its own `EVALSHA`.
-//! On a Cluster node (`batch` off) each decision is its own `FCALL`, the tick's in one write:
-//! one call may touch one slot only.
+//! On a Cluster node (`batch` off) one call may touch one slot only: the decisions of a tick
+//! leave in one write, one `FCALL` per slot.
 //!
 //! A link is "up" once connected, authenticated and named ([`super::dial`]); callers use the
 //! shared pool whenever it is not, and a command that never left the queue when the
@@ -56,7 +56,7 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes the connection's task: commands were queued (or a reconnect was asked for).
     wake: Notify,
-    /// The decisions of a tick leave as one `FCALL` of `batch` (else one `FCALL` each).
+    /// The decisions of a tick leave as one `FCALL` (else one per hash slot: a Cluster node).
     batch: bool,
 }
 
@@ -120,6 +120,8 @@ struct Entry {
     nargs: usize,
     /// As [`Batched::fast`].
     fast: Option<Option<i64>>,
+    /// Its (first) key's hash slot: the decisions of one slot may share a Cluster `FCALL`.
+    slot: u16,
     reply: Reply,
 }
 
@@ -142,6 +144,10 @@ impl Queued {
             Some(_) => return Err(ArgumentError(format!("{} with other arguments", id.name()))),
             None => None,
         };
+        let slot = keys
+            .first()
+            .and_then(Value::as_bytes)
+            .map_or(0, fred::util::redis_keyslot);
         let (k, a) = (self.keys.len(), self.args.len());
         resp::bulk_int(&mut self.args, i64::from(id.code()));
         if fast.is_none() {
@@ -164,6 +170,7 @@ impl Queued {
             own,
             nargs: argv.len(),
             fast,
+            slot,
             reply,
         });
         Ok(())
@@ -173,67 +180,76 @@ impl Queued {
     /// waits for its reply. A decision whose caller has gone (its deadline passed while an
     /// `FCALL` was out) is left out: it would charge for an answer nobody reads.
     fn write(&mut self, out: &mut Vec<u8>) -> Option<Waiter> {
-        self.entries.retain(|e| !e.reply.is_closed());
-        let lib = &*LIBRARY;
-        let waiter = match self.entries.as_slice() {
-            [] => None,
-            [_] => self.entries.pop().map(|e| self.fcall(out, e)),
-            entries => {
-                // FCALL batch numkeys KEYS.. count (code [nkeys nargs] ARGV.. | =)..
-                let nkeys: usize = entries.iter().map(|e| e.nkeys).sum();
-                let repeats = repeats(entries, &self.args);
-                // Each decision's code, and decide.lua's two counts, before its arguments; a
-                // repeat is its one `=`.
-                let nargs: usize = entries
-                    .iter()
-                    .zip(&repeats)
-                    .map(|(e, &again)| match (again, e.fast.is_some()) {
-                        (true, _) => 1,
-                        (false, true) => 1 + e.nargs,
-                        (false, false) => 3 + e.nargs,
-                    })
-                    .sum();
-                resp::command_header(out, 3 + nkeys + 1 + nargs);
-                resp::bulk(out, b"FCALL");
-                resp::bulk(out, lib.batch().as_bytes());
-                resp::bulk_int(out, nkeys as i64);
-                for e in entries {
-                    out.extend_from_slice(&self.keys[e.keys.clone()]);
-                }
-                resp::bulk_int(out, entries.len() as i64);
-                for (e, again) in entries.iter().zip(repeats) {
-                    if again {
-                        resp::bulk(out, b"=");
-                    } else {
-                        out.extend_from_slice(&self.args[e.args.clone()]);
-                    }
-                }
-                let replies = self
-                    .entries
-                    .drain(..)
-                    .map(|e| Batched {
-                        reply: e.reply,
-                        fast: e.fast,
-                    })
-                    .collect();
-                Some(Waiter::Batch(replies))
-            }
-        };
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.retain(|e| !e.reply.is_closed());
+        let waiter = self.encode(out, entries);
         self.clear();
         waiter
     }
 
-    /// Encodes each decision queued as its own `FCALL` into `out`, in order, and empties the
-    /// queue; their waiters join `waiting`. For a Cluster node: one script may touch one slot
-    /// only, and the decisions of a tick rarely share one.
-    fn write_each(&mut self, out: &mut Vec<u8>, waiting: &mut VecDeque<Waiter>) {
-        let entries = std::mem::take(&mut self.entries);
-        for e in entries {
-            if !e.reply.is_closed() {
-                waiting.push_back(self.fcall(out, e));
+    /// Encodes what is queued into `out` as one command per hash slot (one script may touch
+    /// one slot only: a Cluster node), the decisions of one slot in their order, and empties
+    /// the queue; their waiters join `waiting`. A hot key's decisions still share one `FCALL`.
+    fn write_by_slot(&mut self, out: &mut Vec<u8>, waiting: &mut VecDeque<Waiter>) {
+        let mut slots: Vec<(u16, Vec<Entry>)> = Vec::new();
+        for e in std::mem::take(&mut self.entries) {
+            if e.reply.is_closed() {
+                continue;
+            }
+            match slots.iter_mut().find(|(s, _)| *s == e.slot) {
+                Some((_, same)) => same.push(e),
+                None => slots.push((e.slot, vec![e])),
             }
         }
+        for (_, entries) in slots {
+            waiting.extend(self.encode(out, entries));
+        }
         self.clear();
+    }
+
+    /// `entries` as one command: an `FCALL` of the decision's function when alone, of `batch`
+    /// when several.
+    fn encode(&self, out: &mut Vec<u8>, mut entries: Vec<Entry>) -> Option<Waiter> {
+        if entries.len() <= 1 {
+            return entries.pop().map(|e| self.fcall(out, e));
+        }
+        // FCALL batch numkeys KEYS.. count (code [nkeys nargs] ARGV.. | =)..
+        let nkeys: usize = entries.iter().map(|e| e.nkeys).sum();
+        let repeats = repeats(&entries, &self.args);
+        // Each decision's code, and decide.lua's two counts, before its arguments; a repeat
+        // is its one `=`.
+        let nargs: usize = entries
+            .iter()
+            .zip(&repeats)
+            .map(|(e, &again)| match (again, e.fast.is_some()) {
+                (true, _) => 1,
+                (false, true) => 1 + e.nargs,
+                (false, false) => 3 + e.nargs,
+            })
+            .sum();
+        resp::command_header(out, 3 + nkeys + 1 + nargs);
+        resp::bulk(out, b"FCALL");
+        resp::bulk(out, LIBRARY.batch().as_bytes());
+        resp::bulk_int(out, nkeys as i64);
+        for e in &entries {
+            out.extend_from_slice(&self.keys[e.keys.clone()]);
+        }
+        resp::bulk_int(out, entries.len() as i64);
+        for (e, again) in entries.iter().zip(repeats) {
+            if again {
+                resp::bulk(out, b"=");
+            } else {
+                out.extend_from_slice(&self.args[e.args.clone()]);
+            }
+        }
+        let replies = entries
+            .into_iter()
+            .map(|e| Batched {
+                reply: e.reply,
+                fast: e.fast,
+            })
+            .collect();
+        Some(Waiter::Batch(replies))
     }
 
     /// `FCALL function numkeys KEYS.. ARGV..` of one decision.
@@ -286,8 +302,8 @@ const STALL_CHECK: Duration = Duration::from_millis(250);
 
 impl Link {
     /// Starts connecting on the calling task's runtime, in the background; the task ends when
-    /// aborted (with the store). `batch`: the decisions of a tick may share one `FCALL` (not
-    /// on a Cluster node, where one call touches one slot).
+    /// aborted (with the store). `batch`: the decisions of a tick may share one `FCALL` (on a
+    /// Cluster node, where one call touches one slot, only those of one slot do).
     pub(super) fn start(dial: Dial, stall: Duration, batch: bool) -> (Link, JoinHandle<()>) {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
@@ -492,7 +508,7 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
             // most one round trip later for a decision queued just after a write.
             let s = &mut *s;
             if !shared.batch {
-                s.queued.write_each(&mut batch, &mut s.waiting);
+                s.queued.write_by_slot(&mut batch, &mut s.waiting);
             } else if !s.fcall_in_flight {
                 if let Some(w) = s.queued.write(&mut batch) {
                     s.waiting.push_back(w);
@@ -752,7 +768,7 @@ mod tests {
     }
 
     #[test]
-    fn on_a_cluster_node_each_decision_is_its_own_fcall_in_one_write() {
+    fn on_a_cluster_node_the_decisions_of_one_slot_share_an_fcall() {
         let mut q = Queued::default();
         let fw = |key: &str| {
             vec![
@@ -766,8 +782,10 @@ mod tests {
                 Value::Integer(0),
             ]
         };
+        // `{a}x` is in `a`'s slot; `b` and `c` each in another.
+        let keys = ["a", "b", "c", "{a}x"];
         let mut rxs = Vec::new();
-        for key in ["a", "b", "c"] {
+        for key in keys {
             let (reply, rx) = oneshot::channel();
             rxs.push(rx);
             q.push(ScriptId::FixedWindow, &fw(key), reply).unwrap();
@@ -775,13 +793,14 @@ mod tests {
         // A caller gone meanwhile is left out.
         drop(rxs.remove(1));
         let (mut out, mut waiting) = (Vec::new(), VecDeque::new());
-        q.write_each(&mut out, &mut waiting);
+        q.write_by_slot(&mut out, &mut waiting);
         assert!(q.is_empty());
-        assert_eq!(waiting.len(), 2);
-        assert!(waiting.iter().all(|w| matches!(w, Waiter::Fcall(_))));
+        assert!(
+            matches!(waiting.make_contiguous(), [Waiter::Batch(two), Waiter::Fcall(_)] if two.len() == 2)
+        );
+        let mut commands = Vec::new();
         let mut at = 0;
-        let function = LIBRARY.function(ScriptId::FixedWindow);
-        for key in ["a", "c"] {
+        while at < out.len() {
             let (Frame::Array(Some(parts)), used) = resp::parse(&out[at..]).unwrap().unwrap()
             else {
                 panic!("not a command");
@@ -794,10 +813,17 @@ mod tests {
                     other => panic!("{other:?}"),
                 })
                 .collect();
-            let want = ["FCALL", function, "1", key, "", "10", "60000000", "1", "0"];
-            assert_eq!(text, want);
+            commands.push(text);
         }
-        assert_eq!(at, out.len());
+        let code = ScriptId::FixedWindow.code().to_string();
+        let (batch, one) = (LIBRARY.batch(), LIBRARY.function(ScriptId::FixedWindow));
+        let want: [Vec<&str>; 2] = [
+            vec![
+                "FCALL", batch, "2", "a", "{a}x", "2", &code, "", "10", "60000000", "1", "0", "=",
+            ],
+            vec!["FCALL", one, "1", "c", "", "10", "60000000", "1", "0"],
+        ];
+        assert_eq!(commands, want);
     }
 
     #[test]

@@ -62,8 +62,8 @@
 //!   primary or a reshard costs only the slots concerned (`redirect.rs` follows `MOVED`, `ASK`
 //!   and `TRYAGAIN`: a redirected call did not run, so it is sent again); and a serving
 //!   thread's own connection per primary ([`Inner::node_link`], opened on its first call
-//!   there), on which the calls of a tick leave in one write, one `FCALL` each (a call may
-//!   touch one slot only), with the pool for what it cannot carry (not up yet, `ASK`).
+//!   there), on which the calls of a tick leave in one write, one `FCALL` per hash slot (a
+//!   call may touch one slot only), with the pool for what it cannot carry (not up yet, `ASK`).
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
@@ -474,7 +474,7 @@ impl Inner {
             }
             // Links of nodes dropped meanwhile (their tasks ended with them).
             t.retain(|(n, _)| n.strong_count() > 0);
-            // One slot per call: the decisions of a tick leave as one FCALL each.
+            // One slot per call: the decisions of a tick leave as one FCALL per slot.
             let (link, task) = Link::start(node.dial.clone(), self.stall, false);
             node.thread_tasks
                 .lock()

@@ -35,6 +35,83 @@ fn assert_path(cluster: &RedisCluster, threads: Option<usize>) {
     }
 }
 
+/// Serving threads' decisions of one key on a Cluster share `FCALL`s (one per slot and write)
+/// and stay exact: `threads` x `tasks` tasks each take `calls` times; returns the admitted.
+fn hot_key_on_threads(
+    store: &RedisStore,
+    key: &[u8],
+    limit: Limit,
+    threads: usize,
+    tasks: usize,
+    calls: usize,
+) -> usize {
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (store, key, limit) = (store.clone(), Arc::new(key.to_vec()), limit.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    store.attach_thread().unwrap();
+                    let mine: Vec<_> = (0..tasks)
+                        .map(|_| {
+                            let (store, key, limit) = (store.clone(), key.clone(), limit.clone());
+                            tokio::spawn(async move {
+                                let mut admitted = 0;
+                                for _ in 0..calls {
+                                    let check = [Check::new(&key, &limit, Ask::take(1))];
+                                    let v = store.decide_checks(&check, T0, Deadline::NONE).await;
+                                    admitted += usize::from(v.unwrap()[0].allowed);
+                                }
+                                admitted
+                            })
+                        })
+                        .collect();
+                    let mut admitted = 0;
+                    for m in mine {
+                        admitted += m.await.unwrap();
+                    }
+                    admitted
+                })
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_on_serving_threads_shares_fcalls_and_admits_exactly_its_limit() {
+    let cluster = RedisCluster::start();
+    let store = connected(options(&cluster.url(), Duration::from_millis(500))).await;
+    let limit = Limit::fixed_window(500, 3_600 * SEC);
+    let key = key_of("hot:", "x", &limit);
+    let (threads, tasks, calls) = (2, 8, 100);
+    let admitted = tokio::task::spawn_blocking({
+        let (store, key) = (store.clone(), key.clone());
+        move || hot_key_on_threads(&store, &key, limit, threads, tasks, calls)
+    })
+    .await
+    .unwrap();
+    assert_eq!(admitted, 500);
+    let fcalls = cluster.command_calls("fcall");
+    let calls_made = fcalls + cluster.command_calls("evalsha");
+    eprintln!(
+        "hot key: {calls_made} calls ({fcalls} FCALLs) for {} decisions",
+        threads * tasks * calls
+    );
+    assert!(
+        fcalls > 0,
+        "no call went on a serving thread's own connection"
+    );
+    assert!(
+        calls_made * 2 < (threads * tasks * calls) as u64,
+        "{calls_made} calls for {} decisions: one slot's decisions did not share FCALLs",
+        threads * tasks * calls
+    );
+}
+
 /// The load of a test, on the store's pools (`None`) or on `Some(n)` serving threads, each
 /// with its own connection per node (as a server's requests go).
 fn load(
