@@ -668,6 +668,28 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// The commands encoded in `out`, each as its arguments' text.
+    fn commands(out: &[u8]) -> Vec<Vec<String>> {
+        let mut commands = Vec::new();
+        let mut at = 0;
+        while at < out.len() {
+            let (Frame::Array(Some(parts)), used) = resp::parse(&out[at..]).unwrap().unwrap()
+            else {
+                panic!("not a command");
+            };
+            at += used;
+            let text = parts
+                .iter()
+                .map(|f| match f {
+                    Frame::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            commands.push(text);
+        }
+        commands
+    }
+
     fn batched(
         fast: Option<Option<i64>>,
     ) -> (Batched, oneshot::Receiver<Result<Frame, CallError>>) {
@@ -743,17 +765,9 @@ mod tests {
         push(ScriptId::FixedWindow, &fw("e", "7", 11)); // its own now
         let mut out = Vec::new();
         assert!(q.write(&mut out).is_some());
-        let (Frame::Array(Some(parts)), used) = resp::parse(&out).unwrap().unwrap() else {
-            panic!("not a command");
+        let [text] = &commands(&out)[..] else {
+            panic!("not one command");
         };
-        assert_eq!(used, out.len());
-        let text: Vec<String> = parts
-            .iter()
-            .map(|f| match f {
-                Frame::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
-                other => panic!("{other:?}"),
-            })
-            .collect();
         let code = ScriptId::FixedWindow.code().to_string();
         let d = ScriptId::Decide.code().to_string();
         // FCALL batch 6 keys.., 6 decisions, then each one's code and values, or `=`.
@@ -798,23 +812,6 @@ mod tests {
         assert!(
             matches!(waiting.make_contiguous(), [Waiter::Batch(two), Waiter::Fcall(_)] if two.len() == 2)
         );
-        let mut commands = Vec::new();
-        let mut at = 0;
-        while at < out.len() {
-            let (Frame::Array(Some(parts)), used) = resp::parse(&out[at..]).unwrap().unwrap()
-            else {
-                panic!("not a command");
-            };
-            at += used;
-            let text: Vec<String> = parts
-                .iter()
-                .map(|f| match f {
-                    Frame::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
-                    other => panic!("{other:?}"),
-                })
-                .collect();
-            commands.push(text);
-        }
         let code = ScriptId::FixedWindow.code().to_string();
         let (batch, one) = (LIBRARY.batch(), LIBRARY.function(ScriptId::FixedWindow));
         let want: [Vec<&str>; 2] = [
@@ -823,7 +820,7 @@ mod tests {
             ],
             vec!["FCALL", one, "1", "c", "", "10", "60000000", "1", "0"],
         ];
-        assert_eq!(commands, want);
+        assert_eq!(commands(&out), want);
     }
 
     #[test]

@@ -47,34 +47,27 @@ fn hot_key_on_threads(
 ) -> usize {
     let handles: Vec<_> = (0..threads)
         .map(|_| {
-            let (store, key, limit) = (store.clone(), Arc::new(key.to_vec()), limit.clone());
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async move {
-                    store.attach_thread().unwrap();
-                    let mine: Vec<_> = (0..tasks)
-                        .map(|_| {
-                            let (store, key, limit) = (store.clone(), key.clone(), limit.clone());
-                            tokio::spawn(async move {
-                                let mut admitted = 0;
-                                for _ in 0..calls {
-                                    let check = [Check::new(&key, &limit, Ask::take(1))];
-                                    let v = store.decide_checks(&check, T0, Deadline::NONE).await;
-                                    admitted += usize::from(v.unwrap()[0].allowed);
-                                }
-                                admitted
-                            })
+            let (key, limit) = (Arc::new(key.to_vec()), limit.clone());
+            on_serving_thread(store.clone(), move |store| async move {
+                let mine: Vec<_> = (0..tasks)
+                    .map(|_| {
+                        let (store, key, limit) = (store.clone(), key.clone(), limit.clone());
+                        tokio::spawn(async move {
+                            let mut admitted = 0;
+                            for _ in 0..calls {
+                                let check = [Check::new(&key, &limit, Ask::take(1))];
+                                let v = store.decide_checks(&check, T0, Deadline::NONE).await;
+                                admitted += usize::from(v.unwrap()[0].allowed);
+                            }
+                            admitted
                         })
-                        .collect();
-                    let mut admitted = 0;
-                    for m in mine {
-                        admitted += m.await.unwrap();
-                    }
-                    admitted
-                })
+                    })
+                    .collect();
+                let mut admitted = 0;
+                for m in mine {
+                    admitted += m.await.unwrap();
+                }
+                admitted
             })
         })
         .collect();

@@ -75,6 +75,27 @@ struct Load {
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
+/// Runs `f` on a thread of its own, on a current-thread runtime attached to `store` as a
+/// serving thread is ([`RedisStore::attach_thread`]): its calls go on the thread's own
+/// connections once they are up, as a server's do.
+fn on_serving_thread<T, F, Fut>(store: RedisStore, f: F) -> std::thread::JoinHandle<T>
+where
+    T: Send + 'static,
+    F: FnOnce(RedisStore) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+{
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            store.attach_thread().unwrap();
+            f(store).await
+        })
+    })
+}
+
 /// What every worker of a [`Load`] shares.
 #[derive(Clone)]
 struct Worker {
@@ -140,21 +161,14 @@ impl Load {
         load.threads = (0..threads)
             .map(|t| {
                 let worker = worker.clone();
-                std::thread::spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    rt.block_on(async move {
-                        worker.store.attach_thread().unwrap();
-                        let mine: Vec<_> = (t..workers)
-                            .step_by(threads)
-                            .map(|w| tokio::spawn(worker.clone().run(w)))
-                            .collect();
-                        for m in mine {
-                            m.await.unwrap();
-                        }
-                    });
+                on_serving_thread(store.clone(), move |_| async move {
+                    let mine: Vec<_> = (t..workers)
+                        .step_by(threads)
+                        .map(|w| tokio::spawn(worker.clone().run(w)))
+                        .collect();
+                    for m in mine {
+                        m.await.unwrap();
+                    }
                 })
             })
             .collect();
