@@ -413,7 +413,8 @@ class Report:
                          self.stat(k, "redis.cpu_us_per_request").fmt(2),
                          self.ratio(k, "redis.cpu_us_per_request", floor,
                                     "redis_cpu_us_per_call").fmt(2),
-                         Stat([(get(v, "redis.commands.evalsha") or 0) / answered(v)
+                         Stat([sum(get(v, f"redis.commands.{c}") or 0 for c in SCRIPT_CALLS)
+                               / answered(v)
                                for v in self.runs(k).values() if answered(v)]).fmt(3),
                          self.stat(k, "throughput_rps").fmt(0),
                          self.ratio(k, "throughput_rps", ref).fmt(2) if k != ref else "1",
@@ -424,7 +425,7 @@ class Report:
                          self.stat(floor, "redis_cpu_us_per_call").fmt(2), "1", "1",
                          self.stat(floor, "throughput_rps").fmt(0), "–", "–", "–", "–"])
         self.table(["Redis", "sluice CPU µs/request", "× memory store", "Redis CPU µs/request",
-                    "× floor", "EVALSHA/request", "throughput req/s", "× standalone",
+                    "× floor", "script calls/request", "throughput req/s", "× standalone",
                     "p50 µs", "p99 µs", "errors"], rows)
         cmds = defaultdict(list)
         for k in (key, cluster):
