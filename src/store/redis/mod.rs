@@ -187,14 +187,14 @@ impl Drop for Inner {
         for c in &self.connections {
             c.abort();
         }
-        for c in self
-            .threads
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            c.abort();
-        }
+        abort_all(&mut self.threads);
+    }
+}
+
+/// Aborts the serving threads' connection tasks (each on its thread's runtime).
+fn abort_all(tasks: &mut Mutex<Vec<JoinHandle<()>>>) {
+    for t in tasks.get_mut().unwrap_or_else(|e| e.into_inner()).iter() {
+        t.abort();
     }
 }
 

@@ -53,14 +53,7 @@ impl Drop for Node {
         for t in &self.tasks {
             t.abort();
         }
-        for t in self
-            .thread_tasks
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            t.abort();
-        }
+        super::abort_all(&mut self.thread_tasks);
     }
 }
 

@@ -25,6 +25,16 @@ fn primaries(cluster: &RedisCluster) -> Vec<u16> {
         .collect()
 }
 
+/// 60 keys of a roomy limit, spread over the slots, and the port of each one's primary.
+fn spread_keys(cluster: &RedisCluster, prefix: &str) -> (Vec<Vec<u8>>, Vec<u16>) {
+    let limit = roomy();
+    let keys: Vec<Vec<u8>> = (0..60)
+        .map(|i| key_of(prefix, &i.to_string(), &limit))
+        .collect();
+    let owner = keys.iter().map(|k| cluster.owner(k)).collect();
+    (keys, owner)
+}
+
 /// Which connections `threads` says the load used: the own ones, or only the pools.
 /// Only those send `FCALL`s (the pools send `EVALSHA`); a dead node counts none.
 fn assert_path(cluster: &RedisCluster, threads: Option<usize>) {
@@ -142,11 +152,7 @@ async fn killed_primary(threads: Option<usize>) {
         );
     }
     let store = connected(options(&cluster.url(), Duration::from_millis(300))).await;
-    let limit = roomy();
-    let keys: Vec<Vec<u8>> = (0..60)
-        .map(|i| key_of("kill:", &i.to_string(), &limit))
-        .collect();
-    let owner: Vec<u16> = keys.iter().map(|k| cluster.owner(k)).collect();
+    let (keys, owner) = spread_keys(&cluster, "kill:");
     let victim = owner[0];
     let load = load(&store, keys, threads, 6, Duration::from_millis(5));
     load.more(200).await;
@@ -226,6 +232,65 @@ async fn killed_primary(threads: Option<usize>) {
     );
     assert_eq!(primaries(&cluster).len(), 3);
     assert_path(&cluster, threads);
+}
+
+/// A primary stalled (`DEBUG SLEEP`, shorter than the cluster node timeout: no failover) under
+/// load on serving threads: a stall shorter than the command timeout fails nothing; a longer
+/// one fails only the stalled primary's slots, which answer again within 100 ms of its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_cluster_primary_costs_only_its_own_slots_on_serving_threads() {
+    let cluster = RedisCluster::start();
+    let store = connected(options(&cluster.url(), Duration::from_millis(300))).await;
+    let (keys, owner) = spread_keys(&cluster, "stall:");
+    let victim = owner[0];
+    let load = load(&store, keys, Some(2), 6, Duration::from_millis(2));
+    load.more(200).await;
+
+    let before = load.outcomes().len();
+    debug_sleep(victim, "0.1").await;
+    load.more(100).await;
+    let short = &load.outcomes()[before..];
+    let failed = short.iter().filter(|o| !o.ok).count();
+    assert_eq!(
+        failed, 0,
+        "{failed} calls failed in a stall shorter than the timeout"
+    );
+    assert!(!load.opened.load(Ordering::Relaxed), "a breaker opened");
+
+    let started = sluice::clock::monotonic();
+    let ended = debug_sleep(victim, "1.5").await;
+    load.more(300).await;
+    let outcomes = load.stop().await;
+    let during: Vec<Outcome> = outcomes
+        .iter()
+        .copied()
+        .filter(|o| o.at >= started && o.at <= ended)
+        .collect();
+    let by = per_node(&during, &owner);
+    eprintln!("per primary (errors, calls) during the stall: {by:?}");
+    for (port, (errors, calls)) in &by {
+        if *port != victim {
+            assert!(
+                *calls > 0,
+                "primary {port} answered nothing during the stall"
+            );
+            assert!(
+                *errors * 100 <= *calls,
+                "primary {port}: {errors} of {calls} calls failed while another stalled"
+            );
+        }
+    }
+    assert!(
+        by.get(&victim).is_some_and(|&(errors, _)| errors > 0),
+        "a stall longer than the timeout fails the stalled primary's calls"
+    );
+    let late = recovered(&outcomes, ended, |o| owner[o.key] == victim);
+    eprintln!("the stalled primary's slots answered {late:?} after the stall ended");
+    assert!(
+        late <= Duration::from_millis(100),
+        "recovered {late:?} after the stall ended"
+    );
+    assert_path(&cluster, Some(2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

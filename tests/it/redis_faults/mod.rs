@@ -227,6 +227,19 @@ impl Load {
     }
 }
 
+/// How long after a stall `ended` the first of the calls `which` picks succeeded again.
+fn recovered(outcomes: &[Outcome], ended: Instant, which: impl Fn(&Outcome) -> bool) -> Duration {
+    // Answers that were queued behind the stall may even land before redis-cli sees its own.
+    let since = ended - Duration::from_millis(300);
+    let first = outcomes
+        .iter()
+        .filter(|o| o.ok && which(o) && o.at > since)
+        .map(|o| o.at)
+        .min()
+        .expect("calls succeed again");
+    first.saturating_duration_since(ended)
+}
+
 /// `DEBUG SLEEP secs` on `port`, waited for off the runtime; the instant it returned.
 async fn debug_sleep(port: u16, secs: &str) -> Instant {
     let secs = secs.to_string();
