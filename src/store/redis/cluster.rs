@@ -1,11 +1,11 @@
-//! The Cluster path of a decision: one `EVALSHA` per slot, concurrently, each decided as if
+//! The Cluster path of a decision: one script call per slot, concurrently, each decided as if
 //! the descriptors elsewhere pass; an optimistic charge given back when the request is rejected
 //! elsewhere (the guarantees are in the parent module's documentation).
 
 use super::*;
 
 impl Inner {
-    /// Cluster: one `EVALSHA` per slot, concurrently; an optimistic charge undone when the
+    /// Cluster: one script call per slot, concurrently; an optimistic charge undone when the
     /// request is rejected elsewhere.
     pub(super) async fn decide_cluster(
         &self,

@@ -2,7 +2,8 @@
 //! check's algorithm) run atomically by Redis itself, so a request's checks are checked and
 //! charged at once, shared by any number of sluice instances. On a serving thread's own
 //! connection the scripts are a Redis Function library ([`library`]) and the decisions of
-//! several requests share one `FCALL`; elsewhere each request is one `EVALSHA`.
+//! several requests share one `FCALL` (on a Cluster node, those of one hash slot); elsewhere
+//! each request is one `EVALSHA`.
 //!
 //! # Guarantees per topology
 //!
@@ -16,7 +17,7 @@
 //!   part runs as one script call (concurrently: pipelined per node, nodes in parallel). Each
 //!   part is atomic and decided as if the descriptors elsewhere pass ("optimistic"). When the
 //!   request turns out rejected by a descriptor elsewhere, the hits charged optimistically are
-//!   given back by a second `EVALSHA` per slot (the `undo` mode of the same script): a second
+//!   given back by a second script call per slot (the `undo` mode of the same script): a second
 //!   round trip only on that path. Consequences, and only these: (1) between the two round
 //!   trips, other requests see the optimistic charge and may be rejected early, never
 //!   admitted wrongly; (2) the verdicts of checks given back report the allowance after the
@@ -69,7 +70,7 @@
 //!   sluice's clock instead.
 //! * **Failures**: a call that fails or exceeds `--redis-command-timeout` (or nine tenths of
 //!   what is left of the request's gRPC deadline, when less: [`deadline`](super::deadline))
-//!   is an error with its [`ErrorKind`] (the caller's failure policy decides); an `EVALSHA` is never retried on another connection,
+//!   is an error with its [`ErrorKind`] (the caller's failure policy decides); a script call is never retried on another connection,
 //!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
 //!   the script on every primary and retries once. A [`breaker`] (one per Cluster primary)
 //!   stops calling Redis after consecutive outage failures ([`ErrorKind::is_outage`]: not

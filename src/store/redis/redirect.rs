@@ -18,7 +18,8 @@ use super::{breaker_open, error, from_fred, record, Inner, When, MIN_TIMEOUT};
 use crate::store::{Check, ErrorKind, StoreError};
 
 impl Inner {
-    /// Cluster: one `EVALSHA` on the primary owning `slot`, behind that primary's breaker.
+    /// Cluster: one script call on the primary owning `slot` (an `FCALL` on this thread's own
+    /// connection to it when up, else an `EVALSHA` on its pool), behind that primary's breaker.
     /// Redirections are followed (`MOVED` updates the slot map, `ASK` goes to the importing
     /// node after `ASKING`, `TRYAGAIN` waits a moment): a redirected call did not run, so
     /// sending it again charges nothing twice. Bounded by [`MAX_REDIRECTS`] and `timeout`.

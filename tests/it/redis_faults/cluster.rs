@@ -45,29 +45,33 @@ fn assert_path(cluster: &RedisCluster, threads: Option<usize>) {
     }
 }
 
-/// Serving threads' decisions of one key on a Cluster share `FCALL`s (one per slot and write)
-/// and stay exact: `threads` x `tasks` tasks each take `calls` times; returns the admitted.
-fn hot_key_on_threads(
+/// Serving threads' requests on a Cluster, each one take of every `(key, limit)` of
+/// `descriptors`: `threads` x `tasks` tasks each make `calls` requests; returns how many
+/// were admitted. The decisions of one slot share `FCALL`s (one per slot and write).
+fn requests_on_threads(
     store: &RedisStore,
-    key: &[u8],
-    limit: Limit,
+    descriptors: Vec<(Vec<u8>, Limit)>,
     threads: usize,
     tasks: usize,
     calls: usize,
 ) -> usize {
+    let descriptors = Arc::new(descriptors);
     let handles: Vec<_> = (0..threads)
         .map(|_| {
-            let (key, limit) = (Arc::new(key.to_vec()), limit.clone());
+            let descriptors = descriptors.clone();
             on_serving_thread(store.clone(), move |store| async move {
                 let mine: Vec<_> = (0..tasks)
                     .map(|_| {
-                        let (store, key, limit) = (store.clone(), key.clone(), limit.clone());
+                        let (store, descriptors) = (store.clone(), descriptors.clone());
                         tokio::spawn(async move {
                             let mut admitted = 0;
                             for _ in 0..calls {
-                                let check = [Check::new(&key, &limit, Ask::take(1))];
-                                let v = store.decide_checks(&check, T0, Deadline::NONE).await;
-                                admitted += usize::from(v.unwrap()[0].allowed);
+                                let checks: Vec<Check<'_>> = descriptors
+                                    .iter()
+                                    .map(|(k, l)| Check::new(k, l, Ask::take(1)))
+                                    .collect();
+                                let v = store.decide_checks(&checks, T0, Deadline::NONE).await;
+                                admitted += usize::from(v.unwrap().iter().all(|v| v.allowed));
                             }
                             admitted
                         })
@@ -93,7 +97,7 @@ async fn a_hot_key_on_serving_threads_shares_fcalls_and_admits_exactly_its_limit
     let (threads, tasks, calls) = (2, 8, 100);
     let admitted = tokio::task::spawn_blocking({
         let (store, key) = (store.clone(), key.clone());
-        move || hot_key_on_threads(&store, &key, limit, threads, tasks, calls)
+        move || requests_on_threads(&store, vec![(key, limit)], threads, tasks, calls)
     })
     .await
     .unwrap();
@@ -232,6 +236,50 @@ async fn killed_primary(threads: Option<usize>) {
     );
     assert_eq!(primaries(&cluster).len(), 3);
     assert_path(&cluster, threads);
+}
+
+/// Two descriptors per request, on two slots, from serving threads: each request's parts
+/// share `FCALL`s with other requests' parts of their slot, and so do the refunds (`undo`) of
+/// the part charged when the other part rejects. Admission is exact, and every optimistic
+/// charge given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_over_two_slots_on_serving_threads_admit_exactly_and_give_back_every_charge() {
+    let cluster = RedisCluster::start();
+    let store = connected(options(&cluster.url(), Duration::from_millis(500))).await;
+    let (roomy, tight) = (roomy(), Limit::fixed_window(300, 3_600 * SEC));
+    let (a, b) = (key_of("two:", "a", &roomy), key_of("two:", "b", &tight));
+    let slot =
+        |k: &[u8]| cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", std::str::from_utf8(k).unwrap()]);
+    assert_ne!(slot(&a), slot(&b), "the two descriptors share a slot");
+    let (threads, tasks, calls) = (2, 8, 100);
+    let admitted = tokio::task::spawn_blocking({
+        let store = store.clone();
+        let descriptors = vec![(a.clone(), roomy), (b.clone(), tight)];
+        move || requests_on_threads(&store, descriptors, threads, tasks, calls)
+    })
+    .await
+    .unwrap();
+    assert_eq!(admitted, 300);
+    let stored = |k: &[u8]| cluster.fixed_window_state(k).map_or(0, |(_, n)| n);
+    assert_eq!(stored(&b), 300, "the tight descriptor's count");
+    assert_eq!(
+        stored(&a),
+        300,
+        "optimistic charges of rejected requests were kept"
+    );
+    let fcalls = cluster.command_calls("fcall");
+    let calls_made = fcalls + cluster.command_calls("evalsha");
+    // Two parts per request, and a refund per rejected one.
+    let parts = threads * tasks * calls * 2 + (threads * tasks * calls - 300);
+    eprintln!("two slots: {calls_made} calls ({fcalls} FCALLs) for {parts} parts");
+    assert!(
+        fcalls > 0,
+        "no call went on a serving thread's own connection"
+    );
+    assert!(
+        calls_made * 2 < parts as u64,
+        "{calls_made} calls for {parts} parts: one slot's parts did not share FCALLs"
+    );
 }
 
 /// A primary stalled (`DEBUG SLEEP`, shorter than the cluster node timeout: no failover) under
