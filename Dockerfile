@@ -16,6 +16,12 @@
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 
+# make: jemalloc (sluice's allocator, built from source by tikv-jemalloc-sys) needs it; the
+# slim image has only gcc and libc6-dev.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make=4.3-4.1 \
+    && rm -rf /var/lib/apt/lists/*
+
 # Dependencies first: this layer is rebuilt only when Cargo.toml, Cargo.lock, build.rs or the
 # protos change, not on every source edit. Stub targets let cargo compile every dependency (and
 # run build.rs) without the sources.

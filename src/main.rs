@@ -23,6 +23,13 @@ use sluice::config::{self, LoadOptions};
 use sluice::quiet::QuietLog;
 use sluice::settings::{CheckArgs, Cli, Command, LogArgs, LogFormat, ServeArgs};
 
+// jemalloc, not glibc's malloc: a request allocates and frees many small objects, and a
+// decision on Redis more (its arguments, its reply); on glibc the batches of a serving thread
+// overflow the per-thread cache. Measured (bench/sluice_cpu.sh, callgrind): 12% fewer
+// instructions per request on the memory store, 15% on Redis; RSS within 10% of glibc's.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {

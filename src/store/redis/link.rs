@@ -120,9 +120,16 @@ struct Entry {
     nargs: usize,
     /// As [`Batched::fast`].
     fast: Option<Option<i64>>,
-    /// Its (first) key's hash slot: the decisions of one slot may share a Cluster `FCALL`.
-    slot: u16,
     reply: Reply,
+}
+
+impl Entry {
+    /// Its (first) key's hash slot: the decisions of one slot may share a Cluster `FCALL`.
+    /// Read back from the encoded keys when a Cluster link writes (a standalone one never
+    /// asks, so its decisions do not pay for the hash).
+    fn slot(&self, keys: &[u8]) -> u16 {
+        resp::first_bulk(&keys[self.keys.clone()]).map_or(0, fred::util::redis_keyslot)
+    }
 }
 
 impl Queued {
@@ -144,10 +151,6 @@ impl Queued {
             Some(_) => return Err(ArgumentError(format!("{} with other arguments", id.name()))),
             None => None,
         };
-        let slot = keys
-            .first()
-            .and_then(Value::as_bytes)
-            .map_or(0, fred::util::redis_keyslot);
         let (k, a) = (self.keys.len(), self.args.len());
         resp::bulk_int(&mut self.args, i64::from(id.code()));
         if fast.is_none() {
@@ -170,7 +173,6 @@ impl Queued {
             own,
             nargs: argv.len(),
             fast,
-            slot,
             reply,
         });
         Ok(())
@@ -196,9 +198,10 @@ impl Queued {
             if e.reply.is_closed() {
                 continue;
             }
-            match slots.iter_mut().find(|(s, _)| *s == e.slot) {
+            let slot = e.slot(&self.keys);
+            match slots.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, same)) => same.push(e),
-                None => slots.push((e.slot, vec![e])),
+                None => slots.push((slot, vec![e])),
             }
         }
         for (_, entries) in slots {
