@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The benchmark suite: sluice against its floors (a no-op RLS server, redis-benchmark running
-# sluice's own script, Envoy without the rate limit filter), measured in the same run.
+# The benchmark suite: sluice against its floors (a no-op RLS server, the simplest Redis
+# script of each algorithm under redis-benchmark and served by a no-op RLS server, Envoy
+# without the rate limit filter, and the peers), measured in the same run.
 #
 #     bash bench/run.sh quick    # the headline scenarios, 3 runs each, under 10 minutes
 #     bash bench/run.sh full     # every scenario, 5 runs each, longer runs
@@ -316,16 +317,17 @@ scenario_redis() {
     port=$(free_port)
     start_redis "$port"
     local redis_pid=$REDIS_PID
+    # sluice on the memory store beside it: each run measures both in turn, so the ratio of
+    # their CPU per request (issue 13, item 3) is taken A/B, minutes apart at most.
+    start_sluice redis-memory --config bench/config
+    local memory_addr=$SLUICE_ADDR memory_pid=$SLUICE_PID
     start_sluice redis --config bench/config "${REDIS_FLAGS[@]}" --redis-url "redis://127.0.0.1:$port"
-    log "Redis standalone (port $port), closed loop at $HEAD in flight"
+    log "Redis standalone (port $port), closed loop at $HEAD in flight, A/B with the memory store"
     local run
     for run in $(seq "$RUNS"); do
+        closed redis-memory sluice "$HEAD" "$run" "$memory_addr" "$memory_pid" "${TEN_K_KEYS[@]}"
         closed redis sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
             --redis "127.0.0.1:$port" "${TEN_K_KEYS[@]}"
-        "$BENCH" redis-floor --redis "127.0.0.1:$port" --pipeline "$HEAD" --clients 1 \
-            --requests "$REDIS_FLOOR_REQUESTS" --keys 10000 \
-            --json "$(result redis floor "p$HEAD" "$run")" >>"$WORK/redis-floor.log" 2>&1 ||
-            { tail -n 20 "$WORK/redis-floor.log" >&2; die "sluice-bench redis-floor failed"; }
         # Redis CPU per decision on the same Redis: sluice's script against each algorithm's
         # floor (bench/floors/) and INCRBY+EXPIRE, A/B in alternating order (bench/floors.py).
         python3 bench/floors.py --bench "$BENCH" --port "$port" --out "$OUT" --run "$run" \
@@ -333,6 +335,7 @@ scenario_redis() {
             2>>"$WORK/redis-cost.log" ||
             { tail -n 20 "$WORK/redis-cost.log" >&2; die "bench/floors.py failed"; }
     done
+    stop "$memory_pid"
     # Redis CPU per decision through the server against the floors (its own Redis and sluice).
     python3 bench/redis_cost.py --sluice "$SLUICE" --bench "$BENCH" --out "$OUT" \
         --rounds "$RUNS" 2>>"$WORK/redis-cost-through.log" >"$WORK/redis-cost-through.md" ||
