@@ -22,7 +22,8 @@ def target_rows(rep, row):
     """Adds the Redis CPU targets through `row(target, measured, goal, lower_is_better, unit)`."""
     seed = ("redis-cost", "floor", "fixed_window")
     row(f"Redis: Redis CPU per fixed_window decision through sluice ≤ the seed script's ({HEAD}; "
-        "seed under redis-benchmark, same Redis, same run)",
+        "seed under redis-benchmark, same Redis, same run; sluice on bench/config's 1 s windows, "
+        "an eighth of its decisions starting a window, the seed on 60 s windows)",
         rep.ratio(("redis", "sluice", HEAD), "redis.cpu_us_per_request", seed, US), 1.0, True, "×")
     row("Redis: fixed_window script (fast path) ≤ the seed script, both under redis-benchmark",
         rep.ratio(("redis-cost", "sluice", "fixed_window"), US, seed, US), 1.0, True, "×")
