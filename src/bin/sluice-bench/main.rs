@@ -1,6 +1,7 @@
 //! `sluice-bench`: a gRPC load generator for any Envoy RLS v3 server, and the floors to
-//! compare a rate limiter with (a no-op RLS server, sluice's Redis script under
-//! redis-benchmark, and the in-memory store's bytes per key). README.md, "sluice-bench",
+//! compare a rate limiter with (a no-op RLS server, alone or calling a floor script on Redis),
+//! sluice's own Redis script under redis-benchmark (its side of the script comparisons), and
+//! the in-memory store's bytes per key. README.md, "sluice-bench",
 //! documents the command line; the JSON fields are a contract with bench/run.sh.
 
 mod args;
