@@ -107,6 +107,9 @@ struct Queued {
     entries: Vec<Entry>,
     keys: Vec<u8>,
     args: Vec<u8>,
+    /// A Cluster node's queue: each decision's hash slot is kept, to write one `FCALL` per
+    /// slot (a standalone queue does not pay for the hash).
+    by_slot: bool,
 }
 
 /// One queued decision: where its parts are in [`Queued`]'s buffers.
@@ -120,16 +123,10 @@ struct Entry {
     nargs: usize,
     /// As [`Batched::fast`].
     fast: Option<Option<i64>>,
+    /// Its (first) key's hash slot on a Cluster node's queue (else 0): the decisions of one
+    /// slot may share a Cluster `FCALL`.
+    slot: u16,
     reply: Reply,
-}
-
-impl Entry {
-    /// Its (first) key's hash slot: the decisions of one slot may share a Cluster `FCALL`.
-    /// Read back from the encoded keys when a Cluster link writes (a standalone one never
-    /// asks, so its decisions do not pay for the hash).
-    fn slot(&self, keys: &[u8]) -> u16 {
-        resp::first_bulk(&keys[self.keys.clone()]).map_or(0, fred::util::redis_keyslot)
-    }
 }
 
 impl Queued {
@@ -150,6 +147,10 @@ impl Queued {
             Some(n) if n == argv.len() && nkeys == 1 => Some(argv[0].as_i64()),
             Some(_) => return Err(ArgumentError(format!("{} with other arguments", id.name()))),
             None => None,
+        };
+        let slot = match keys.first().and_then(Value::as_bytes) {
+            Some(key) if self.by_slot => fred::util::redis_keyslot(key),
+            _ => 0,
         };
         let (k, a) = (self.keys.len(), self.args.len());
         resp::bulk_int(&mut self.args, i64::from(id.code()));
@@ -173,6 +174,7 @@ impl Queued {
             own,
             nargs: argv.len(),
             fast,
+            slot,
             reply,
         });
         Ok(())
@@ -198,10 +200,9 @@ impl Queued {
             if e.reply.is_closed() {
                 continue;
             }
-            let slot = e.slot(&self.keys);
-            match slots.iter_mut().find(|(s, _)| *s == slot) {
+            match slots.iter_mut().find(|(s, _)| *s == e.slot) {
                 Some((_, same)) => same.push(e),
-                None => slots.push((slot, vec![e])),
+                None => slots.push((e.slot, vec![e])),
             }
         }
         for (_, entries) in slots {
@@ -309,7 +310,13 @@ impl Link {
     /// Cluster node, where one call touches one slot, only those of one slot do).
     pub(super) fn start(dial: Dial, stall: Duration, batch: bool) -> (Link, JoinHandle<()>) {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                queued: Queued {
+                    by_slot: !batch,
+                    ..Queued::default()
+                },
+                ..State::default()
+            }),
             wake: Notify::new(),
             batch,
         });
@@ -786,7 +793,10 @@ mod tests {
 
     #[test]
     fn on_a_cluster_node_the_decisions_of_one_slot_share_an_fcall() {
-        let mut q = Queued::default();
+        let mut q = Queued {
+            by_slot: true,
+            ..Queued::default()
+        };
         let fw = |key: &str| {
             vec![
                 Value::from("sha"),

@@ -91,14 +91,6 @@ pub fn bulk(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The bytes of the first of the bulk strings [`encode_args`] wrote into `encoded`.
-pub fn first_bulk(encoded: &[u8]) -> Option<&[u8]> {
-    let text = encoded.strip_prefix(b"$")?;
-    let end = text.windows(2).position(|w| w == b"\r\n")?;
-    let len = usize::try_from(number(&text[..end]).ok()?).ok()?;
-    text.get(end + 2..end + 2 + len)
-}
-
 /// An integer's decimal digits, written into `buf` without allocating (20 bytes hold
 /// `i64::MIN`).
 fn digits(n: i64, buf: &mut [u8; 20]) -> &[u8] {
@@ -219,15 +211,6 @@ pub fn integers(frame: Frame) -> Result<Vec<i64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_first_bulk_string_is_read_back_from_its_encoding() {
-        let mut out = Vec::new();
-        encode_args(&mut out, &[Value::from("{t}:k\r\n"), Value::Integer(7)]).unwrap();
-        assert_eq!(first_bulk(&out), Some(&b"{t}:k\r\n"[..]));
-        assert_eq!(first_bulk(b"$5\r\nab"), None);
-        assert_eq!(first_bulk(b":5\r\n"), None);
-    }
     use fred::bytes::Bytes;
 
     #[test]
