@@ -31,7 +31,7 @@ impl Inner {
             let reply = self
                 .run_slot(nodes, slot, checks, Scope::All, now, timeout)
                 .await?;
-            return Ok(reply.answers.into_iter().map(|a| a.verdict).collect());
+            return Ok(reply.verdicts());
         }
 
         let calls = parts.iter().map(|(slot, idx)| {

@@ -19,20 +19,26 @@
 //! connection dropped is reported [`CallError::NotSent`], so it can be sent on the pool
 //! instead: no request fails because a thread's own connection is down while the pool is up.
 //! A command that was written is never sent again (it may have run).
+//!
+//! A caller waits at most until its deadline, which the connection's task keeps: one timer,
+//! set to the earliest deadline it knows of, rather than a timer per request (registering and
+//! cancelling one cost about 1,100 instructions, a fiftieth of a request's, bench/why.md).
 
 use std::collections::VecDeque;
+use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fred::types::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::dial::{Dial, Stream};
 use super::library::LIBRARY;
 use super::resp::{self, ArgumentError, Frame};
-use super::script::ScriptId;
+use super::script::{Call, FastCall, ScriptId};
 
 /// How a call on a link failed.
 #[derive(Debug)]
@@ -60,7 +66,51 @@ struct Shared {
     batch: bool,
 }
 
-type Reply = oneshot::Sender<Result<Frame, CallError>>;
+/// A caller waiting for one reply. It is answered once: with the reply, with the error that
+/// ended the connection, or with [`CallError::Timeout`] at its deadline, whichever comes
+/// first. The connection's task keeps the deadlines (one timer for all its callers, not one
+/// per request); a reply that comes after its caller's deadline is dropped.
+struct Reply {
+    tx: Option<oneshot::Sender<Result<Frame, CallError>>>,
+    deadline: Instant,
+}
+
+type Answer = oneshot::Receiver<Result<Frame, CallError>>;
+
+impl Reply {
+    fn new(timeout: Duration) -> (Reply, Answer) {
+        let (tx, rx) = oneshot::channel();
+        let deadline = Instant::now() + timeout;
+        let reply = Reply {
+            tx: Some(tx),
+            deadline,
+        };
+        (reply, rx)
+    }
+
+    fn send(&mut self, r: Result<Frame, CallError>) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(r);
+        }
+    }
+
+    /// Answered already, or its caller gave up.
+    fn is_closed(&self) -> bool {
+        self.tx.as_ref().is_none_or(|tx| tx.is_closed())
+    }
+
+    /// Times it out if its deadline is past at `now`; else, while it still waits, its deadline.
+    fn expire(&mut self, now: Instant) -> Option<Instant> {
+        if self.is_closed() {
+            None
+        } else if self.deadline <= now {
+            self.send(Err(CallError::Timeout));
+            None
+        } else {
+            Some(self.deadline)
+        }
+    }
+}
 
 /// Who waits for one command's reply.
 enum Waiter {
@@ -97,6 +147,43 @@ struct State {
     fcall_in_flight: bool,
     /// Drop the connection and dial again (it reached a server that is no primary).
     redial: bool,
+    /// The earliest deadline of a caller, as far as the connection's task knows to wake for
+    /// it: a caller with an earlier one wakes the task to set its timer again.
+    timer: Option<Instant>,
+}
+
+impl State {
+    /// Adds a caller with `deadline`: whether the task must set its timer again.
+    fn arm(&mut self, deadline: Instant) -> bool {
+        let earlier = self.timer.is_none_or(|t| deadline < t);
+        if earlier {
+            self.timer = Some(deadline);
+        }
+        earlier
+    }
+
+    /// Times out every caller past its deadline; returns the earliest deadline left (also
+    /// kept as [`State::timer`]).
+    fn expire(&mut self) -> Option<Instant> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        let mut keep = |d: Option<Instant>| {
+            if let Some(d) = d {
+                next = Some(next.map_or(d, |n| n.min(d)));
+            }
+        };
+        for w in &mut self.waiting {
+            match w {
+                Waiter::One(r) | Waiter::Fcall(r) => keep(r.expire(now)),
+                Waiter::Batch(rs) => rs.iter_mut().for_each(|b| keep(b.reply.expire(now))),
+            }
+        }
+        for e in &mut self.queued.entries {
+            keep(e.reply.expire(now));
+        }
+        self.timer = next;
+        next
+    }
 }
 
 /// Decisions waiting for the next write, already encoded: their keys, and per decision its
@@ -129,13 +216,78 @@ struct Entry {
     reply: Reply,
 }
 
+/// What [`Queued::push`] learns from encoding a decision.
+struct Parts<'c> {
+    nkeys: usize,
+    own: usize,
+    nargs: usize,
+    fast: Option<Option<i64>>,
+    /// Its first key, whose hash slot a Cluster node's queue keeps.
+    first_key: Option<&'c [u8]>,
+}
+
 impl Queued {
     fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
-    /// Adds a decision: `evalsha` is its `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`).
-    fn push(&mut self, id: ScriptId, evalsha: &[Value], reply: Reply) -> Result<(), ArgumentError> {
+    /// Adds a decision.
+    fn push(&mut self, call: &Call<'_>, reply: Reply) -> Result<(), ArgumentError> {
+        let (k, a) = (self.keys.len(), self.args.len());
+        let parts = match call {
+            Call::Fast(f) => Ok(self.encode_fast(f)),
+            Call::Whole(evalsha) => self.encode_whole(evalsha),
+        };
+        let parts = match parts {
+            Ok(p) => p,
+            Err(e) => {
+                self.keys.truncate(k);
+                self.args.truncate(a);
+                return Err(e);
+            }
+        };
+        let slot = match parts.first_key {
+            Some(key) if self.by_slot => fred::util::redis_keyslot(key),
+            _ => 0,
+        };
+        self.entries.push(Entry {
+            id: call.id(),
+            nkeys: parts.nkeys,
+            keys: k..self.keys.len(),
+            args: a..self.args.len(),
+            own: parts.own,
+            nargs: parts.nargs,
+            fast: parts.fast,
+            slot,
+            reply,
+        });
+        Ok(())
+    }
+
+    /// A fast path's decision, its values encoded as they are (no argument list is built).
+    fn encode_fast<'c>(&mut self, f: &FastCall<'c>) -> Parts<'c> {
+        resp::bulk_int(&mut self.args, i64::from(f.id.code()));
+        let own = self.args.len();
+        match f.now {
+            Some(t) => resp::bulk_int(&mut self.args, t),
+            None => resp::bulk(&mut self.args, b""),
+        }
+        for &n in f.ints() {
+            resp::bulk_int(&mut self.args, n);
+        }
+        resp::bulk(&mut self.keys, f.key);
+        Parts {
+            nkeys: 1,
+            own,
+            nargs: 1 + f.ints().len(),
+            fast: Some(f.now),
+            first_key: Some(f.key),
+        }
+    }
+
+    /// `decide.lua`'s decision from its `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`):
+    /// its key and argument counts, then its arguments.
+    fn encode_whole<'c>(&mut self, evalsha: &'c [Value]) -> Result<Parts<'c>, ArgumentError> {
         let nkeys = evalsha
             .get(1)
             .and_then(Value::as_i64)
@@ -143,41 +295,19 @@ impl Queued {
             .filter(|n| 2 + n <= evalsha.len())
             .ok_or_else(|| ArgumentError("decision without its key count".into()))?;
         let (keys, argv) = evalsha[2..].split_at(nkeys);
-        let fast = match id.argc() {
-            Some(n) if n == argv.len() && nkeys == 1 => Some(argv[0].as_i64()),
-            Some(_) => return Err(ArgumentError(format!("{} with other arguments", id.name()))),
-            None => None,
-        };
-        let slot = match keys.first().and_then(Value::as_bytes) {
-            Some(key) if self.by_slot => fred::util::redis_keyslot(key),
-            _ => 0,
-        };
-        let (k, a) = (self.keys.len(), self.args.len());
-        resp::bulk_int(&mut self.args, i64::from(id.code()));
-        if fast.is_none() {
-            resp::bulk_int(&mut self.args, nkeys as i64);
-            resp::bulk_int(&mut self.args, argv.len() as i64);
-        }
+        resp::bulk_int(&mut self.args, i64::from(ScriptId::Decide.code()));
+        resp::bulk_int(&mut self.args, nkeys as i64);
+        resp::bulk_int(&mut self.args, argv.len() as i64);
         let own = self.args.len();
-        let encoded = resp::encode_args(&mut self.keys, keys)
-            .and_then(|()| resp::encode_args(&mut self.args, argv));
-        if let Err(e) = encoded {
-            self.keys.truncate(k);
-            self.args.truncate(a);
-            return Err(e);
-        }
-        self.entries.push(Entry {
-            id,
+        resp::encode_args(&mut self.keys, keys)?;
+        resp::encode_args(&mut self.args, argv)?;
+        Ok(Parts {
             nkeys,
-            keys: k..self.keys.len(),
-            args: a..self.args.len(),
             own,
             nargs: argv.len(),
-            fast,
-            slot,
-            reply,
-        });
-        Ok(())
+            fast: None,
+            first_key: keys.first().and_then(Value::as_bytes),
+        })
     }
 
     /// Encodes what is queued as one command into `out` and empties the queue; returns who
@@ -186,7 +316,9 @@ impl Queued {
     fn write(&mut self, out: &mut Vec<u8>) -> Option<Waiter> {
         let mut entries = std::mem::take(&mut self.entries);
         entries.retain(|e| !e.reply.is_closed());
-        let waiter = self.encode(out, entries);
+        let waiter = self.encode(out, &mut entries);
+        // Emptied, its capacity kept for the next batch.
+        self.entries = entries;
         self.clear();
         waiter
     }
@@ -205,21 +337,21 @@ impl Queued {
                 None => slots.push((e.slot, vec![e])),
             }
         }
-        for (_, entries) in slots {
-            waiting.extend(self.encode(out, entries));
+        for (_, mut entries) in slots {
+            waiting.extend(self.encode(out, &mut entries));
         }
         self.clear();
     }
 
     /// `entries` as one command: an `FCALL` of the decision's function when alone, of `batch`
     /// when several.
-    fn encode(&self, out: &mut Vec<u8>, mut entries: Vec<Entry>) -> Option<Waiter> {
+    fn encode(&self, out: &mut Vec<u8>, entries: &mut Vec<Entry>) -> Option<Waiter> {
         if entries.len() <= 1 {
             return entries.pop().map(|e| self.fcall(out, e));
         }
         // FCALL batch numkeys KEYS.. count (code [nkeys nargs] ARGV.. | =)..
         let nkeys: usize = entries.iter().map(|e| e.nkeys).sum();
-        let repeats = repeats(&entries, &self.args);
+        let repeats = repeats(entries, &self.args);
         // Each decision's code, and decide.lua's two counts, before its arguments; a repeat
         // is its one `=`.
         let nargs: usize = entries
@@ -235,7 +367,7 @@ impl Queued {
         resp::bulk(out, b"FCALL");
         resp::bulk(out, LIBRARY.batch().as_bytes());
         resp::bulk_int(out, nkeys as i64);
-        for e in &entries {
+        for e in entries.iter() {
             out.extend_from_slice(&self.keys[e.keys.clone()]);
         }
         resp::bulk_int(out, entries.len() as i64);
@@ -247,7 +379,7 @@ impl Queued {
             }
         }
         let replies = entries
-            .into_iter()
+            .drain(..)
             .map(|e| Batched {
                 reply: e.reply,
                 fast: e.fast,
@@ -328,13 +460,11 @@ impl Link {
         self.shared.lock().up
     }
 
-    /// Decides with script `id`, given its `EVALSHA` arguments (`sha numkeys KEYS.. ARGV..`):
-    /// with the function library, in the `FCALL` that carries every decision of this tick;
-    /// else as that `EVALSHA`. An error reply is an `Ok(Frame::Error)`.
+    /// Decides `call`: with the function library, in the `FCALL` that carries every decision
+    /// of this tick; else as its `EVALSHA`. An error reply is an `Ok(Frame::Error)`.
     pub(super) async fn decide(
         &self,
-        id: ScriptId,
-        evalsha: &[Value],
+        call: &Call<'_>,
         timeout: Duration,
     ) -> Result<Frame, CallError> {
         let rx = {
@@ -344,11 +474,10 @@ impl Link {
             }
             if s.functions {
                 let first = s.out.is_empty() && s.queued.is_empty();
-                let (tx, rx) = oneshot::channel();
-                s.queued
-                    .push(id, evalsha, tx)
-                    .map_err(CallError::Argument)?;
-                if first {
+                let (tx, rx) = Reply::new(timeout);
+                let earlier = s.arm(tx.deadline);
+                s.queued.push(call, tx).map_err(CallError::Argument)?;
+                if first || earlier {
                     // Later decisions of this tick join the same FCALL.
                     self.shared.wake.notify_one();
                 }
@@ -358,8 +487,8 @@ impl Link {
             }
         };
         match rx {
-            Some(rx) => wait(rx, timeout).await,
-            None => self.call("EVALSHA", evalsha, timeout).await,
+            Some(rx) => wait(rx).await,
+            None => self.call("EVALSHA", &call.evalsha(), timeout).await,
         }
     }
 
@@ -384,28 +513,24 @@ impl Link {
             }
             let first = s.out.is_empty() && s.queued.is_empty();
             resp::encode(&mut s.out, name, args).map_err(CallError::Argument)?;
-            let (tx, rx) = oneshot::channel();
+            let (tx, rx) = Reply::new(timeout);
+            let earlier = s.arm(tx.deadline);
             s.waiting.push_back(Waiter::One(tx));
             s.unsent += 1;
-            if first {
+            if first || earlier {
                 // Later commands of this tick join the same write.
                 self.shared.wake.notify_one();
             }
             rx
         };
-        wait(rx, timeout).await
+        wait(rx).await
     }
 }
 
-async fn wait(
-    rx: oneshot::Receiver<Result<Frame, CallError>>,
-    timeout: Duration,
-) -> Result<Frame, CallError> {
-    match tokio::time::timeout(timeout, rx).await {
-        Err(_) => Err(CallError::Timeout),
-        Ok(Err(_)) => Err(CallError::Lost("connection task ended".into())),
-        Ok(Ok(r)) => r,
-    }
+/// The answer to a call (its deadline is kept by the connection's task, see [`Reply`]).
+async fn wait(rx: Answer) -> Result<Frame, CallError> {
+    rx.await
+        .unwrap_or_else(|_| Err(CallError::Lost("connection task ended".into())))
 }
 
 impl Shared {
@@ -422,6 +547,7 @@ impl Shared {
         s.redial = false;
         s.out.clear();
         s.fcall_in_flight = false;
+        s.timer = None;
         let unsent = std::mem::take(&mut s.unsent);
         let written = s.waiting.len() - unsent;
         for (i, w) in s.waiting.drain(..).enumerate() {
@@ -433,12 +559,12 @@ impl Shared {
                 }
             };
             match w {
-                Waiter::One(r) | Waiter::Fcall(r) => drop(r.send(Err(e()))),
-                Waiter::Batch(rs) => rs.into_iter().for_each(|r| drop(r.reply.send(Err(e())))),
+                Waiter::One(mut r) | Waiter::Fcall(mut r) => r.send(Err(e())),
+                Waiter::Batch(rs) => rs.into_iter().for_each(|mut b| b.reply.send(Err(e()))),
             }
         }
-        for e in s.queued.entries.drain(..) {
-            let _ = e.reply.send(Err(CallError::NotSent));
+        for mut e in s.queued.entries.drain(..) {
+            e.reply.send(Err(CallError::NotSent));
         }
         s.queued.clear();
     }
@@ -458,7 +584,7 @@ impl Drop for Down {
 async fn run(shared: Arc<Shared>, dial: Dial, stall: Duration) {
     let _down = Down(shared.clone());
     let mut delay = Duration::ZERO;
-    let mut warned: Option<Instant> = None;
+    let mut warned: Option<std::time::Instant> = None;
     loop {
         match dial.connect().await {
             Ok(mut stream) => {
@@ -505,11 +631,21 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
     let mut check = tokio::time::interval(STALL_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut progress = crate::clock::monotonic();
+    // The callers' deadlines: armed at the earliest one the task knows of (see `Reply`).
+    let mut expiry = pin!(tokio::time::sleep_until(Instant::now()));
+    let mut armed: Option<Instant> = None;
+    let mut woken = false;
     loop {
         {
             let mut s = shared.lock();
             if s.redial {
                 return "asked to reconnect".into();
+            }
+            if s.timer != armed {
+                armed = s.timer;
+                if let Some(t) = armed {
+                    expiry.as_mut().reset(t);
+                }
             }
             std::mem::swap(&mut s.out, &mut batch);
             // After the commands queued before it, as its waiter comes after theirs. One FCALL
@@ -529,14 +665,48 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
         }
         if !batch.is_empty() {
             // One write for every command queued since the last: the point of the link.
-            let written = async {
+            // Deadlines still pass while Redis reads nothing (a full socket buffer).
+            let mut written = pin!(async {
                 stream.write_all(&batch).await?;
                 stream.flush().await
+            });
+            let began = crate::clock::monotonic();
+            let written = loop {
+                tokio::select! {
+                    biased;
+                    w = &mut written => break w,
+                    // A caller with an earlier deadline than the timer's (the wake-up is
+                    // consumed here: the loop goes round once more after the write).
+                    _ = shared.wake.notified() => {
+                        woken = true;
+                        let t = shared.lock().timer;
+                        if t != armed {
+                            armed = t;
+                            if let Some(t) = t {
+                                expiry.as_mut().reset(t);
+                            }
+                        }
+                    }
+                    _ = &mut expiry, if armed.is_some() => {
+                        armed = shared.lock().expire();
+                        if let Some(t) = armed {
+                            expiry.as_mut().reset(t);
+                        }
+                    }
+                    _ = check.tick() => {
+                        if began.elapsed() >= stall {
+                            return format!("no write for {stall:?}");
+                        }
+                    }
+                }
             };
-            if let Err(e) = written.await {
+            if let Err(e) = written {
                 return format!("write failed: {e}");
             }
             batch.clear();
+            if std::mem::take(&mut woken) {
+                continue;
+            }
         }
         tokio::select! {
             biased;
@@ -551,6 +721,12 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
                     }
                 }
             },
+            _ = &mut expiry, if armed.is_some() => {
+                armed = shared.lock().expire();
+                if let Some(t) = armed {
+                    expiry.as_mut().reset(t);
+                }
+            }
             _ = check.tick() => {
                 if shared.lock().waiting.is_empty() {
                     progress = crate::clock::monotonic();
@@ -629,28 +805,28 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
         at += used;
         // A caller that gave up (timeout) is simply gone.
         match s.waiting.pop_front() {
-            Some(Waiter::One(w)) => drop(w.send(Ok(frame))),
-            Some(Waiter::Fcall(w)) => {
+            Some(Waiter::One(mut w)) => w.send(Ok(frame)),
+            Some(Waiter::Fcall(mut w)) => {
                 s.fcall_in_flight = false;
                 if fcall_refused(&mut s, &frame) {
-                    drop(w.send(Err(CallError::NotSent)));
+                    w.send(Err(CallError::NotSent));
                 } else {
-                    drop(w.send(Ok(frame)));
+                    w.send(Ok(frame));
                 }
             }
             Some(Waiter::Batch(ws)) => match frame {
                 Frame::Error(_) if fcall_refused(&mut s, &frame) => {
                     s.fcall_in_flight = false;
-                    for w in ws {
-                        let _ = w.reply.send(Err(CallError::NotSent));
+                    for mut w in ws {
+                        w.reply.send(Err(CallError::NotSent));
                     }
                 }
                 // The call as a whole failed (a replica, a script killed): each decision
                 // learns why.
                 Frame::Error(e) => {
                     s.fcall_in_flight = false;
-                    for w in ws {
-                        let _ = w.reply.send(Ok(Frame::Error(e.clone())));
+                    for mut w in ws {
+                        w.reply.send(Ok(Frame::Error(e.clone())));
                     }
                 }
                 frame => {
@@ -661,8 +837,8 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
                     }
                     .ok_or_else(|| format!("a batch of {n} answered out of its layout"))?;
                     s.fcall_in_flight = false;
-                    for (w, a) in ws.into_iter().zip(answers) {
-                        let _ = w.reply.send(Ok(a));
+                    for (mut w, a) in ws.into_iter().zip(answers) {
+                        w.reply.send(Ok(a));
                     }
                 }
             },
@@ -700,10 +876,8 @@ mod tests {
         commands
     }
 
-    fn batched(
-        fast: Option<Option<i64>>,
-    ) -> (Batched, oneshot::Receiver<Result<Frame, CallError>>) {
-        let (reply, rx) = oneshot::channel();
+    fn batched(fast: Option<Option<i64>>) -> (Batched, Answer) {
+        let (reply, rx) = Reply::new(Duration::from_secs(60));
         (Batched { reply, fast }, rx)
     }
 
@@ -743,36 +917,33 @@ mod tests {
     #[test]
     fn a_fast_decision_with_the_values_of_the_one_before_travels_as_a_repeat() {
         let mut q = Queued::default();
-        let fw = |key: &str, now: &str, limit: i64| {
-            vec![
-                Value::from("sha"),
-                Value::Integer(1),
-                Value::from(key),
-                Value::from(now),
-                Value::Integer(limit),
-                Value::Integer(60_000_000),
-                Value::Integer(1),
-                Value::Integer(0),
-            ]
+        let fw = |key: &'static str, now: Option<i64>, limit: i64| {
+            Call::Fast(FastCall {
+                id: ScriptId::FixedWindow,
+                key: key.as_bytes(),
+                now,
+                ints: [limit, 60_000_000, 1, 0, 0],
+                n: 4,
+            })
         };
-        let decide = [
+        let decide = Call::Whole(vec![
             Value::from("sha"),
             Value::Integer(1),
             Value::from("x"),
             Value::from("all"),
-        ];
+        ]);
         let mut waiting = Vec::new();
-        let mut push = |id, args: &[Value]| {
-            let (reply, rx) = oneshot::channel();
+        let mut push = |call: &Call<'_>| {
+            let (reply, rx) = Reply::new(Duration::from_secs(60));
             waiting.push(rx);
-            q.push(id, args, reply).unwrap();
+            q.push(call, reply).unwrap();
         };
-        push(ScriptId::FixedWindow, &fw("a", "", 10));
-        push(ScriptId::FixedWindow, &fw("b", "", 10)); // a repeat
-        push(ScriptId::Decide, &decide);
-        push(ScriptId::FixedWindow, &fw("c", "", 10)); // a repeat of a's: decide.lua between
-        push(ScriptId::FixedWindow, &fw("d", "", 11));
-        push(ScriptId::FixedWindow, &fw("e", "7", 11)); // its own now
+        push(&fw("a", None, 10));
+        push(&fw("b", None, 10)); // a repeat
+        push(&decide);
+        push(&fw("c", None, 10)); // a repeat of a's: decide.lua between
+        push(&fw("d", None, 11));
+        push(&fw("e", Some(7), 11)); // its own now
         let mut out = Vec::new();
         assert!(q.write(&mut out).is_some());
         let [text] = &commands(&out)[..] else {
@@ -797,25 +968,22 @@ mod tests {
             by_slot: true,
             ..Queued::default()
         };
-        let fw = |key: &str| {
-            vec![
-                Value::from("sha"),
-                Value::Integer(1),
-                Value::from(key),
-                Value::from(""),
-                Value::Integer(10),
-                Value::Integer(60_000_000),
-                Value::Integer(1),
-                Value::Integer(0),
-            ]
+        let fw = |key: &'static str| {
+            Call::Fast(FastCall {
+                id: ScriptId::FixedWindow,
+                key: key.as_bytes(),
+                now: None,
+                ints: [10, 60_000_000, 1, 0, 0],
+                n: 4,
+            })
         };
         // `{a}x` is in `a`'s slot; `b` and `c` each in another.
         let keys = ["a", "b", "c", "{a}x"];
         let mut rxs = Vec::new();
         for key in keys {
-            let (reply, rx) = oneshot::channel();
+            let (reply, rx) = Reply::new(Duration::from_secs(60));
             rxs.push(rx);
-            q.push(ScriptId::FixedWindow, &fw(key), reply).unwrap();
+            q.push(&fw(key), reply).unwrap();
         }
         // A caller gone meanwhile is left out.
         drop(rxs.remove(1));
@@ -849,5 +1017,51 @@ mod tests {
         ] {
             assert_eq!(unbatch(items.clone(), &ws), None, "{items:?}");
         }
+    }
+
+    #[test]
+    fn callers_past_their_deadline_are_timed_out_and_their_decisions_not_sent() {
+        let mut s = State::default();
+        let fw = |key: &'static str| {
+            Call::Fast(FastCall {
+                id: ScriptId::FixedWindow,
+                key: key.as_bytes(),
+                now: None,
+                ints: [10, 60_000_000, 1, 0, 0],
+                n: 4,
+            })
+        };
+        // Written and waiting: one past its deadline, one not.
+        let (gone, mut gone_rx) = Reply::new(Duration::ZERO);
+        let (late, mut late_rx) = Reply::new(Duration::from_secs(60));
+        assert!(s.arm(gone.deadline));
+        assert!(!s.arm(late.deadline), "a later deadline keeps the timer");
+        s.waiting.push_back(Waiter::Fcall(gone));
+        s.waiting.push_back(Waiter::Batch(vec![Batched {
+            reply: late,
+            fast: Some(None),
+        }]));
+        // Queued, not written: past its deadline, so never sent.
+        let (queued, mut queued_rx) = Reply::new(Duration::ZERO);
+        s.queued.push(&fw("a"), queued).unwrap();
+        let next = s.expire();
+        assert!(next.is_some_and(|n| n > Instant::now() + Duration::from_secs(50)));
+        assert_eq!(s.timer, next);
+        assert!(matches!(gone_rx.try_recv(), Ok(Err(CallError::Timeout))));
+        assert!(matches!(queued_rx.try_recv(), Ok(Err(CallError::Timeout))));
+        assert!(late_rx.try_recv().is_err(), "still waiting");
+        let mut out = Vec::new();
+        assert!(s.queued.write(&mut out).is_none());
+        assert!(out.is_empty(), "a timed-out decision is not sent");
+        // Its reply, when it comes, goes to no one; the other caller gets its own.
+        let Some(Waiter::Fcall(mut r)) = s.waiting.pop_front() else {
+            panic!("not the FCALL's waiter");
+        };
+        r.send(Ok(Frame::Integer(1)));
+        let Some(Waiter::Batch(mut rs)) = s.waiting.pop_front() else {
+            panic!("not the batch");
+        };
+        rs[0].reply.send(Ok(Frame::Integer(2)));
+        assert_eq!(late_rx.try_recv().unwrap().unwrap(), Frame::Integer(2));
     }
 }

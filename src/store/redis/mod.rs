@@ -446,7 +446,7 @@ impl Inner {
         timeout: Duration,
     ) -> Result<Vec<Verdict>, StoreError> {
         let reply = self.run(client, checks, Scope::All, now, timeout).await?;
-        Ok(reply.answers.into_iter().map(|a| a.verdict).collect())
+        Ok(reply.verdicts())
     }
 
     /// This thread's own connection, when it has one and it is up.
@@ -497,16 +497,15 @@ impl Inner {
         now: When,
         timeout: Duration,
     ) -> Option<Result<Vec<Verdict>, StoreError>> {
-        let args = script::evalsha(&self.sha, checks, Scope::All, now.script, now.local);
-        let id = script::script_of(checks, Scope::All);
-        let mut reply = link.decide(id, &args, timeout).await;
+        let call = script::call(&self.sha, checks, Scope::All, now.script, now.local);
+        let mut reply = link.decide(&call, timeout).await;
         if matches!(&reply, Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT")) {
             // Rare: boxed, so it does not enlarge every request's future.
             let load = load_timeout(timeout, now.deadline);
             if let Err(e) = Box::pin(load_on_link(link, load)).await {
                 return e;
             }
-            reply = Box::pin(link.call(EVALSHA, &args, timeout)).await;
+            reply = Box::pin(link.call(EVALSHA, &call.evalsha(), timeout)).await;
         }
         let reply = match reply {
             // A demoted primary (Sentinel failover): find the new one; nothing was written.
@@ -522,7 +521,7 @@ impl Inner {
         Some(
             reply
                 .and_then(|r| script::decode(r, checks.len()))
-                .map(|r| r.answers.into_iter().map(|a| a.verdict).collect()),
+                .map(script::Reply::verdicts),
         )
     }
 

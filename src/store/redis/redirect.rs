@@ -56,8 +56,8 @@ impl Inner {
             // precede the call on its connection), else the node's pool.
             let own = match self.node_link(&node).filter(|_| !asking) {
                 Some(link) => {
-                    let id = script::script_of(checks, scope);
-                    on_link(&link, id, &args(), left).await
+                    let call = script::call(&self.sha, checks, scope, now.script, now.local);
+                    on_link(&link, &call, left).await
                 }
                 None => None,
             };
@@ -111,12 +111,11 @@ impl Inner {
 /// run (never written, the function library refused, `NOSCRIPT`), so the pool sends it.
 async fn on_link(
     link: &Link,
-    id: script::ScriptId,
-    args: &[Value],
+    call: &script::Call<'_>,
     timeout: Duration,
 ) -> Option<Result<Vec<i64>, fred::error::Error>> {
     use fred::error::{Error, ErrorKind as F};
-    Some(match link.decide(id, args, timeout).await {
+    Some(match link.decide(call, timeout).await {
         Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT") => return None,
         // An error reply: `kind_of` reads its code, `Redirect::of` its words.
         Ok(Frame::Error(e)) => Err(Error::new(F::Unknown, e)),

@@ -65,9 +65,26 @@ pub fn command_header(out: &mut Vec<u8>, n: usize) {
     header(out, b'*', n);
 }
 
-/// Appends an integer as a bulk string (how commands carry numbers).
+/// Appends an integer as a bulk string (how commands carry numbers), assembled on the stack
+/// and copied once: each decision carries several.
 pub fn bulk_int(out: &mut Vec<u8>, n: i64) {
-    bulk(out, digits(n, &mut [0; 20]));
+    let mut d = [0; 20];
+    let d = digits(n, &mut d);
+    // `$`, the length (1 to 20: two digits at most), CRLF, the digits, CRLF.
+    let mut buf = [0u8; 32];
+    buf[0] = b'$';
+    let mut i = 1;
+    if d.len() >= 10 {
+        buf[i] = b'0' + (d.len() / 10) as u8;
+        i += 1;
+    }
+    buf[i] = b'0' + (d.len() % 10) as u8;
+    buf[i + 1..i + 3].copy_from_slice(b"\r\n");
+    i += 3;
+    buf[i..i + d.len()].copy_from_slice(d);
+    i += d.len();
+    buf[i..i + 2].copy_from_slice(b"\r\n");
+    out.extend_from_slice(&buf[..i + 2]);
 }
 
 /// Appends a command of string arguments (the connection's own: `AUTH`, `SELECT`, ...).
@@ -86,23 +103,36 @@ fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
 
 /// Appends one bulk string.
 pub fn bulk(out: &mut Vec<u8>, b: &[u8]) {
+    out.reserve(b.len() + 25);
     header(out, b'$', b.len());
     out.extend_from_slice(b);
     out.extend_from_slice(b"\r\n");
 }
 
 /// An integer's decimal digits, written into `buf` without allocating (20 bytes hold
-/// `i64::MIN`).
+/// `i64::MIN`), two at a time: every decision carries several numbers (now, the limit, the
+/// window), and this runs for each.
 fn digits(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
     let mut i = buf.len();
     let mut v = n.unsigned_abs();
-    loop {
+    while v >= 100 {
+        let p = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    }
+    if v >= 10 {
+        let p = v as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    } else {
         i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+        buf[i] = b'0' + v as u8;
     }
     if n < 0 {
         i -= 1;
@@ -122,6 +152,13 @@ pub fn parse(buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtocolError> {
 }
 
 fn frame(buf: &[u8], at: &mut usize, depth: usize) -> Result<Option<Frame>, ProtocolError> {
+    // Integers, most of what a decision's reply holds, are read in one pass.
+    if buf.get(*at) == Some(&b':') {
+        return Ok(integer(buf, *at + 1)?.map(|(n, end)| {
+            *at = end;
+            Frame::Integer(n)
+        }));
+    }
     let Some(line) = line(buf, *at) else {
         return Ok(None);
     };
@@ -180,18 +217,80 @@ fn frame(buf: &[u8], at: &mut usize, depth: usize) -> Result<Option<Frame>, Prot
     Ok(Some(frame))
 }
 
+/// The integer whose digits start at `at`, up to its `\r\n`, and where the next reply starts;
+/// `None` until the `\r\n` has arrived. As [`number`] reads it.
+fn integer(buf: &[u8], at: usize) -> Result<Option<(i64, usize)>, ProtocolError> {
+    const NAN: ProtocolError = ProtocolError("not a number");
+    let rest = buf.get(at..).unwrap_or_default();
+    let (negative, start) = match rest.first() {
+        Some(b'-') => (true, 1),
+        _ => (false, 0),
+    };
+    let mut v: i64 = 0;
+    let mut i = start;
+    while let Some(&d) = rest.get(i) {
+        if !d.is_ascii_digit() {
+            break;
+        }
+        v = v
+            .checked_mul(10)
+            .and_then(|v| v.checked_sub(i64::from(d - b'0')))
+            .ok_or(NAN)?;
+        i += 1;
+    }
+    match (rest.get(i), rest.get(i + 1)) {
+        (None, _) | (Some(b'\r'), None) => return Ok(None),
+        (Some(b'\r'), Some(b'\n')) if i > start => {}
+        _ => return Err(NAN),
+    }
+    let v = if negative {
+        v
+    } else {
+        v.checked_neg().ok_or(NAN)?
+    };
+    Ok(Some((v, at + i + 2)))
+}
+
 /// The line starting at `at`, without its `\r\n`; `None` until the `\r\n` has arrived.
 fn line(buf: &[u8], at: usize) -> Option<&[u8]> {
     let rest = buf.get(at..)?;
-    let end = rest.windows(2).position(|w| w == b"\r\n")?;
-    Some(&rest[..end])
+    let mut from = 0;
+    loop {
+        let cr = from + memchr::memchr(b'\r', &rest[from..])?;
+        if *rest.get(cr + 1)? == b'\n' {
+            return Some(&rest[..cr]);
+        }
+        from = cr + 1;
+    }
 }
 
+/// A decimal integer, as Redis writes lengths and integer replies: an optional `-`, then
+/// digits; anything else (or a value past `i64`) is not a number.
 fn number(text: &[u8]) -> Result<i64, ProtocolError> {
-    std::str::from_utf8(text)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or(ProtocolError("not a number"))
+    const NAN: ProtocolError = ProtocolError("not a number");
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() {
+        return Err(NAN);
+    }
+    // Accumulated negative, so that i64::MIN parses too.
+    let mut v: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(NAN);
+        }
+        v = v
+            .checked_mul(10)
+            .and_then(|v| v.checked_sub(i64::from(d - b'0')))
+            .ok_or(NAN)?;
+    }
+    if negative {
+        Ok(v)
+    } else {
+        v.checked_neg().ok_or(NAN)
+    }
 }
 
 /// A script's flat integer reply (what [`super::script::decode`] reads).
@@ -276,6 +375,46 @@ mod tests {
         }
         let deep = "*1\r\n".repeat(MAX_DEPTH + 1) + ":1\r\n";
         assert!(parse(deep.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn numbers_are_written_and_read_as_rust_does() {
+        let mut samples = vec![0, 1, 9, 10, 99, 100, 101, 999, 1000, i64::MAX, i64::MIN, -1];
+        let mut x: i64 = 1;
+        while let Some(y) = x.checked_mul(7) {
+            samples.extend([y, -y, y - 1, 1 - y]);
+            x = y;
+        }
+        for n in samples {
+            let text = n.to_string();
+            assert_eq!(digits(n, &mut [0; 20]), text.as_bytes());
+            assert_eq!(number(text.as_bytes()), Ok(n));
+            let reply = format!(":{text}\r\n");
+            assert_eq!(
+                parse(reply.as_bytes()),
+                Ok(Some((Frame::Integer(n), reply.len())))
+            );
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            bulk_int(&mut a, n);
+            bulk(&mut b, text.as_bytes());
+            assert_eq!(a, b);
+        }
+        for bad in [
+            "",
+            "-",
+            "1-",
+            "9223372036854775808",
+            "-9223372036854775809",
+            " 1",
+            "+1",
+        ] {
+            assert!(number(bad.as_bytes()).is_err(), "{bad:?}");
+            assert!(parse(format!(":{bad}\r\n").as_bytes()).is_err(), "{bad:?}");
+        }
+        assert!(parse(b":12\rx").is_err());
+        // A lone CR is part of a line; only CR LF ends it.
+        assert_eq!(line(b"+a\rb\r\n", 0), Some(&b"+a\rb"[..]));
+        assert_eq!(line(b"+ab\r", 0), None);
     }
 
     #[test]

@@ -329,9 +329,110 @@ pub fn lua_for<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> &'static
     script_of(checks, scope).lua()
 }
 
-/// The whole `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`) built in one allocation:
-/// this runs for every request. `sha` names `decide.lua`; a fast path names its own.
-/// Both scripts answer in the layout [`decode`] reads.
+/// A fast path's decision before it is encoded: its script, its one key and its `ARGV`
+/// (`now`, `None` for the Redis clock, then [`FastCall::ints`]). A thread's own connection
+/// writes it straight into its buffer; [`FastCall::evalsha`] lists it for `EVALSHA`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastCall<'k> {
+    pub id: ScriptId,
+    pub key: &'k [u8],
+    pub now: Option<Micros>,
+    pub(super) ints: [i64; 5],
+    pub(super) n: usize,
+}
+
+impl<'k> FastCall<'k> {
+    /// `ARGV[2..]`: limit, window, hits, mode, and a bucket's burst or a sliding window's
+    /// precision (fixed_window and sliding_log need nothing more).
+    pub fn ints(&self) -> &[i64] {
+        &self.ints[..self.n]
+    }
+
+    /// Its `EVALSHA` argument list (`sha 1 key now ints..`).
+    pub fn evalsha(&self) -> Vec<Value> {
+        let mut args = Vec::with_capacity(4 + self.n);
+        args.push(Value::clone(self.id.sha()));
+        args.push(Value::Integer(1));
+        args.push(Value::Bytes(Bytes::copy_from_slice(self.key)));
+        args.push(self.now.map_or(EMPTY, Value::Integer));
+        args.extend(self.ints().iter().copied().map(Value::Integer));
+        args
+    }
+}
+
+/// The fast path's call over `checks`, when they take one ([`fast_path`]).
+pub fn fast_call<'k, C: Borrow<Check<'k>>>(
+    checks: &[C],
+    scope: Scope,
+    now: Option<Micros>,
+) -> Option<FastCall<'k>> {
+    let (c, id) = fast_path(checks, scope)?;
+    let mode = i64::from(c.ask.refund) + 2 * i64::from(c.charge == Charge::Always);
+    let mut ints = [
+        clamp(c.limit.requests),
+        c.limit.window.clamp(1, MAX_SAFE as i64),
+        clamp(c.ask.hits),
+        mode,
+        0,
+    ];
+    let mut n = 4;
+    if matches!(id, ScriptId::Bucket | ScriptId::SlidingWindow) {
+        ints[4] = clamp(param(c.limit));
+        n = 5;
+    }
+    debug_assert_eq!(id.argc(), Some(1 + n));
+    Some(FastCall {
+        id,
+        key: c.key,
+        now,
+        ints,
+        n,
+    })
+}
+
+/// One call over a request's checks, before it is encoded: a fast path's values (which a
+/// thread's own connection writes straight into its buffer), or `decide.lua`'s `EVALSHA`
+/// arguments.
+pub enum Call<'k> {
+    Fast(FastCall<'k>),
+    Whole(Vec<Value>),
+}
+
+impl Call<'_> {
+    /// The script it runs.
+    pub fn id(&self) -> ScriptId {
+        match self {
+            Call::Fast(f) => f.id,
+            Call::Whole(_) => ScriptId::Decide,
+        }
+    }
+
+    /// Its `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`).
+    pub fn evalsha(&self) -> std::borrow::Cow<'_, [Value]> {
+        match self {
+            Call::Fast(f) => f.evalsha().into(),
+            Call::Whole(args) => args.as_slice().into(),
+        }
+    }
+}
+
+/// The call over `checks` (see [`evalsha`]).
+pub fn call<'k, C: Borrow<Check<'k>>>(
+    sha: &Value,
+    checks: &[C],
+    scope: Scope,
+    now: Option<Micros>,
+    local: Micros,
+) -> Call<'k> {
+    match fast_call(checks, scope, now) {
+        Some(f) => Call::Fast(f),
+        None => Call::Whole(evalsha(sha, checks, scope, now, local)),
+    }
+}
+
+/// The whole `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`) built in one allocation.
+/// `sha` names `decide.lua`; a fast path names its own. Both scripts answer in the layout
+/// [`decode`] reads.
 pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     sha: &Value,
     checks: &[C],
@@ -339,25 +440,8 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     now: Option<Micros>,
     local: Micros,
 ) -> Vec<Value> {
-    if let Some((c, id)) = fast_path(checks, scope) {
-        let int = Value::Integer;
-        let mode = i64::from(c.ask.refund) + 2 * i64::from(c.charge == Charge::Always);
-        let mut args = vec![
-            Value::clone(id.sha()),
-            int(1),
-            Value::Bytes(Bytes::copy_from_slice(c.key)),
-            now.map_or(EMPTY, int),
-            int(clamp(c.limit.requests)),
-            int(c.limit.window.clamp(1, MAX_SAFE as i64)),
-            int(clamp(c.ask.hits)),
-            int(mode),
-        ];
-        // A bucket's burst, a sliding window's precision (fixed_window and sliding_log need
-        // nothing more).
-        if matches!(id, ScriptId::Bucket | ScriptId::SlidingWindow) {
-            args.push(int(clamp(param(c.limit))));
-        }
-        return args;
+    if let Some(fast) = fast_call(checks, scope, now) {
+        return fast.evalsha();
     }
     if short_layout(checks, scope) {
         return short_evalsha(sha, checks, now);
@@ -478,6 +562,16 @@ pub struct Answer {
 pub struct Reply {
     pub now: Micros,
     pub answers: Vec<Answer>,
+}
+
+impl Reply {
+    /// The verdicts alone, in a vector of their own: collected in place, the answers'
+    /// allocation would be shrunk (a `realloc` on every request).
+    pub fn verdicts(self) -> Vec<Verdict> {
+        let mut v = Vec::with_capacity(self.answers.len());
+        v.extend(self.answers.into_iter().map(|a| a.verdict));
+        v
+    }
 }
 
 /// Parses the flat integer reply for `n` checks: `decide.lua`'s, its short one for the short
