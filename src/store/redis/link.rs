@@ -876,6 +876,17 @@ mod tests {
         commands
     }
 
+    /// A fast fixed_window decision of one hit on `key` (60 s windows).
+    fn fixed_window(key: &'static str, now: Option<i64>, limit: i64) -> Call<'static> {
+        Call::Fast(FastCall {
+            id: ScriptId::FixedWindow,
+            key: key.as_bytes(),
+            now,
+            ints: [limit, 60_000_000, 1, 0, 0],
+            n: 4,
+        })
+    }
+
     fn batched(fast: Option<Option<i64>>) -> (Batched, Answer) {
         let (reply, rx) = Reply::new(Duration::from_secs(60));
         (Batched { reply, fast }, rx)
@@ -917,15 +928,7 @@ mod tests {
     #[test]
     fn a_fast_decision_with_the_values_of_the_one_before_travels_as_a_repeat() {
         let mut q = Queued::default();
-        let fw = |key: &'static str, now: Option<i64>, limit: i64| {
-            Call::Fast(FastCall {
-                id: ScriptId::FixedWindow,
-                key: key.as_bytes(),
-                now,
-                ints: [limit, 60_000_000, 1, 0, 0],
-                n: 4,
-            })
-        };
+        let fw = fixed_window;
         let decide = Call::Whole(vec![
             Value::from("sha"),
             Value::Integer(1),
@@ -968,15 +971,7 @@ mod tests {
             by_slot: true,
             ..Queued::default()
         };
-        let fw = |key: &'static str| {
-            Call::Fast(FastCall {
-                id: ScriptId::FixedWindow,
-                key: key.as_bytes(),
-                now: None,
-                ints: [10, 60_000_000, 1, 0, 0],
-                n: 4,
-            })
-        };
+        let fw = |key| fixed_window(key, None, 10);
         // `{a}x` is in `a`'s slot; `b` and `c` each in another.
         let keys = ["a", "b", "c", "{a}x"];
         let mut rxs = Vec::new();
@@ -1022,15 +1017,7 @@ mod tests {
     #[test]
     fn callers_past_their_deadline_are_timed_out_and_their_decisions_not_sent() {
         let mut s = State::default();
-        let fw = |key: &'static str| {
-            Call::Fast(FastCall {
-                id: ScriptId::FixedWindow,
-                key: key.as_bytes(),
-                now: None,
-                ints: [10, 60_000_000, 1, 0, 0],
-                n: 4,
-            })
-        };
+        let fw = |key| fixed_window(key, None, 10);
         // Written and waiting: one past its deadline, one not.
         let (gone, mut gone_rx) = Reply::new(Duration::ZERO);
         let (late, mut late_rx) = Reply::new(Duration::from_secs(60));
