@@ -218,37 +218,42 @@ fn frame(buf: &[u8], at: &mut usize, depth: usize) -> Result<Option<Frame>, Prot
 }
 
 /// The integer whose digits start at `at`, up to its `\r\n`, and where the next reply starts;
-/// `None` until the `\r\n` has arrived. As [`number`] reads it.
+/// `None` until the `\r\n` has arrived.
 fn integer(buf: &[u8], at: usize) -> Result<Option<(i64, usize)>, ProtocolError> {
-    const NAN: ProtocolError = ProtocolError("not a number");
     let rest = buf.get(at..).unwrap_or_default();
-    let (negative, start) = match rest.first() {
-        Some(b'-') => (true, 1),
-        _ => (false, 0),
-    };
+    let (v, i) = leading_number(rest)?;
+    match (rest.get(i), rest.get(i + 1)) {
+        (None, _) | (Some(b'\r'), None) => Ok(None),
+        (Some(b'\r'), Some(b'\n')) => Ok(Some((v?, at + i + 2))),
+        _ => Err(NAN),
+    }
+}
+
+const NAN: ProtocolError = ProtocolError("not a number");
+
+/// A decimal integer at the start of `text`, as Redis writes lengths and integer replies (an
+/// optional `-`, then digits), and how many bytes it takes; the value is `Err` when there are
+/// no digits. A value past `i64` is an error at once.
+fn leading_number(text: &[u8]) -> Result<(Result<i64, ProtocolError>, usize), ProtocolError> {
+    let start = usize::from(text.first() == Some(&b'-'));
+    // Accumulated negative, so that i64::MIN reads too.
     let mut v: i64 = 0;
     let mut i = start;
-    while let Some(&d) = rest.get(i) {
-        if !d.is_ascii_digit() {
-            break;
-        }
+    while let Some(&d) = text.get(i).filter(|d| d.is_ascii_digit()) {
         v = v
             .checked_mul(10)
             .and_then(|v| v.checked_sub(i64::from(d - b'0')))
             .ok_or(NAN)?;
         i += 1;
     }
-    match (rest.get(i), rest.get(i + 1)) {
-        (None, _) | (Some(b'\r'), None) => return Ok(None),
-        (Some(b'\r'), Some(b'\n')) if i > start => {}
-        _ => return Err(NAN),
-    }
-    let v = if negative {
-        v
+    let v = if i == start {
+        Err(NAN)
+    } else if start == 1 {
+        Ok(v)
     } else {
-        v.checked_neg().ok_or(NAN)?
+        v.checked_neg().ok_or(NAN)
     };
-    Ok(Some((v, at + i + 2)))
+    Ok((v, i))
 }
 
 /// The line starting at `at`, without its `\r\n`; `None` until the `\r\n` has arrived.
@@ -267,29 +272,9 @@ fn line(buf: &[u8], at: usize) -> Option<&[u8]> {
 /// A decimal integer, as Redis writes lengths and integer replies: an optional `-`, then
 /// digits; anything else (or a value past `i64`) is not a number.
 fn number(text: &[u8]) -> Result<i64, ProtocolError> {
-    const NAN: ProtocolError = ProtocolError("not a number");
-    let (negative, digits) = match text.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, text),
-    };
-    if digits.is_empty() {
-        return Err(NAN);
-    }
-    // Accumulated negative, so that i64::MIN parses too.
-    let mut v: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return Err(NAN);
-        }
-        v = v
-            .checked_mul(10)
-            .and_then(|v| v.checked_sub(i64::from(d - b'0')))
-            .ok_or(NAN)?;
-    }
-    if negative {
-        Ok(v)
-    } else {
-        v.checked_neg().ok_or(NAN)
+    match leading_number(text)? {
+        (v, used) if used == text.len() => v,
+        _ => Err(NAN),
     }
 }
 
