@@ -426,7 +426,8 @@ pub fn call<'k, C: Borrow<Check<'k>>>(
 ) -> Call<'k> {
     match fast_call(checks, scope, now) {
         Some(f) => Call::Fast(f),
-        None => Call::Whole(decide_evalsha(sha, checks, scope, now, local)),
+        // `evalsha` asks `fast_path` again: a few compares, not worth a second entry point.
+        None => Call::Whole(evalsha(sha, checks, scope, now, local)),
     }
 }
 
@@ -440,20 +441,9 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     now: Option<Micros>,
     local: Micros,
 ) -> Vec<Value> {
-    match fast_call(checks, scope, now) {
-        Some(fast) => fast.evalsha(),
-        None => decide_evalsha(sha, checks, scope, now, local),
+    if let Some(fast) = fast_call(checks, scope, now) {
+        return fast.evalsha();
     }
-}
-
-/// `decide.lua`'s `EVALSHA` argument list over `checks` (which take no fast path).
-fn decide_evalsha<'k, C: Borrow<Check<'k>>>(
-    sha: &Value,
-    checks: &[C],
-    scope: Scope,
-    now: Option<Micros>,
-    local: Micros,
-) -> Vec<Value> {
     if short_layout(checks, scope) {
         return short_evalsha(sha, checks, now);
     }
