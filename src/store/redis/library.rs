@@ -26,6 +26,7 @@ pub struct Library {
     /// Indexed by [`ScriptId::code`] - 1.
     functions: Vec<String>,
     batch: String,
+    mend: String,
 }
 
 impl Library {
@@ -37,6 +38,11 @@ impl Library {
     /// The function that runs a batch of decisions.
     pub fn batch(&self) -> &str {
         &self.batch
+    }
+
+    /// The function that decides a plain take again (`fixed_window_mend.lua`).
+    pub fn mend(&self) -> &str {
+        &self.mend
     }
 }
 
@@ -61,12 +67,18 @@ fn build() -> Library {
         if id.argc().is_some() {
             let (name, defs) = (id.name(), id.definitions());
             let main = script::fast_main(name);
+            // fixed_window's companion also has `fixed_window_mend` (plain takes, plain.rs).
+            let mend = if id == ScriptId::FixedWindow {
+                "fixed_window_mend"
+            } else {
+                "nil"
+            };
             let (kept, returned) = match id.kept() {
-                Some(kept) => (kept, format!("{name}, {name}_again")),
-                None => ("", format!("{name}, nil")),
+                Some(kept) => (kept, format!("{name}, {name}_again, {mend}")),
+                None => ("", format!("{name}, nil, nil")),
             };
             body.push_str(&format!(
-                "\nlocal {name}, {name}_again = (function()\n{defs}\n{kept}\nreturn {returned}\nend)()\n\
+                "\nlocal {name}, {name}_again, {name}_mend = (function()\n{defs}\n{kept}\nreturn {returned}\nend)()\n\
                  local function {name}_call(KEYS, ARGV)\n{main}end\n"
             ));
         }
@@ -105,10 +117,15 @@ fn build() -> Library {
         source.push_str(&format!("redis.register_function('{f}', {entry})\n"));
     }
     source.push_str(&format!("redis.register_function('{batch}', batch)\n"));
+    let mend = format!("{name}_fixed_window_mend");
+    source.push_str(&format!(
+        "redis.register_function('{mend}', fixed_window_mend)\n"
+    ));
     Library {
         source,
         functions,
         batch,
+        mend,
     }
 }
 

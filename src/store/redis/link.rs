@@ -10,7 +10,9 @@
 //! Where the connection loaded the function library ([`super::library`]: Redis 7 and later,
 //! unless an ACL forbids `FUNCTION LOAD`), the decisions of one tick go as ONE command: an
 //! `FCALL` of the decision's function when there is one, of `batch` when there are several,
-//! whose reply holds one answer per decision. Elsewhere each decision is its own `EVALSHA`.
+//! whose reply holds one answer per decision; before it, after one `TIME`, the one-hit
+//! fixed_window takes that need no script ([`super::plain`]), one `HINCRBY` each. Elsewhere
+//! each decision is its own `EVALSHA`.
 //! On a Cluster node (`batch` off) one call may touch one slot only: the decisions of a tick
 //! leave in one write, one `FCALL` per slot.
 //!
@@ -37,6 +39,7 @@ use tokio::time::Instant;
 
 use super::dial::{Dial, Stream};
 use super::library::LIBRARY;
+use super::plain::{self, Outcome, Plain, Take};
 use super::resp::{self, ArgumentError, Frame};
 use super::script::{Call, FastCall, ScriptId};
 
@@ -115,10 +118,22 @@ impl Reply {
 /// Who waits for one command's reply.
 enum Waiter {
     One(Reply),
-    /// An `FCALL` of one decision's function.
-    Fcall(Reply),
+    /// An `FCALL` of one decision's function (and, a fixed_window take's, as
+    /// [`Batched::plain`]).
+    Fcall(Reply, Option<(u64, i64)>),
     /// A `batch` call: its reply holds the answers of these decisions, in this order.
     Batch(Vec<Batched>),
+    /// The `TIME` before a write's plain takes ([`super::plain`]).
+    Time,
+    /// A plain take's `HINCRBY`; `last`: the last decision of its write (no `batch` after it),
+    /// whose reply lets the next write of decisions go.
+    Plain {
+        reply: Reply,
+        take: Take,
+        last: bool,
+    },
+    /// A command nobody waits for (a rejected plain take's hit given back).
+    Ignored,
 }
 
 /// A decision in a `batch` call: who waits for it, and how `batch` answers it.
@@ -127,6 +142,9 @@ struct Batched {
     /// A fast path's, flat (`flags remaining reset`, after the batch's clock): `Some`, holding
     /// the `now` it was given (`None`: the Redis clock). `decide.lua`'s, whole: `None`.
     fast: Option<Option<i64>>,
+    /// A fixed_window take a plain take could make next time: its key's fingerprint and its
+    /// window, to remember the key once the batch charged it.
+    plain: Option<(u64, i64)>,
 }
 
 #[derive(Default)]
@@ -150,6 +168,8 @@ struct State {
     /// The earliest deadline of a caller, as far as the connection's task knows to wake for
     /// it: a caller with an earlier one wakes the task to set its timer again.
     timer: Option<Instant>,
+    /// Redis' clock and the keys charged in their window, for plain takes.
+    plain: Plain,
 }
 
 impl State {
@@ -174,8 +194,11 @@ impl State {
         };
         for w in &mut self.waiting {
             match w {
-                Waiter::One(r) | Waiter::Fcall(r) => keep(r.expire(now)),
+                Waiter::One(r) | Waiter::Fcall(r, _) | Waiter::Plain { reply: r, .. } => {
+                    keep(r.expire(now))
+                }
                 Waiter::Batch(rs) => rs.iter_mut().for_each(|b| keep(b.reply.expire(now))),
+                Waiter::Time | Waiter::Ignored => {}
             }
         }
         for e in &mut self.queued.entries {
@@ -213,6 +236,8 @@ struct Entry {
     /// Its (first) key's hash slot on a Cluster node's queue (else 0): the decisions of one
     /// slot may share a Cluster `FCALL`.
     slot: u16,
+    /// A fixed_window take a plain take may decide: its key's fingerprint and values.
+    plain: Option<(u64, plain::Args)>,
     reply: Reply,
 }
 
@@ -224,6 +249,7 @@ struct Parts<'c> {
     fast: Option<Option<i64>>,
     /// Its first key, whose hash slot a Cluster node's queue keeps.
     first_key: Option<&'c [u8]>,
+    plain: Option<plain::Args>,
 }
 
 impl Queued {
@@ -250,6 +276,11 @@ impl Queued {
             Some(key) if self.by_slot => fred::util::redis_keyslot(key),
             _ => 0,
         };
+        // Plain takes go on standalone and Sentinel connections only (with `batch`).
+        let plain = parts
+            .plain
+            .filter(|_| !self.by_slot)
+            .map(|a| (Plain::fingerprint(&self.keys[k..]), a));
         self.entries.push(Entry {
             id: call.id(),
             nkeys: parts.nkeys,
@@ -259,6 +290,7 @@ impl Queued {
             nargs: parts.nargs,
             fast: parts.fast,
             slot,
+            plain,
             reply,
         });
         Ok(())
@@ -282,6 +314,9 @@ impl Queued {
             nargs: 1 + f.ints().len(),
             fast: Some(f.now),
             first_key: Some(f.key),
+            plain: (f.id == ScriptId::FixedWindow)
+                .then(|| plain::Args::of(f.now, f.ints()))
+                .flatten(),
         }
     }
 
@@ -307,20 +342,56 @@ impl Queued {
             nargs: argv.len(),
             fast: None,
             first_key: keys.first().and_then(Value::as_bytes),
+            plain: None,
         })
     }
 
-    /// Encodes what is queued as one command into `out` and empties the queue; returns who
-    /// waits for its reply. A decision whose caller has gone (its deadline passed while an
-    /// `FCALL` was out) is left out: it would charge for an answer nobody reads.
-    fn write(&mut self, out: &mut Vec<u8>) -> Option<Waiter> {
+    /// Encodes what is queued into `out` and empties the queue: the takes `plain` may send
+    /// plain after one `TIME`, then the rest as one command; their waiters join `waiting`.
+    /// Whether it wrote anything. A decision whose caller has gone (its deadline passed while
+    /// an `FCALL` was out) is left out: it would charge for an answer nobody reads.
+    fn write(&mut self, out: &mut Vec<u8>, plain: &Plain, waiting: &mut VecDeque<Waiter>) -> bool {
         let mut entries = std::mem::take(&mut self.entries);
         entries.retain(|e| !e.reply.is_closed());
-        let waiter = self.encode(out, &mut entries);
+        let mut takes = Vec::new();
+        let now = plain.estimate();
+        entries.retain_mut(|e| {
+            let take = e
+                .plain
+                .zip(now)
+                .and_then(|((fp, a), now)| plain.take(now, &self.keys[e.keys.clone()], fp, a));
+            match take {
+                Some(t) => {
+                    // The entry is dropped: its caller's reply goes with the take.
+                    let gone = Reply {
+                        tx: None,
+                        deadline: e.reply.deadline,
+                    };
+                    takes.push((std::mem::replace(&mut e.reply, gone), t));
+                    false
+                }
+                None => true,
+            }
+        });
+        let wrote = !takes.is_empty() || !entries.is_empty();
+        if !takes.is_empty() {
+            Plain::encode_time(out);
+            waiting.push_back(Waiter::Time);
+            let n = takes.len();
+            for (i, (reply, take)) in takes.into_iter().enumerate() {
+                Plain::encode_take(out, &take, 1);
+                waiting.push_back(Waiter::Plain {
+                    reply,
+                    take,
+                    last: i + 1 == n && entries.is_empty(),
+                });
+            }
+        }
+        waiting.extend(self.encode(out, &mut entries));
         // Emptied, its capacity kept for the next batch.
         self.entries = entries;
         self.clear();
-        waiter
+        wrote
     }
 
     /// Encodes what is queued into `out` as one command per hash slot (one script may touch
@@ -383,6 +454,7 @@ impl Queued {
             .map(|e| Batched {
                 reply: e.reply,
                 fast: e.fast,
+                plain: e.plain.map(|(fp, a)| (fp, a.window)),
             })
             .collect();
         Some(Waiter::Batch(replies))
@@ -396,7 +468,7 @@ impl Queued {
         resp::bulk_int(out, e.nkeys as i64);
         out.extend_from_slice(&self.keys[e.keys]);
         out.extend_from_slice(&self.args[e.own..e.args.end]);
-        Waiter::Fcall(e.reply)
+        Waiter::Fcall(e.reply, e.plain.map(|(fp, a)| (fp, a.window)))
     }
 
     fn clear(&mut self) {
@@ -548,6 +620,7 @@ impl Shared {
         s.out.clear();
         s.fcall_in_flight = false;
         s.timer = None;
+        s.plain.clear();
         let unsent = std::mem::take(&mut s.unsent);
         let written = s.waiting.len() - unsent;
         for (i, w) in s.waiting.drain(..).enumerate() {
@@ -559,8 +632,11 @@ impl Shared {
                 }
             };
             match w {
-                Waiter::One(mut r) | Waiter::Fcall(mut r) => r.send(Err(e())),
+                Waiter::One(mut r)
+                | Waiter::Fcall(mut r, _)
+                | Waiter::Plain { reply: mut r, .. } => r.send(Err(e())),
                 Waiter::Batch(rs) => rs.into_iter().for_each(|mut b| b.reply.send(Err(e()))),
+                Waiter::Time | Waiter::Ignored => {}
             }
         }
         for mut e in s.queued.entries.drain(..) {
@@ -655,11 +731,8 @@ async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
             let s = &mut *s;
             if !shared.batch {
                 s.queued.write_by_slot(&mut batch, &mut s.waiting);
-            } else if !s.fcall_in_flight {
-                if let Some(w) = s.queued.write(&mut batch) {
-                    s.waiting.push_back(w);
-                    s.fcall_in_flight = true;
-                }
+            } else if !s.fcall_in_flight && s.queued.write(&mut batch, &s.plain, &mut s.waiting) {
+                s.fcall_in_flight = true;
             }
             s.unsent = 0;
         }
@@ -792,6 +865,20 @@ fn unbatch(items: Vec<Frame>, ws: &[Batched]) -> Option<Vec<Frame>> {
     items.next().is_none().then_some(answers)
 }
 
+/// A fixed_window script's answer (`now flags remaining reset`) for a key a plain take may
+/// decide next: Redis' clock, and the key if charged.
+fn learn(plain: &mut Plain, fingerprint: u64, window: i64, answer: &Frame) {
+    let Frame::Array(Some(a)) = answer else {
+        return;
+    };
+    if let [Frame::Integer(now), Frame::Integer(flags), ..] = a[..] {
+        plain.saw_clock(now);
+        if flags & 2 != 0 {
+            plain.learn(fingerprint, window, now);
+        }
+    }
+}
+
 async fn read_more(stream: &mut Stream, inbox: &mut Vec<u8>) -> std::io::Result<usize> {
     inbox.reserve(8 * 1024);
     stream.read_buf(inbox).await
@@ -806,12 +893,50 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
         // A caller that gave up (timeout) is simply gone.
         match s.waiting.pop_front() {
             Some(Waiter::One(mut w)) => w.send(Ok(frame)),
-            Some(Waiter::Fcall(mut w)) => {
+            Some(Waiter::Fcall(mut w, plain)) => {
                 s.fcall_in_flight = false;
                 if fcall_refused(&mut s, &frame) {
                     w.send(Err(CallError::NotSent));
                 } else {
+                    if let Some((fp, window)) = plain {
+                        learn(&mut s.plain, fp, window, &frame);
+                    }
                     w.send(Ok(frame));
+                }
+            }
+            Some(Waiter::Time) => {
+                // Not a clock (an error): the write's plain takes are decided again.
+                s.plain.saw_time(&frame);
+            }
+            Some(Waiter::Ignored) => {}
+            Some(Waiter::Plain {
+                mut reply,
+                take,
+                last,
+            }) => {
+                if last {
+                    s.fcall_in_flight = false;
+                }
+                let Frame::Integer(c) = frame else {
+                    // Refused (a replica, out of memory): nothing ran.
+                    reply.send(Ok(frame));
+                    continue;
+                };
+                let s = &mut *s;
+                match s.plain.decide(&take, c) {
+                    Outcome::Answer(a) => reply.send(Ok(a)),
+                    Outcome::Rejected(a) => {
+                        reply.send(Ok(a));
+                        Plain::encode_take(&mut s.out, &take, -1);
+                        s.waiting.push_back(Waiter::Ignored);
+                        s.unsent += 1;
+                    }
+                    // Sent even when its caller has gone: the take's hit is in Redis.
+                    Outcome::Mend(what) => {
+                        Plain::encode_mend(&mut s.out, LIBRARY.mend(), &take, what);
+                        s.waiting.push_back(Waiter::One(reply));
+                        s.unsent += 1;
+                    }
                 }
             }
             Some(Waiter::Batch(ws)) => match frame {
@@ -838,6 +963,9 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
                     .ok_or_else(|| format!("a batch of {n} answered out of its layout"))?;
                     s.fcall_in_flight = false;
                     for (mut w, a) in ws.into_iter().zip(answers) {
+                        if let Some((fp, window)) = w.plain {
+                            learn(&mut s.plain, fp, window, &a);
+                        }
                         w.reply.send(Ok(a));
                     }
                 }
@@ -889,7 +1017,14 @@ mod tests {
 
     fn batched(fast: Option<Option<i64>>) -> (Batched, Answer) {
         let (reply, rx) = Reply::new(Duration::from_secs(60));
-        (Batched { reply, fast }, rx)
+        (
+            Batched {
+                reply,
+                fast,
+                plain: None,
+            },
+            rx,
+        )
     }
 
     #[test]
@@ -947,8 +1082,8 @@ mod tests {
         push(&fw("c", None, 10)); // a repeat of a's: decide.lua between
         push(&fw("d", None, 11));
         push(&fw("e", Some(7), 11)); // its own now
-        let mut out = Vec::new();
-        assert!(q.write(&mut out).is_some());
+        let (mut out, mut waiting) = (Vec::new(), VecDeque::new());
+        assert!(q.write(&mut out, &Plain::default(), &mut waiting));
         let [text] = &commands(&out)[..] else {
             panic!("not one command");
         };
@@ -963,6 +1098,86 @@ mod tests {
         assert_eq!(tail, want);
         assert_eq!(text[2], "6");
         assert_eq!(&text[3..9], ["a", "b", "x", "c", "d", "e"]);
+    }
+
+    #[test]
+    fn a_take_of_a_key_charged_in_this_window_goes_plain_after_one_time() {
+        let shared = Shared {
+            state: Mutex::new(State::default()),
+            wake: Notify::new(),
+            batch: true,
+        };
+        let now = 1_800_000_000_123_456;
+        let start = now - now % 60_000_000;
+        let mut rxs = Vec::new();
+        {
+            let mut s = shared.lock();
+            s.plain.saw_clock(now);
+            for key in ["a", "b"] {
+                let mut bulk = Vec::new();
+                resp::bulk(&mut bulk, key.as_bytes());
+                s.plain.learn(Plain::fingerprint(&bulk), 60_000_000, now);
+            }
+            // `a` and `b` charged in this window; `c` not seen; `d` of two hits.
+            for (key, hits) in [("a", 1), ("b", 1), ("c", 1), ("d", 2)] {
+                let (reply, rx) = Reply::new(Duration::from_secs(60));
+                rxs.push(rx);
+                let mut call = fixed_window(key, None, 3);
+                if let Call::Fast(f) = &mut call {
+                    f.ints[2] = hits;
+                }
+                s.queued.push(&call, reply).unwrap();
+            }
+            let s = &mut *s;
+            let mut out = Vec::new();
+            assert!(s.queued.write(&mut out, &s.plain, &mut s.waiting));
+            let ws = start.to_string();
+            let cmds = commands(&out);
+            assert_eq!(cmds[0], ["TIME"]);
+            assert_eq!(cmds[1], ["HINCRBY", "a", &ws, "1"]);
+            assert_eq!(cmds[2], ["HINCRBY", "b", &ws, "1"]);
+            assert_eq!(cmds[3][..2], ["FCALL", LIBRARY.batch()]);
+            assert_eq!(cmds.len(), 4);
+        }
+        // TIME, then: `a` rejected (its count 4 over 3), `b` on a field it found absent.
+        let secs = now / 1_000_000;
+        let us = now % 1_000_000;
+        let mut inbox = format!(
+            "*2\r\n${}\r\n{secs}\r\n${}\r\n{us}\r\n:5\r\n:1\r\n",
+            secs.to_string().len(),
+            us.to_string().len()
+        )
+        .into_bytes();
+        deliver(&shared, &mut inbox).unwrap();
+        assert!(inbox.is_empty());
+        let reset = start + 60_000_000 - now;
+        let a = rxs[0].try_recv().unwrap().unwrap();
+        assert_eq!(resp::integers(a).unwrap(), vec![now, 0, 0, reset]);
+        assert!(rxs[1].try_recv().is_err(), "b waits for its mend");
+        let s = shared.lock();
+        let ws = start.to_string();
+        assert_eq!(
+            commands(&s.out),
+            vec![
+                vec!["HINCRBY", "a", &ws, "-1"],
+                vec![
+                    "FCALL",
+                    LIBRARY.mend(),
+                    "1",
+                    "b",
+                    "settle",
+                    &ws,
+                    "3",
+                    "60000000"
+                ],
+            ]
+        );
+        assert_eq!(s.unsent, 2);
+        // Still waiting: the batch (c and d), then the give-back and the mend.
+        assert!(matches!(
+            s.waiting.iter().collect::<Vec<_>>()[..],
+            [Waiter::Batch(_), Waiter::Ignored, Waiter::One(_)]
+        ));
     }
 
     #[test]
@@ -986,7 +1201,7 @@ mod tests {
         q.write_by_slot(&mut out, &mut waiting);
         assert!(q.is_empty());
         assert!(
-            matches!(waiting.make_contiguous(), [Waiter::Batch(two), Waiter::Fcall(_)] if two.len() == 2)
+            matches!(waiting.make_contiguous(), [Waiter::Batch(two), Waiter::Fcall(..)] if two.len() == 2)
         );
         let code = ScriptId::FixedWindow.code().to_string();
         let (batch, one) = (LIBRARY.batch(), LIBRARY.function(ScriptId::FixedWindow));
@@ -1023,10 +1238,11 @@ mod tests {
         let (late, mut late_rx) = Reply::new(Duration::from_secs(60));
         assert!(s.arm(gone.deadline));
         assert!(!s.arm(late.deadline), "a later deadline keeps the timer");
-        s.waiting.push_back(Waiter::Fcall(gone));
+        s.waiting.push_back(Waiter::Fcall(gone, None));
         s.waiting.push_back(Waiter::Batch(vec![Batched {
             reply: late,
             fast: Some(None),
+            plain: None,
         }]));
         // Queued, not written: past its deadline, so never sent.
         let (queued, mut queued_rx) = Reply::new(Duration::ZERO);
@@ -1038,10 +1254,11 @@ mod tests {
         assert!(matches!(queued_rx.try_recv(), Ok(Err(CallError::Timeout))));
         assert!(late_rx.try_recv().is_err(), "still waiting");
         let mut out = Vec::new();
-        assert!(s.queued.write(&mut out).is_none());
+        let mut waiting = VecDeque::new();
+        assert!(!s.queued.write(&mut out, &s.plain, &mut waiting));
         assert!(out.is_empty(), "a timed-out decision is not sent");
         // Its reply, when it comes, goes to no one; the other caller gets its own.
-        let Some(Waiter::Fcall(mut r)) = s.waiting.pop_front() else {
+        let Some(Waiter::Fcall(mut r, _)) = s.waiting.pop_front() else {
             panic!("not the FCALL's waiter");
         };
         r.send(Ok(Frame::Integer(1)));

@@ -88,6 +88,7 @@ mod link;
 mod monitor;
 pub mod nodes;
 mod pipelined;
+mod plain;
 mod records;
 mod redirect;
 pub mod resp;

@@ -148,7 +148,10 @@ impl ScriptId {
     /// library has it, since an `EVALSHA` would make its closure on every call for nothing.
     pub fn kept(self) -> Option<&'static str> {
         match self {
-            ScriptId::FixedWindow => Some(include_str!("fixed_window_again.lua")),
+            ScriptId::FixedWindow => Some(concat!(
+                include_str!("fixed_window_again.lua"),
+                include_str!("fixed_window_mend.lua")
+            )),
             _ => None,
         }
     }

@@ -12,6 +12,7 @@
 mod decisions;
 mod failures;
 mod parity;
+mod plain;
 mod server;
 
 use crate::support::redis as redis_support;

@@ -1,0 +1,50 @@
+-- sluice: a plain take that sluice could not decide from its reply alone
+-- (src/store/redis/plain.rs: a one-hit fixed_window take sent as `HINCRBY key <window start> 1`,
+-- with no script). Library only, after fixed_window.lua.
+--
+--   KEYS[1]   the key
+--   ARGV[1]   'retake': the take ran in another window than Redis' (a clock read across a
+--             window's edge): its hit is given back, then it is decided as fixed_window.lua
+--             would. 'settle': it found its window's field absent and made it (count + 1 = 1,
+--             nothing counted; takes since may have counted on it): what a window's first take
+--             does (earlier windows dropped, the expiry set), then it is decided.
+--   ARGV[2]   the window start it was sent for (the field)
+--   ARGV[3]   limit      ARGV[4] window (us)
+--
+-- Reply: as fixed_window.lua's script, { now, flags, remaining, reset }.
+
+local function fixed_window_mend(KEYS, ARGV)
+  local key, what, field = KEYS[1], ARGV[1], ARGV[2]
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if what == 'retake' then
+    if redis.call('HINCRBY', key, field, -1) <= 0 then
+      redis.call('HDEL', key, field)
+    end
+  elseif what == 'settle' then
+    local ws = tonumber(field)
+    local f = redis.call('HGETALL', key)
+    local ours, later = false, false
+    for i = 1, #f, 2 do
+      if f[i] == field then
+        ours = true
+      else
+        local s = tonumber(f[i])
+        if s ~= nil and s > ws then
+          later = true
+        else
+          redis.call('HDEL', key, f[i])
+        end
+      end
+    end
+    if later then
+      -- A later window, written by a sluice on its own clock: it wins, as in fixed_window.lua.
+      redis.call('HDEL', key, field)
+    elseif ours then
+      expire(key, ws + tonumber(ARGV[4]) - now)
+    end
+  else
+    return { err = 'ERR sluice: unknown mend ' .. tostring(what) }
+  end
+  return { now, fixed_window(key, now, ARGV[3], ARGV[4], '1', '0', nil) }
+end

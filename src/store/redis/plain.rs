@@ -1,0 +1,342 @@
+//! The commonest decision without a script: a take of one hit of a lone fixed_window limit
+//! (`--clock redis`, no refund, no charge-always), on a key this connection has already seen
+//! charged in the current window, goes to Redis as the one command `fixed_window.lua`'s
+//! common case runs, `HINCRBY key <window start> 1`, and sluice decides from its result.
+//!
+//! Why: at the same round trips per decision, Redis spends about half the CPU on a plain
+//! `HINCRBY` that it spends on a script call doing it (the call, the arguments handed to Lua,
+//! the reply converted back: bench/why.md), and a script can carry no more decisions per
+//! round trip than its thread has in flight.
+//!
+//! What keeps it the script's decision:
+//! - The write that carries plain takes starts with `TIME`, which Redis runs just before
+//!   them; a take counts only when that clock is in the window it was sent for (sluice names
+//!   the window from Redis' clock as last seen, so only a take sent across a window's edge
+//!   misses). One that misses is given back and decided again by the library's
+//!   `fixed_window_mend` (`retake`).
+//! - A plain take only goes to a key this connection saw charged in that window ([`Plain`]'s
+//!   cache), whose key then has its expiry and only that window's field. A take that finds
+//!   the field absent anyway (the key was deleted or evicted, the server replaced) has made
+//!   the window's field (`count + 1` = 1: the window's mark, nothing counted): `settle` does
+//!   what a window's first take does (drops earlier windows, sets the expiry), then decides.
+//! - A rejected take is given back by a `HINCRBY .. -1` in the next write. Meanwhile its key
+//!   reads one over a count that was already at its limit, which rejects nothing a one-hit
+//!   take would not have been rejected for.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+
+use super::resp::{self, Frame};
+use crate::algorithm::{Frame as Window, COUNT_CAP};
+use crate::model::Micros;
+
+use super::script::MAX_SAFE;
+
+/// How many keys a connection remembers as charged in their window before it forgets them
+/// all (about 30 bytes each): enough for every hot key of a thread, bounded for an attacker
+/// spreading requests over many keys (those are decided by the script, as before).
+const REMEMBERED: usize = 65_536;
+
+/// A plain take's limit and window (µs), when a fast call is one ([`Plain::args`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Args {
+    pub limit: i64,
+    pub window: i64,
+}
+
+impl Args {
+    /// The fixed_window fast call's `now` and values (limit, window, hits, mode), when a
+    /// plain take can decide it: the Redis clock, one hit, mode 0 (no refund, no
+    /// charge-always), a limit of at least 1 below the count cap (where the script's common
+    /// case decides alone).
+    pub fn of(now: Option<Micros>, ints: &[i64]) -> Option<Args> {
+        match (now, ints) {
+            (None, &[limit, window, 1, 0]) if limit >= 1 && limit as u64 <= COUNT_CAP => {
+                Some(Args { limit, window })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A take sent plain: who it is for is the link's business; this is what deciding needs.
+#[derive(Debug)]
+pub(super) struct Take {
+    /// The key as a RESP bulk string (as the link queued it).
+    pub key: Vec<u8>,
+    pub fingerprint: u64,
+    pub args: Args,
+    /// The window it was sent for.
+    pub start: Micros,
+}
+
+/// What a plain take's reply decides.
+#[derive(Debug, PartialEq)]
+pub(super) enum Outcome {
+    /// The answer, as the fixed_window script gives it (`now flags remaining reset`).
+    Answer(Frame),
+    /// Rejected: the answer, and the hit is to be given back.
+    Rejected(Frame),
+    /// Not decided: the library's `fixed_window_mend` is to decide it (`retake` or `settle`).
+    Mend(&'static str),
+}
+
+/// A connection's knowledge for plain takes: Redis' clock as last seen, and the keys seen
+/// charged in their current window.
+#[derive(Default)]
+pub(super) struct Plain {
+    /// Redis' clock (µs) at its last reply that told it, and when that reply was read.
+    clock: Option<(Micros, std::time::Instant)>,
+    /// The `TIME` that began the write whose replies are being read.
+    written_at: Option<Micros>,
+    /// A key's fingerprint -> the window start it was charged in.
+    charged: HashMap<u64, Micros, BuildHasherDefault<DefaultHasher>>,
+}
+
+impl Plain {
+    /// Forgets everything (a new connection may reach another server).
+    pub fn clear(&mut self) {
+        *self = Plain::default();
+    }
+
+    /// A reply told Redis' clock.
+    pub fn saw_clock(&mut self, now: Micros) {
+        if now > 0 {
+            self.clock = Some((now, crate::clock::monotonic()));
+        }
+    }
+
+    /// Redis' clock now, as far as this connection can tell (it lags by the reply's trip).
+    pub fn estimate(&self) -> Option<Micros> {
+        let (at, read) = self.clock?;
+        let since = i64::try_from(read.elapsed().as_micros()).unwrap_or(i64::MAX);
+        Some(at.saturating_add(since))
+    }
+
+    /// The fingerprint the cache knows a key by (its RESP bulk string).
+    pub fn fingerprint(key: &[u8]) -> u64 {
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(key)
+    }
+
+    /// The key was charged in the window starting at `start`.
+    pub fn charged(&mut self, fingerprint: u64, start: Micros) {
+        if self.charged.len() >= REMEMBERED && !self.charged.contains_key(&fingerprint) {
+            self.charged.clear();
+        }
+        self.charged.insert(fingerprint, start);
+    }
+
+    /// A script's answer for a fixed_window take charged the key at `now`.
+    pub fn learn(&mut self, fingerprint: u64, window: i64, now: Micros) {
+        self.charged(fingerprint, Window::epoch_aligned(now, window).window_start);
+    }
+
+    /// The take to send plain for a queued fixed_window decision on `key`, if it may go so
+    /// (`now`: [`Plain::estimate`], read once per write).
+    pub fn take(&self, now: Micros, key: &[u8], fingerprint: u64, args: Args) -> Option<Take> {
+        let start = Window::epoch_aligned(now, args.window).window_start;
+        (self.charged.get(&fingerprint) == Some(&start)).then(|| Take {
+            key: key.to_vec(),
+            fingerprint,
+            args,
+            start,
+        })
+    }
+
+    /// The `TIME` that begins a write of plain takes.
+    pub fn encode_time(out: &mut Vec<u8>) {
+        resp::encode_strs(out, &[b"TIME"]);
+    }
+
+    /// `HINCRBY key <start> <hits>`.
+    pub fn encode_take(out: &mut Vec<u8>, t: &Take, hits: i64) {
+        resp::command_header(out, 4);
+        resp::bulk(out, b"HINCRBY");
+        out.extend_from_slice(&t.key);
+        resp::bulk_int(out, t.start);
+        resp::bulk_int(out, hits);
+    }
+
+    /// `FCALL <fixed_window_mend> 1 key what start limit window`.
+    pub fn encode_mend(out: &mut Vec<u8>, function: &str, t: &Take, what: &str) {
+        resp::command_header(out, 8);
+        resp::bulk(out, b"FCALL");
+        resp::bulk(out, function.as_bytes());
+        resp::bulk_int(out, 1);
+        out.extend_from_slice(&t.key);
+        resp::bulk(out, what.as_bytes());
+        resp::bulk_int(out, t.start);
+        resp::bulk_int(out, t.args.limit);
+        resp::bulk_int(out, t.args.window);
+    }
+
+    /// The reply to the write's `TIME` (`[seconds, microseconds]`); false if it is not one.
+    pub fn saw_time(&mut self, f: &Frame) -> bool {
+        self.written_at = None;
+        let Frame::Array(Some(parts)) = f else {
+            return false;
+        };
+        let number = |f: &Frame| match f {
+            Frame::Bulk(Some(b)) => std::str::from_utf8(b).ok()?.parse::<i64>().ok(),
+            _ => None,
+        };
+        let (Some(s), Some(us)) = (
+            parts.first().and_then(number),
+            parts.get(1).and_then(number),
+        ) else {
+            return false;
+        };
+        let now = s.saturating_mul(1_000_000).saturating_add(us);
+        self.written_at = Some(now);
+        self.saw_clock(now);
+        true
+    }
+
+    /// Decides a plain take from its `HINCRBY` reply (`c`: the field after it, `count + 1`),
+    /// as `fixed_window.lua`'s common case does.
+    pub fn decide(&mut self, t: &Take, c: i64) -> Outcome {
+        let Some(now) = self.written_at else {
+            return Outcome::Mend("retake");
+        };
+        let w = Window::epoch_aligned(now, t.args.window);
+        if w.window_start != t.start {
+            // Sent across a window's edge: the hit is in a window Redis is not in.
+            self.charged.remove(&t.fingerprint);
+            return Outcome::Mend("retake");
+        }
+        if c < 2 {
+            // The field was absent: this take made its window's mark.
+            self.charged.remove(&t.fingerprint);
+            return Outcome::Mend("settle");
+        }
+        let end = w.window_end.min(MAX_SAFE as i64);
+        let count = c - 1;
+        let answer = |flags: i64, remaining: i64| {
+            Frame::Array(Some(vec![
+                Frame::Integer(now),
+                Frame::Integer(flags),
+                Frame::Integer(remaining),
+                Frame::Integer(end - now),
+            ]))
+        };
+        if count <= t.args.limit {
+            Outcome::Answer(answer(3, t.args.limit - count))
+        } else {
+            Outcome::Rejected(answer(0, 0))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn take(p: &Plain, limit: i64, window: i64) -> Option<Take> {
+        let mut key = Vec::new();
+        resp::bulk(&mut key, b"k");
+        p.take(
+            p.estimate()?,
+            &key,
+            Plain::fingerprint(&key),
+            Args { limit, window },
+        )
+    }
+
+    fn time(now: Micros) -> Frame {
+        let part = |n: i64| Frame::Bulk(Some(n.to_string().into_bytes()));
+        Frame::Array(Some(vec![part(now / 1_000_000), part(now % 1_000_000)]))
+    }
+
+    fn ints(f: &Frame) -> Vec<i64> {
+        resp::integers(f.clone()).unwrap()
+    }
+
+    #[test]
+    fn only_one_hit_of_mode_0_on_the_redis_clock_goes_plain() {
+        assert_eq!(
+            Args::of(None, &[10, 60, 1, 0]),
+            Some(Args {
+                limit: 10,
+                window: 60
+            })
+        );
+        assert_eq!(Args::of(Some(5), &[10, 60, 1, 0]), None);
+        assert_eq!(Args::of(None, &[10, 60, 2, 0]), None);
+        assert_eq!(Args::of(None, &[10, 60, 1, 1]), None);
+        assert_eq!(Args::of(None, &[0, 60, 1, 0]), None);
+        assert_eq!(Args::of(None, &[i64::MAX, 60, 1, 0]), None);
+    }
+
+    #[test]
+    fn a_key_goes_plain_only_once_seen_charged_in_the_current_window() {
+        let mut p = Plain::default();
+        let w = 60_000_000;
+        let fp = {
+            let mut key = Vec::new();
+            resp::bulk(&mut key, b"k");
+            Plain::fingerprint(&key)
+        };
+        // No clock seen yet.
+        p.charged(fp, 0);
+        assert!(take(&p, 10, w).is_none());
+        let now = 1_800_000_000_000_000;
+        p.saw_clock(now);
+        assert!(take(&p, 10, w).is_none(), "charged in another window");
+        p.learn(fp, w, now);
+        let t = take(&p, 10, w).unwrap();
+        assert_eq!(t.start, now - now % w);
+    }
+
+    #[test]
+    fn the_reply_decides_as_the_scripts_common_case() {
+        let mut p = Plain::default();
+        let w = 60_000_000;
+        let now = 1_800_000_000_000_000 + 7;
+        let start = now - now % w;
+        p.saw_clock(now);
+        let mut key = Vec::new();
+        resp::bulk(&mut key, b"k");
+        let fp = Plain::fingerprint(&key);
+        p.learn(fp, w, now);
+        let t = take(&p, 3, w).unwrap();
+        assert!(p.saw_time(&time(now)));
+        // count + 1 after the take: 2 -> the first hit counted, 2 left.
+        let Outcome::Answer(a) = p.decide(&t, 2) else {
+            panic!()
+        };
+        assert_eq!(ints(&a), vec![now, 3, 2, start + w - now]);
+        let Outcome::Answer(a) = p.decide(&t, 4) else {
+            panic!()
+        };
+        assert_eq!(ints(&a)[1..3], [3, 0]);
+        let Outcome::Rejected(a) = p.decide(&t, 5) else {
+            panic!()
+        };
+        assert_eq!(ints(&a)[1..3], [0, 0]);
+        // The field was absent: settle, and the key is no longer taken plain.
+        assert_eq!(p.decide(&t, 1), Outcome::Mend("settle"));
+        assert!(take(&p, 3, w).is_none());
+    }
+
+    #[test]
+    fn a_take_whose_write_ran_in_another_window_is_taken_again() {
+        let mut p = Plain::default();
+        let w = 1_000_000;
+        let now = 1_800_000_000_999_990;
+        let mut key = Vec::new();
+        resp::bulk(&mut key, b"k");
+        let t = Take {
+            fingerprint: Plain::fingerprint(&key),
+            key,
+            args: Args {
+                limit: 3,
+                window: w,
+            },
+            start: now - now % w,
+        };
+        p.learn(t.fingerprint, w, now);
+        assert!(p.saw_time(&time(now + 20)));
+        assert_eq!(p.decide(&t, 2), Outcome::Mend("retake"));
+        assert!(!p.saw_time(&Frame::Integer(1)));
+    }
+}

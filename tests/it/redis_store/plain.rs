@@ -1,0 +1,251 @@
+//! Plain takes (`src/store/redis/plain.rs`): a one-hit fixed_window take on the Redis clock,
+//! of a key the thread's connection saw charged in the current window, goes as one `HINCRBY`
+//! after the write's `TIME`, with no script. The limit stays exact across window edges, a key
+//! deleted meanwhile is settled, a rejected hit is given back, and the library's
+//! `fixed_window_mend` (what decides the takes a reply alone cannot) agrees with the script.
+
+use super::*;
+use sluice::clock::{Clock, SystemClock};
+use sluice::store::redis::library::LIBRARY;
+
+fn redis_now(redis: &RedisNode) -> Micros {
+    let t = redis.cli(&["TIME"]);
+    let mut parts = t.lines().map(|l| l.trim().parse::<i64>().unwrap());
+    let (s, us) = (parts.next().unwrap(), parts.next().unwrap());
+    s * SEC + us
+}
+
+fn fields(redis: &RedisNode, key: &[u8]) -> Vec<(String, String)> {
+    let all = redis.cli(&["HGETALL", std::str::from_utf8(key).unwrap()]);
+    let lines: Vec<&str> = all.lines().collect();
+    lines
+        .chunks(2)
+        .filter(|c| c.len() == 2)
+        .map(|c| (c[0].to_string(), c[1].to_string()))
+        .collect()
+}
+
+#[test]
+fn plain_takes_admit_exactly_the_limit_in_each_window_across_its_edges() {
+    const LIMIT: u64 = 20;
+    let redis = RedisNode::start();
+    let (rt, store) =
+        redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
+    let limit = Limit::fixed_window(LIMIT, SEC);
+    let key = key_of("plain-edges:", "x", &limit);
+    let mut admitted: std::collections::BTreeMap<i64, u64> = Default::default();
+    let (fcalls, mut decisions) = (redis.command_calls("fcall"), 0u64);
+    // Ticks of 8 concurrent takes until 5 windows (1 s each) have been seen: the middle ones
+    // were hammered from their first microsecond to their last, over their edges.
+    let start = sluice::clock::monotonic();
+    while admitted.len() < 5 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "5 windows in 30 s"
+        );
+        let checks = [take(&key, &limit, 1, 0)];
+        let got = rt.block_on(futures::future::join_all(
+            (0..8).map(|_| store.decide_checks(&checks, 0, Deadline::NONE)),
+        ));
+        let local = SystemClock.now();
+        for v in got {
+            let v = v.unwrap().remove(0);
+            decisions += 1;
+            // This machine's clock is Redis': the window's end, to the nearest second.
+            let window = (local + v.reset + SEC / 2) / SEC;
+            *admitted.entry(window).or_default() += u64::from(v.allowed);
+        }
+    }
+    let whole: Vec<u64> = admitted.values().skip(1).take(3).copied().collect();
+    assert_eq!(whole, vec![LIMIT; 3], "admitted per window: {admitted:?}");
+    let scripts = redis.command_calls("fcall") - fcalls;
+    assert!(
+        scripts * 4 < decisions,
+        "most takes go plain: {scripts} FCALLs for {decisions} decisions"
+    );
+}
+
+/// Below the limit, each window's answers must count 1, 2, 3, ... once each: a hit counted
+/// in one window but answered for another (a take sent across an edge) would repeat or skip
+/// a count.
+#[test]
+fn plain_takes_count_each_hit_once_in_the_window_they_are_answered_for() {
+    const LIMIT: u64 = 1_000_000;
+    let redis = RedisNode::start();
+    let (rt, store) =
+        redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
+    let limit = Limit::fixed_window(LIMIT, SEC);
+    let key = key_of("plain-counts:", "x", &limit);
+    let mut counts: std::collections::BTreeMap<i64, Vec<u64>> = Default::default();
+    let start = sluice::clock::monotonic();
+    while counts.len() < 5 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "5 windows in 30 s"
+        );
+        let checks = [take(&key, &limit, 1, 0)];
+        let got = rt.block_on(futures::future::join_all(
+            (0..8).map(|_| store.decide_checks(&checks, 0, Deadline::NONE)),
+        ));
+        let local = SystemClock.now();
+        for v in got {
+            let v = v.unwrap().remove(0);
+            assert!(v.allowed && v.charged, "{v:?}");
+            let window = (local + v.reset + SEC / 2) / SEC;
+            counts.entry(window).or_default().push(LIMIT - v.remaining);
+        }
+    }
+    for (window, mut c) in counts.into_iter().skip(1).take(3) {
+        c.sort_unstable();
+        let n = c.len() as u64;
+        assert_eq!(c, (1..=n).collect::<Vec<_>>(), "window ending {window} s");
+    }
+}
+
+#[test]
+fn a_plain_take_on_a_key_deleted_meanwhile_settles_its_window() {
+    let redis = RedisNode::start();
+    let (rt, store) =
+        redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
+    let limit = Limit::fixed_window(10, 86_400 * SEC);
+    let key = key_of("plain-settle:", "x", &limit);
+    let checks = [take(&key, &limit, 1, 0)];
+    let decide = || {
+        rt.block_on(store.decide_checks(&checks, 0, Deadline::NONE))
+            .unwrap()[0]
+    };
+    // The first take is the script's; the second goes plain.
+    assert_eq!(decide().remaining, 9);
+    let fcalls = redis.command_calls("fcall");
+    assert_eq!(decide().remaining, 8);
+    assert_eq!(redis.command_calls("fcall"), fcalls, "a plain take");
+
+    // Deleted behind sluice's back (as by eviction, or another server after a failover).
+    redis.cli(&["DEL", std::str::from_utf8(&key).unwrap()]);
+    let v = decide();
+    assert!(v.allowed && v.charged && v.remaining == 9, "{v:?}");
+    let f = fields(&redis, &key);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].1, "2", "one counted (count + 1)");
+    let ttl: i64 = redis
+        .cli(&["PTTL", std::str::from_utf8(&key).unwrap()])
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 86_401_000, "the key expires: {ttl}");
+}
+
+#[test]
+fn a_rejected_plain_take_gives_its_hit_back() {
+    let redis = RedisNode::start();
+    let (rt, store) =
+        redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
+    let limit = Limit::fixed_window(2, 86_400 * SEC);
+    let key = key_of("plain-reject:", "x", &limit);
+    let checks = [take(&key, &limit, 1, 0)];
+    let decide = || {
+        rt.block_on(store.decide_checks(&checks, 0, Deadline::NONE))
+            .unwrap()[0]
+    };
+    assert!(decide().allowed);
+    let fcalls = redis.command_calls("fcall");
+    assert!(decide().allowed);
+    for _ in 0..3 {
+        let v = decide();
+        assert!(!v.allowed && !v.charged && v.remaining == 0, "{v:?}");
+    }
+    assert_eq!(redis.command_calls("fcall"), fcalls, "plain takes");
+    // The hits given back leave the count at the limit (2, stored as 3). The give-back goes
+    // with the connection's next write, which the runtime makes while driven.
+    rt.block_on(crate::support::poll::wait_until_async(
+        "the rejected hits given back",
+        || async { fields(&redis, &key).first().map(|f| f.1.clone()) == Some("3".into()) },
+    ));
+}
+
+/// `fixed_window_mend`, called as sluice calls it, on states a plain take leaves.
+#[test]
+fn mend_gives_back_or_settles_then_decides_as_the_script() {
+    let redis = RedisNode::start();
+    let loaded = redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
+    assert!(loaded.starts_with("sluice_"), "{loaded}");
+    let day = 86_400 * SEC;
+    let mend = |key: &str, what: &str, field: i64| -> Vec<i64> {
+        redis
+            .cli(&[
+                "FCALL",
+                LIBRARY.mend(),
+                "1",
+                key,
+                what,
+                &field.to_string(),
+                "10",
+                &day.to_string(),
+            ])
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect()
+    };
+    let now = redis_now(&redis);
+    let ws = now - now % day;
+
+    // retake: a hit counted in the window before Redis' (a clock read across the edge) is
+    // given back (its field, at 0, is dropped), and the take decided in Redis' window.
+    let k = "mend:retake";
+    redis.cli(&["HSET", k, &(ws - day).to_string(), "1"]);
+    let r = mend(k, "retake", ws - day);
+    assert_eq!(r[1..3], [3, 9], "{r:?}");
+    assert_eq!(
+        fields(&redis, k.as_bytes()),
+        vec![(ws.to_string(), "2".to_string())]
+    );
+    // Where the window before held other hits too, only this one is given back: that window
+    // is over, and the take starts Redis' window.
+    let k = "mend:retake2";
+    redis.cli(&["HSET", k, &(ws - day).to_string(), "5"]);
+    let r = mend(k, "retake", ws - day);
+    assert_eq!(r[1..3], [3, 9], "{r:?}");
+    assert_eq!(
+        fields(&redis, k.as_bytes()),
+        vec![(ws.to_string(), "2".to_string())]
+    );
+
+    // settle: the take made its window's mark (1) on a key holding an earlier window and no
+    // expiry, and two more takes counted on it meanwhile: the earlier window goes, the
+    // expiry is set, and this take counts as the third.
+    let k = "mend:settle";
+    redis.cli(&["HSET", k, &(ws - day).to_string(), "7"]);
+    redis.cli(&["HSET", k, &ws.to_string(), "3"]);
+    let r = mend(k, "settle", ws);
+    assert_eq!(r[1..3], [3, 7], "{r:?}");
+    assert_eq!(
+        fields(&redis, k.as_bytes()),
+        vec![(ws.to_string(), "4".to_string())]
+    );
+    let ttl: i64 = redis.cli(&["PTTL", k]).parse().unwrap();
+    assert!(ttl > 0 && ttl <= 86_401_000, "{ttl}");
+
+    // settle where a later window was written (a sluice on its own clock, ahead): the later
+    // window wins, as in fixed_window.lua, and the take counts there.
+    let k = "mend:later";
+    redis.cli(&["HSET", k, &(ws + day).to_string(), "3"]);
+    redis.cli(&["HSET", k, &ws.to_string(), "1"]);
+    let r = mend(k, "settle", ws);
+    assert_eq!(r[1..3], [3, 7], "{r:?}");
+    assert_eq!(
+        fields(&redis, k.as_bytes()),
+        vec![((ws + day).to_string(), "4".to_string())]
+    );
+
+    // Anything else is refused, not guessed at.
+    let e = redis.cli(&[
+        "FCALL",
+        LIBRARY.mend(),
+        "1",
+        "mend:x",
+        "what",
+        "0",
+        "1",
+        "1",
+    ]);
+    assert!(e.contains("unknown mend"), "{e}");
+}
