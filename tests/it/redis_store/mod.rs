@@ -6,8 +6,9 @@
 //! Each test owns its Redis, so they may run in parallel.
 //!
 //! Modules: `parity` (the scripts against the in-memory policy), `decisions` (round trips,
-//! exactness across instances, the clock), `failures` (the failure policy, the breaker,
-//! NOSCRIPT, stalls), `server` (`--backend redis` end to end).
+//! exactness across instances, the clock), `plain` (fixed_window takes with no script:
+//! exact across window edges, settled, given back, mended), `failures` (the failure policy,
+//! the breaker, NOSCRIPT, stalls), `server` (`--backend redis` end to end).
 
 mod decisions;
 mod failures;
