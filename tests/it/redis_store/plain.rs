@@ -7,6 +7,7 @@
 use super::*;
 use sluice::clock::{Clock, SystemClock};
 use sluice::store::redis::library::LIBRARY;
+use sluice::store::Verdict;
 
 fn redis_now(redis: &RedisNode) -> Micros {
     let t = redis.cli(&["TIME"]);
@@ -25,20 +26,20 @@ fn fields(redis: &RedisNode, key: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn plain_takes_admit_exactly_the_limit_in_each_window_across_its_edges() {
-    const LIMIT: u64 = 20;
+/// Ticks of 8 concurrent one-hit takes of `limit` (1 s windows) on one key until 5 windows
+/// have been seen, so the middle ones were hammered from their first microsecond to their
+/// last, over their edges: each answer by window (its end, to the nearest second: this
+/// machine's clock is Redis'), and the `FCALL`s Redis ran meanwhile.
+fn hammer_windows(prefix: &str, limit: u64) -> (Vec<(i64, Vec<Verdict>)>, u64) {
     let redis = RedisNode::start();
     let (rt, store) =
         redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
-    let limit = Limit::fixed_window(LIMIT, SEC);
-    let key = key_of("plain-edges:", "x", &limit);
-    let mut admitted: std::collections::BTreeMap<i64, u64> = Default::default();
-    let (fcalls, mut decisions) = (redis.command_calls("fcall"), 0u64);
-    // Ticks of 8 concurrent takes until 5 windows (1 s each) have been seen: the middle ones
-    // were hammered from their first microsecond to their last, over their edges.
+    let limit = Limit::fixed_window(limit, SEC);
+    let key = key_of(prefix, "x", &limit);
+    let mut answers: std::collections::BTreeMap<i64, Vec<Verdict>> = Default::default();
+    let fcalls = redis.command_calls("fcall");
     let start = sluice::clock::monotonic();
-    while admitted.len() < 5 {
+    while answers.len() < 5 {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "5 windows in 30 s"
@@ -50,18 +51,31 @@ fn plain_takes_admit_exactly_the_limit_in_each_window_across_its_edges() {
         let local = SystemClock.now();
         for v in got {
             let v = v.unwrap().remove(0);
-            decisions += 1;
-            // This machine's clock is Redis': the window's end, to the nearest second.
             let window = (local + v.reset + SEC / 2) / SEC;
-            *admitted.entry(window).or_default() += u64::from(v.allowed);
+            answers.entry(window).or_default().push(v);
         }
     }
-    let whole: Vec<u64> = admitted.values().skip(1).take(3).copied().collect();
-    assert_eq!(whole, vec![LIMIT; 3], "admitted per window: {admitted:?}");
-    let scripts = redis.command_calls("fcall") - fcalls;
+    let fcalls = redis.command_calls("fcall") - fcalls;
+    (answers.into_iter().collect(), fcalls)
+}
+
+#[test]
+fn plain_takes_admit_exactly_the_limit_in_each_window_across_its_edges() {
+    const LIMIT: u64 = 20;
+    let (windows, fcalls) = hammer_windows("plain-edges:", LIMIT);
+    let admitted: Vec<u64> = windows
+        .iter()
+        .map(|(_, vs)| vs.iter().filter(|v| v.allowed).count() as u64)
+        .collect();
+    assert_eq!(
+        admitted[1..4],
+        [LIMIT; 3],
+        "admitted per window: {admitted:?}"
+    );
+    let decisions: usize = windows.iter().map(|(_, vs)| vs.len()).sum();
     assert!(
-        scripts * 4 < decisions,
-        "most takes go plain: {scripts} FCALLs for {decisions} decisions"
+        (fcalls as usize) * 4 < decisions,
+        "most takes go plain: {fcalls} FCALLs for {decisions} decisions"
     );
 }
 
@@ -71,31 +85,10 @@ fn plain_takes_admit_exactly_the_limit_in_each_window_across_its_edges() {
 #[test]
 fn plain_takes_count_each_hit_once_in_the_window_they_are_answered_for() {
     const LIMIT: u64 = 1_000_000;
-    let redis = RedisNode::start();
-    let (rt, store) =
-        redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
-    let limit = Limit::fixed_window(LIMIT, SEC);
-    let key = key_of("plain-counts:", "x", &limit);
-    let mut counts: std::collections::BTreeMap<i64, Vec<u64>> = Default::default();
-    let start = sluice::clock::monotonic();
-    while counts.len() < 5 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "5 windows in 30 s"
-        );
-        let checks = [take(&key, &limit, 1, 0)];
-        let got = rt.block_on(futures::future::join_all(
-            (0..8).map(|_| store.decide_checks(&checks, 0, Deadline::NONE)),
-        ));
-        let local = SystemClock.now();
-        for v in got {
-            let v = v.unwrap().remove(0);
-            assert!(v.allowed && v.charged, "{v:?}");
-            let window = (local + v.reset + SEC / 2) / SEC;
-            counts.entry(window).or_default().push(LIMIT - v.remaining);
-        }
-    }
-    for (window, mut c) in counts.into_iter().skip(1).take(3) {
+    let (windows, _) = hammer_windows("plain-counts:", LIMIT);
+    for (window, vs) in &windows[1..4] {
+        assert!(vs.iter().all(|v| v.allowed && v.charged), "{vs:?}");
+        let mut c: Vec<u64> = vs.iter().map(|v| LIMIT - v.remaining).collect();
         c.sort_unstable();
         let n = c.len() as u64;
         assert_eq!(c, (1..=n).collect::<Vec<_>>(), "window ending {window} s");
@@ -188,39 +181,61 @@ fn mend_gives_back_or_settles_then_decides_as_the_script() {
     let now = redis_now(&redis);
     let ws = now - now % day;
 
-    // retake: a hit counted in the window before Redis' (a clock read across the edge) is
-    // given back (its field, at 0, is dropped), and the take decided in Redis' window.
-    let k = "mend:retake";
-    redis.cli(&["HSET", k, &(ws - day).to_string(), "1"]);
-    let r = mend(k, "retake", ws - day);
-    assert_eq!(r[1..3], [3, 9], "{r:?}");
-    assert_eq!(
-        fields(&redis, k.as_bytes()),
-        vec![(ws.to_string(), "2".to_string())]
-    );
-    // Where the window before held other hits too, only this one is given back: that window
-    // is over, and the take starts Redis' window.
-    let k = "mend:retake2";
-    redis.cli(&["HSET", k, &(ws - day).to_string(), "5"]);
-    let r = mend(k, "retake", ws - day);
-    assert_eq!(r[1..3], [3, 9], "{r:?}");
-    assert_eq!(
-        fields(&redis, k.as_bytes()),
-        vec![(ws.to_string(), "2".to_string())]
-    );
-
-    // settle: the take made its window's mark (1) on a key holding an earlier window and no
-    // expiry, and two more takes counted on it meanwhile: the earlier window goes, the
-    // expiry is set, and this take counts as the third.
+    // Each case: the key's fields before, what, the field sent for; the take's remaining, and
+    // the one field after.
+    let cases: [(&str, Vec<(i64, &str)>, &str, i64, i64, (i64, &str)); 4] = [
+        // retake: a hit counted in the window before Redis' (a clock read across the edge) is
+        // given back (its field, at 0, is dropped), and the take decided in Redis' window.
+        (
+            "mend:retake",
+            vec![(ws - day, "1")],
+            "retake",
+            ws - day,
+            9,
+            (ws, "2"),
+        ),
+        // Where the window before held other hits too, only this one is given back: that
+        // window is over, and the take starts Redis' window.
+        (
+            "mend:retake2",
+            vec![(ws - day, "5")],
+            "retake",
+            ws - day,
+            9,
+            (ws, "2"),
+        ),
+        // settle: the take made its window's mark (1) on a key holding an earlier window and
+        // no expiry, and two more takes counted on it meanwhile: the earlier window goes, the
+        // expiry is set, and this take counts as the third.
+        (
+            "mend:settle",
+            vec![(ws - day, "7"), (ws, "3")],
+            "settle",
+            ws,
+            7,
+            (ws, "4"),
+        ),
+        // settle where a later window was written (a sluice on its own clock, ahead): the
+        // later window wins, as in fixed_window.lua, and the take counts there.
+        (
+            "mend:later",
+            vec![(ws + day, "3"), (ws, "1")],
+            "settle",
+            ws,
+            7,
+            (ws + day, "4"),
+        ),
+    ];
+    for (k, before, what, field, remaining, after) in cases {
+        for (f, v) in before {
+            redis.cli(&["HSET", k, &f.to_string(), v]);
+        }
+        let r = mend(k, what, field);
+        assert_eq!(r[1..3], [3, remaining], "{k}: {r:?}");
+        let want = vec![(after.0.to_string(), after.1.to_string())];
+        assert_eq!(fields(&redis, k.as_bytes()), want, "{k}");
+    }
     let k = "mend:settle";
-    redis.cli(&["HSET", k, &(ws - day).to_string(), "7"]);
-    redis.cli(&["HSET", k, &ws.to_string(), "3"]);
-    let r = mend(k, "settle", ws);
-    assert_eq!(r[1..3], [3, 7], "{r:?}");
-    assert_eq!(
-        fields(&redis, k.as_bytes()),
-        vec![(ws.to_string(), "4".to_string())]
-    );
     let ttl: i64 = redis.cli(&["PTTL", k]).parse().unwrap();
     assert!(ttl > 0 && ttl <= 86_401_000, "{ttl}");
 
