@@ -264,3 +264,98 @@ fn mend_gives_back_or_settles_then_decides_as_the_script() {
     ]);
     assert!(e.contains("unknown mend"), "{e}");
 }
+
+/// `fixed_window_mend` against the in-memory fixed_window on random states a plain take
+/// leaves: its decision is the algorithm's on the state without the plain take's hit (a
+/// retake) or with its window's mark counted as nothing (a settle), at the `now` it reports.
+#[test]
+fn mend_decides_as_the_in_memory_algorithm() {
+    use sluice::algorithm::{fixed_window, Frame};
+    let redis = RedisNode::start();
+    let loaded = redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
+    assert!(loaded.starts_with("sluice_"), "{loaded}");
+    let day = 86_400 * SEC;
+    let case = AtomicU64::new(0);
+    // (retake?, the hit's window before Redis' or not present, the current window's field,
+    // a later window's field, limit): fields hold count + 1, so 1 is a bare mark.
+    let states = (
+        any::<bool>(),
+        prop::option::of(1u64..6),
+        prop::option::of(1u64..6),
+        prop::option::of(1u64..6),
+        1u64..6,
+    );
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(96));
+    let result = runner.run(&states, |(retake, before, current, later, limit)| {
+        let k = format!("mend:prop{}", case.fetch_add(1, Ordering::Relaxed));
+        let now = redis_now(&redis);
+        let ws = now - now % day;
+        let set = |f: i64, v: u64| {
+            redis.cli(&["HSET", &k, &f.to_string(), &v.to_string()]);
+        };
+        let (what, field, prev) = if retake {
+            // The take's hit landed in the window before Redis' (made there if absent).
+            set(ws - day, before.unwrap_or(0) + 1);
+            if let Some(c) = current {
+                set(ws, c);
+            }
+            let prev = current.map(|c| fixed_window::State {
+                window_start: ws,
+                count: c - 1,
+            });
+            ("retake", ws - day, prev)
+        } else {
+            // The take made the current window's field: its mark, plus takes counted since.
+            let c = current.unwrap_or(1);
+            set(ws, c);
+            if let Some(b) = before {
+                set(ws - day, b);
+            }
+            let prev = match later {
+                Some(l) => {
+                    set(ws + day, l);
+                    fixed_window::State {
+                        window_start: ws + day,
+                        count: l - 1,
+                    }
+                }
+                None => fixed_window::State {
+                    window_start: ws,
+                    count: c - 1,
+                },
+            };
+            ("settle", ws, Some(prev))
+        };
+        let r: Vec<i64> = redis
+            .cli(&[
+                "FCALL",
+                LIBRARY.mend(),
+                "1",
+                &k,
+                what,
+                &field.to_string(),
+                &limit.to_string(),
+                &day.to_string(),
+            ])
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect();
+        let want = fixed_window::evaluate(
+            limit,
+            prev.as_ref(),
+            Frame::epoch_aligned(r[0], day),
+            Ask::take(1),
+        );
+        prop_assert_eq!(
+            (r[1] & 1 == 1, r[2] as u64, r[3]),
+            (want.allowed, want.remaining, want.reset),
+            "{} {:?}",
+            k,
+            (retake, before, current, later, limit)
+        );
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
