@@ -183,7 +183,15 @@ fn mend_gives_back_or_settles_then_decides_as_the_script() {
 
     // Each case: the key's fields before, what, the field sent for; the take's remaining, and
     // the one field after.
-    let cases: [(&str, Vec<(i64, &str)>, &str, i64, i64, (i64, &str)); 4] = [
+    type Case<'a> = (
+        &'a str,
+        Vec<(i64, &'a str)>,
+        &'a str,
+        i64,
+        i64,
+        (i64, &'a str),
+    );
+    let cases: [Case<'_>; 4] = [
         // retake: a hit counted in the window before Redis' (a clock read across the edge) is
         // given back (its field, at 0, is dropped), and the take decided in Redis' window.
         (
