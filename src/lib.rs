@@ -22,6 +22,7 @@ pub mod model;
 pub mod proto;
 pub mod quiet;
 pub mod rules;
+pub mod secret;
 pub mod service;
 pub mod settings;
 pub mod stats;

@@ -9,19 +9,11 @@ use std::collections::HashMap;
 use super::build::Tree;
 use super::error::{ConfigError, ConfigErrors, Position};
 use super::files::ConfigFile;
+use super::options::LoadOptions;
 use super::parse::{parse_all, yaml_error};
 use super::raw::RawFile;
 use super::validate::Cx;
 use crate::rules::{content_hash, Domain, FailurePolicy, HashTag, Node, RuleIds, RuleSet, Source};
-
-/// Options of a load.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LoadOptions {
-    /// Merge files that name the same domain instead of rejecting them.
-    pub merge_domains: bool,
-    /// A load that finds no config file gives an empty rule set instead of an error.
-    pub allow_empty: bool,
-}
 
 /// Compiles already-read files into one rule set.
 pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, ConfigErrors> {

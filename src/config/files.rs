@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::compile::LoadOptions;
 use super::error::{ConfigError, Position};
+use super::options::LoadOptions;
 
 /// A config file read into memory.
 #[derive(Clone, Debug)]

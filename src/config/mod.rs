@@ -8,6 +8,7 @@ pub mod error;
 pub mod files;
 mod keys;
 mod lease;
+mod options;
 mod parse;
 pub mod raw;
 pub mod reloader;
@@ -20,9 +21,10 @@ mod algorithm_errors;
 
 use std::path::PathBuf;
 
-pub use compile::{compile, LoadOptions};
+pub use compile::compile;
 pub use error::{ConfigError, ConfigErrors, Position};
 pub use files::ConfigFile;
+pub use options::LoadOptions;
 pub use reloader::{Reloader, RuleTarget};
 
 use crate::rules::RuleSet;

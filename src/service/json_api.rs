@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::post;
 use axum::Router;
 
+use super::code_name::grpc_code_name;
 use super::pipeline::Pipeline;
-use super::rls::grpc_code_name;
 use super::{convert, json};
 use crate::clock::monotonic;
 use crate::limiter::Code;

@@ -3,6 +3,7 @@
 //! no policy.
 
 pub mod accept;
+pub mod code_name;
 pub mod convert;
 pub mod every_call;
 pub mod grpc;

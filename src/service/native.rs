@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
+use super::code_name::grpc_code_name;
 use super::convert;
 use super::pipeline::Pipeline;
-use super::rls::grpc_code_name;
 use crate::clock::monotonic;
 use crate::limiter::{NativeResponse, NativeStatus};
 use crate::metrics::Metrics;

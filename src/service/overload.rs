@@ -35,8 +35,8 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
+use super::code_name::grpc_code_name;
 use super::limits::decode_limit_message;
-use super::rls::grpc_code_name;
 use crate::clock::monotonic;
 use crate::metrics::Metrics;
 

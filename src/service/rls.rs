@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use super::code_name::grpc_code_name;
 use super::pipeline::Pipeline;
 use super::{convert, propagation};
 use crate::clock::monotonic;
@@ -83,29 +84,5 @@ impl<S: Store> RateLimitService for RlsService<S> {
             m.rpc("ShouldRateLimit", code, started.elapsed().as_secs_f64());
         }
         result
-    }
-}
-
-/// The canonical name of a gRPC status code, for metric labels.
-pub fn grpc_code_name(c: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match c {
-        Ok => "OK",
-        Cancelled => "CANCELLED",
-        Unknown => "UNKNOWN",
-        InvalidArgument => "INVALID_ARGUMENT",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        NotFound => "NOT_FOUND",
-        AlreadyExists => "ALREADY_EXISTS",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Aborted => "ABORTED",
-        OutOfRange => "OUT_OF_RANGE",
-        Unimplemented => "UNIMPLEMENTED",
-        Internal => "INTERNAL",
-        Unavailable => "UNAVAILABLE",
-        DataLoss => "DATA_LOSS",
-        Unauthenticated => "UNAUTHENTICATED",
     }
 }

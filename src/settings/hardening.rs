@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::rules::duration::parse as parse_duration;
+use crate::secret::Secret;
 
 #[derive(Debug, Clone, Args)]
 pub struct HardeningArgs {
@@ -149,39 +150,7 @@ pub struct TlsArgs {
     pub grpc_tls_reload_interval: Duration,
 }
 
-/// A value that must never reach a log line: its `Debug` is redacted.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Self {
-        Secret(s.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
-
 /// clap parser of a [`Secret`].
 pub fn parse_secret(s: &str) -> Result<Secret, String> {
-    Ok(Secret(s.to_string()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secrets_are_redacted() {
-        let s = Secret::new("hunter2");
-        assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
-        assert_eq!(s.expose(), "hunter2");
-    }
+    Ok(Secret::new(s))
 }

@@ -276,7 +276,7 @@ pub struct RedisArgs {
         value_parser = hardening::parse_secret,
         conflicts_with = "redis_password_file"
     )]
-    pub redis_password: Option<hardening::Secret>,
+    pub redis_password: Option<crate::secret::Secret>,
 
     /// File holding the Redis password (one line; a trailing newline is ignored).
     #[arg(long, env = "SLUICE_REDIS_PASSWORD_FILE", value_name = "PATH")]

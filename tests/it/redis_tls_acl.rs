@@ -18,7 +18,7 @@ use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::settings::hardening::Secret;
+use sluice::secret::Secret;
 use sluice::store::redis::breaker::BreakerOptions;
 use sluice::store::redis::{ClockSource, ConnectOptions, RedisOptions, RedisStore};
 use sluice::store::{Check, Deadline};

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::service::rls::grpc_code_name;
+use sluice::service::code_name::grpc_code_name;
 
 use crate::args::DescriptorTemplate;
 use crate::grpc::{self, Client};

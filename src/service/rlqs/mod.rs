@@ -20,8 +20,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::code_name::grpc_code_name;
 use super::limits::RequestLimits;
-use super::rls::grpc_code_name;
 use crate::limiter::share::Demands;
 use crate::limiter::Limiter;
 use crate::metrics::RlqsMetrics;

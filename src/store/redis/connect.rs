@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, ServerConfig, TlsConnector};
 
-use crate::settings::hardening::Secret;
+use crate::secret::Secret;
 
 /// How the store reaches Redis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use super::connect::{self, ConfigError, ConnectOptions};
 use super::library::LIBRARY;
 use super::resp::{self, Frame};
-use crate::settings::hardening::Secret;
+use crate::secret::Secret;
 
 /// A byte stream to Redis, plain or TLS.
 pub(super) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
