@@ -75,6 +75,63 @@ fn no_arrow_points_up_between_top_level_modules() {
     );
 }
 
+/// What a folder must not name, outside its tests: (folder, forbidden tokens or paths, why).
+const MUST_NOT_KNOW: &[(&str, &[&str], &str)] = &[
+    (
+        "algorithm/",
+        &["tokio", "async", "std::fs", "std::net", "std::io", "fred", "crate::clock", "crate::store"],
+        "algorithms are pure: no I/O, nothing async, time passed in",
+    ),
+    (
+        "limiter/",
+        &["tonic", "prost", "crate::proto", "crate::service"],
+        "the limiter holds the policy and no protobuf",
+    ),
+    (
+        "rules/",
+        &["crate::config", "crate::store", "crate::limiter"],
+        "the rule tree is built by config/ and read by the limiter, not the reverse",
+    ),
+];
+
+#[test]
+fn folders_do_not_know_what_the_map_says_they_must_not() {
+    let src = src_dir();
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    let mut wrong = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
+        let source = std::fs::read_to_string(f).unwrap();
+        let text = code_of(&source);
+        let tokens = tokenize(&text).join(" ").replace(" :: ", "::");
+        for (folder, words, why) in MUST_NOT_KNOW {
+            if !rel.starts_with(folder) {
+                continue;
+            }
+            for w in *words {
+                let hit = tokens.split(' ').any(|t| t == *w || t.starts_with(&format!("{w}::")));
+                if hit {
+                    wrong.push(format!("{rel} names `{w}` ({why})"));
+                }
+            }
+        }
+        // Config types are not model types: the serde layer stays inside config/.
+        if !rel.starts_with("config/") && tokens.contains("config::raw") {
+            wrong.push(format!("{rel} names config::raw (serde types never leave config/)"));
+        }
+        // Storage keys are built in one place.
+        let literals = source.split("#[cfg(test)]").next().unwrap_or_default();
+        let spelt = literals
+            .lines()
+            .any(|l| !l.trim_start().starts_with("//") && l.contains("sluice:v"));
+        if rel != "store/key.rs" && !rel.starts_with("bin/") && spelt {
+            wrong.push(format!("{rel} spells a storage key (keys are built in store/key.rs)"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 #[test]
 fn the_checker_sees_a_circle_and_an_upward_arrow() {
     // The checks above pass vacuously if the parser finds no imports: prove it finds them.
