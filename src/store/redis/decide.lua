@@ -12,6 +12,8 @@
 --                            descriptors live elsewhere (Redis Cluster): admission assumes the
 --                            descriptors not seen here pass; the caller undoes what it must
 --                     'undo' give back the hits of every check (they were charged by 'part')
+--                     'settle' as 'all' if the last key exists, which is then deleted; else
+--                            nothing changes and the reply is { -1 } (a reservation's claim)
 --   ARGV[2]    now in microseconds, or '' to read the Redis clock (TIME)
 --   ARGV[3]    number of checks, then FIELDS values per check:
 --              key index (into KEYS), algorithm code, limit, window (us), param (burst of a
@@ -1114,6 +1116,26 @@ end
 
 local n = tonumber(A[3])
 
+-- 'settle': a reservation's settlement, applied with its claim deleted (the last key: the
+-- record, or its claim in another slot) or not at all, so a failed settlement can be retried
+-- and a done one is not applied twice. The claim is deleted after every other write: a
+-- script Redis refuses at its first write (OOM, a replica) leaves the claim, and one that
+-- wrote goes on to its end.
+local claim = nil
+if scope == 'settle' then
+  claim = KEYS[#KEYS]
+  if redis.call('EXISTS', claim) == 0 then
+    return { -1 }
+  end
+  scope = 'all'
+end
+local function done(r)
+  if claim ~= nil then
+    redis.call('DEL', claim)
+  end
+  return r
+end
+
 if scope == 'fixed' then
   local taken = take_fixed_windows(KEYS, 0, A, 0, now, n)
   if taken ~= nil then
@@ -1305,7 +1327,7 @@ if all_allowed then
     end
     push(o.allowed, o.remaining, reset_of(o, takes_effect(c)), takes_effect(c), true)
   end
-  return reply
+  return done(reply)
 end
 
 -- Admission (batch.rs `admission`). In 'part' scope the quota rule (reject when every quota
@@ -1371,4 +1393,4 @@ for i, c in ipairs(checks) do
     push(before.allowed, before.remaining, before.reset, false, false)
   end
 end
-return reply
+return done(reply)
