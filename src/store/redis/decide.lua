@@ -173,7 +173,7 @@ local function new_fixed_window()
   function fixed_window.read(key)
     local f = redis.call('HGETALL', key)
     local s, v = tonumber(f[1]), tonumber(f[2])
-    if s == nil or v == nil or v < 1 then
+    if s == nil or v == nil or v < 1 or v > COUNT_CAP + 1 then
       return nil
     end
     return { s, v - 1 }
@@ -188,6 +188,9 @@ local function new_fixed_window()
     end
     redis.call('DEL', key)
     redis.call('HSET', key, st[1], st[2] + 1)
+    if read and read[1] < st[1] then
+      redis.call('HSET', key, int(read[1]), SUPERSEDED)
+    end
     redis.call('PEXPIRE', key, ms)
   end
 
@@ -1073,7 +1076,7 @@ local function take_fixed_windows(keys, ko, a, ao, now, n)
     if first[i] ~= nil then
       local key = keys[ko + i]
       if ended[i] then
-        redis.call('HDEL', key, ended[i])
+        supersede(key, ended[i])
       end
       local _, _, we = short_window(a[ao + i * 3 + 3], now)
       expire(key, we - now)
