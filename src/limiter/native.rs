@@ -2,7 +2,9 @@
 //! assembly as RLS: Check (optionally a dry run: decided, nothing charged), Reserve (charged
 //! at once, held as a [`Record`] in the store under a random id), Commit (the unused part
 //! given back, an overrun charged as debt) and Cancel (everything given back). A reservation
-//! not settled within its ttl expires in the store, and so counts as used.
+//! not settled within its ttl expires in the store, and so counts as used. A settlement is
+//! applied with the record dropped in one store step, or not at all (the reservation stays
+//! settleable): never answered by a failure policy.
 
 use super::assemble::{self, reported};
 use super::ietf_items;
@@ -139,17 +141,30 @@ impl<S: Store + Reservations> Limiter<S> {
         let now = self.clock().now();
         let expires_at = now.saturating_add(ttl);
         let record = Record::of(&plan, &verdicts, expires_at);
-        let id = new_id().map_err(LimitError::Unavailable)?;
+        let random = new_id().map_err(LimitError::Unavailable)?;
+        // The record shares its first counter's Redis Cluster slot: settling the record and
+        // giving that counter back are then one atomic script call.
+        let counters: Vec<&[u8]> = record.holds.iter().map(|h| h.key.as_slice()).collect();
+        let id = match counters.first() {
+            Some(near) => key::reservation_id(&random, near),
+            None => random,
+        };
         let key = key::reservation(&self.options().key_prefix, &id)
             .ok_or_else(|| LimitError::Unavailable("invalid reservation id".into()))?;
         let held = self
             .store()
-            .hold(&key, record.encode(), expires_at, now, deadline)
+            .hold(&key, record.encode(), &counters, expires_at, now, deadline)
             .await;
         if let Err(e) = held {
             // Not held, so never settled: give the charge back now (best effort; if this
             // fails too, the hits stay charged until their windows pass).
-            let _ = self.apply(&record, 0, deadline).await;
+            if let Ok(limits) = record.limits() {
+                let checks = settlement(&record, &limits, 0);
+                let _ = self
+                    .store()
+                    .decide(&checks, self.clock().now(), deadline)
+                    .await;
+            }
             return Err(e.into());
         }
         Ok((response, Some(id)))
@@ -162,18 +177,18 @@ impl<S: Store + Reservations> Limiter<S> {
         actual: u64,
         deadline: Deadline,
     ) -> Result<(), LimitError> {
-        let record = self.claim(id, deadline).await?;
-        self.apply(&record, actual, deadline).await
+        self.settle(id, actual, deadline).await
     }
 
     /// Cancel: gives back everything reservation `id` holds.
     pub async fn cancel(&self, id: &str, deadline: Deadline) -> Result<(), LimitError> {
-        let record = self.claim(id, deadline).await?;
-        self.apply(&record, 0, deadline).await
+        self.settle(id, 0, deadline).await
     }
 
-    /// Takes the record away (once: a second settle finds nothing and changes nothing).
-    async fn claim(&self, id: &str, deadline: Deadline) -> Result<Record, LimitError> {
+    /// Settles reservation `id` at `actual` hits: reads its record, then has the store apply
+    /// the settlement and drop the record in one step (see [`Reservations::settle`]). Once:
+    /// a second settle finds nothing and changes nothing. A failure leaves it settleable.
+    async fn settle(&self, id: &str, actual: u64, deadline: Deadline) -> Result<(), LimitError> {
         if id.is_empty() {
             return Err(LimitError::InvalidArgument(
                 "reservation_id must not be empty".into(),
@@ -188,44 +203,37 @@ impl<S: Store + Reservations> Limiter<S> {
         let now = self.clock().now();
         let bytes = self
             .store()
-            .claim(&key, now, deadline)
+            .read(&key, now, deadline)
             .await?
             .ok_or_else(not_found)?;
         let record = Record::decode(&bytes)
             .map_err(|e| LimitError::Unavailable(format!("reservation '{id}' unreadable: {e}")))?;
-        // Expired: settled as used (and gone from the store now, as it soon would be anyway).
+        // Expired: settled as used (the store drops it soon by itself).
         if record.expires_at <= now {
             return Err(not_found());
         }
-        Ok(record)
-    }
-
-    /// Settles every hold of `record` at `actual` hits in one store call.
-    async fn apply(
-        &self,
-        record: &Record,
-        actual: u64,
-        deadline: Deadline,
-    ) -> Result<(), LimitError> {
-        let limits: Vec<Limit> = record
-            .holds
-            .iter()
-            .map(|h| h.limit())
-            .collect::<Result<_, _>>()
-            .map_err(LimitError::Unavailable)?;
-        let checks: Vec<Check<'_>> = record
-            .holds
-            .iter()
-            .zip(&limits)
-            .enumerate()
-            .filter_map(|(i, (h, l))| h.settle(l, actual, i as u32))
-            .collect();
-        if checks.is_empty() {
-            return Ok(());
-        }
-        self.store()
-            .decide(&checks, self.clock().now(), deadline)
+        let limits = record.limits().map_err(LimitError::Unavailable)?;
+        let checks = settlement(&record, &limits, actual);
+        let settled = self
+            .store()
+            .settle(&key, &checks, self.clock().now(), deadline)
             .await?;
-        Ok(())
+        if settled {
+            Ok(())
+        } else {
+            // Settled meanwhile by a concurrent call.
+            Err(not_found())
+        }
     }
+}
+
+/// The checks that settle every hold of `record` at `actual` hits (`limits`: its holds').
+fn settlement<'a>(record: &'a Record, limits: &'a [Limit], actual: u64) -> Vec<Check<'a>> {
+    record
+        .holds
+        .iter()
+        .zip(limits)
+        .enumerate()
+        .filter_map(|(i, (h, l))| h.settle(l, actual, i as u32))
+        .collect()
 }

@@ -74,6 +74,11 @@ impl Record {
         }
     }
 
+    /// Each hold's limit, in order.
+    pub fn limits(&self) -> Result<Vec<Limit>, String> {
+        self.holds.iter().map(Hold::limit).collect()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }

@@ -4,7 +4,9 @@
 //! A request fails as a whole, so one policy answers it: the strictest of its checks'
 //! policies, in the order deny > unavailable > local > allow. A login limit that fails closed
 //! thus rejects the requests it is part of even where the other descriptors would fail open,
-//! and a request whose descriptors all fail open is let through.
+//! and a request whose descriptors all fail open is let through. A request that gives hits
+//! back (`is_negative_hits`) always fails as `unavailable`: answering a refund that was not
+//! applied would lose it.
 
 use std::sync::Arc;
 
@@ -81,7 +83,13 @@ impl<S: Store> Fallback<S> {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
-        let policy = FailurePolicy::of_request(checks, self.policy);
+        // A refund the store did not apply must not be answered OK (the hits given back would
+        // be lost, the client told otherwise): the request fails, whatever the policy.
+        let policy = if checks.iter().any(|c| c.ask.refund) {
+            FailurePolicy::Unavailable
+        } else {
+            FailurePolicy::of_request(checks, self.policy)
+        };
         if let Some(hook) = &self.on_error {
             hook(&err, policy);
         }
@@ -128,6 +136,7 @@ impl<S: Store> Store for Fallback<S> {
 mod tests {
     use super::*;
     use crate::algorithm::{Ask, Limit};
+    use FailurePolicy::*;
 
     /// A store that always fails, as a Redis that is down.
     struct Down;
@@ -172,6 +181,26 @@ mod tests {
             !f.decide(&c, now, Deadline::NONE).await.unwrap()[0].allowed,
             "the local limit holds"
         );
+    }
+
+    #[tokio::test]
+    async fn a_refund_the_store_did_not_apply_fails_under_every_policy() {
+        let l = Limit::fixed_window(5, 60_000_000);
+        let refund = [
+            Check::new(b"a", &l, Ask::take(1)),
+            Check {
+                group: 1,
+                ..Check::new(b"k", &l, Ask::refund(2))
+            },
+        ];
+        let local = Arc::new(MemoryStore::new(100));
+        for policy in [Allow, Deny, Local, Unavailable] {
+            let f = Fallback::new(Down, policy, Some(local.clone()));
+            assert!(
+                f.decide(&refund, 1, Deadline::NONE).await.is_err(),
+                "{policy:?}"
+            );
+        }
     }
 }
 

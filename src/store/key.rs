@@ -2,7 +2,8 @@
 //!
 //! `[prefix]sluice:v2:{<domain>|<k>=<v>|...}:<shape>`, or with `redis_hash_tag: domain`
 //! `[prefix]sluice:v2:{<domain>}|<k>=<v>|...:<shape>` (every key of the domain in one slot).
-//! A reservation record of the native API is `[prefix]sluice:v2:reservation:{<id>}` ([`reservation`]).
+//! A reservation record of the native API is `[prefix]sluice:v2:reservation:{<tag>}<random>`
+//! ([`reservation`]).
 //!
 //! * Every user-supplied byte outside `[A-Za-z0-9._/@-]` is percent-encoded, `%` included, so
 //!   the encoding is injective and the separators `|`, `=`, `~`, `:`, `{`, `}` never come from
@@ -18,6 +19,7 @@
 //!   are not, so raising a limit keeps the count. Optional parameters contain `=`, which a
 //!   name never does (it is escaped), so the fields cannot be confused.
 
+use super::slot_tag;
 use crate::algorithm::{Algorithm, Limit};
 use crate::model::Entry;
 
@@ -26,19 +28,49 @@ pub const VERSION: &str = "v2";
 
 /// The key of a reservation record. The id is sluice's own (hex digits, never a client's
 /// bytes: [`reservation`] refuses anything else), so it cannot collide with a counter's key,
-/// whose `{` is followed by an escaped domain and a `|`.
+/// whose `{` is followed by an escaped domain and a `|`. An id `<random>.<tag>` (see
+/// [`reservation_id`]) keys `...:reservation:{<tag>}<random>`, in the slot of the counter the
+/// tag names; an id of hex digits alone (older sluice) keys `...:reservation:{<id>}`.
 pub fn reservation(prefix: &[u8], id: &str) -> Option<Vec<u8>> {
-    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let (tag, rest) = match id.split_once('.') {
+        Some((random, tag)) if hex(random) && hex(tag) => (tag, random),
+        None if hex(id) => (id, ""),
+        _ => return None,
+    };
     let mut out = Vec::with_capacity(prefix.len() + 40 + id.len());
     out.extend_from_slice(prefix);
     out.extend_from_slice(b"sluice:");
     out.extend_from_slice(VERSION.as_bytes());
     out.extend_from_slice(b":reservation:{");
-    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(tag.as_bytes());
     out.push(b'}');
+    out.extend_from_slice(rest.as_bytes());
     Some(out)
+}
+
+/// The id of a new reservation whose record shares the Redis Cluster slot of counter key
+/// `near` (`random`: hex digits).
+pub fn reservation_id(random: &str, near: &[u8]) -> String {
+    format!("{random}.{}", slot_tag::tag(slot_tag::slot_of(near)))
+}
+
+/// The claim a reservation keeps in `slot` besides its record (a record's counters may span
+/// slots; see `RedisStore`'s settle): the record's key with that slot's tag in front of its
+/// own, so each record has one claim per slot.
+pub fn reservation_claim(record: &[u8], slot: u16) -> Vec<u8> {
+    let tag = slot_tag::tag(slot);
+    let open = record
+        .iter()
+        .position(|&b| b == b'{')
+        .unwrap_or(record.len());
+    let mut out = Vec::with_capacity(record.len() + tag.len() + 3);
+    out.extend_from_slice(&record[..open]);
+    out.push(b'{');
+    out.extend_from_slice(tag.as_bytes());
+    out.push(b'}');
+    out.extend_from_slice(&record[open..]);
+    out
 }
 
 /// One entry of a descriptor as it enters a key.

@@ -110,6 +110,14 @@ impl<S: Store> LocalCache<S> {
         Some(out)
     }
 
+    /// Drops `key`'s entry (its hits were given back).
+    pub fn forget(&self, key: &[u8]) {
+        let mut shard = self.shard(key);
+        if !shard.map.is_empty() {
+            shard.map.remove(key);
+        }
+    }
+
     /// Remembers what the backend rejected; forgets keys it allowed or refunded.
     fn learn(&self, checks: &[Check<'_>], verdicts: &[Verdict], now: Micros) {
         if self.per_shard == 0 {
@@ -130,10 +138,7 @@ impl<S: Store> LocalCache<S> {
                     },
                 );
             } else if v.allowed || c.ask.refund {
-                let mut shard = self.shard(c.key);
-                if !shard.map.is_empty() {
-                    shard.map.remove(c.key);
-                }
+                self.forget(c.key);
             }
         }
     }

@@ -9,6 +9,7 @@ pub mod map_table;
 pub mod memory;
 pub mod redis;
 pub mod reservations;
+pub mod slot_tag;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -11,30 +11,44 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 
-use super::{Deadline, ErrorKind, Fallback, LocalCache, MemoryStore, StoreError};
+use super::{Check, Deadline, ErrorKind, Fallback, LocalCache, MemoryStore, StoreError};
 use crate::model::Micros;
 
 /// Where reservation records are kept.
 pub trait Reservations: Send + Sync + 'static {
     /// Keeps `record` under `key` (built by [`key::reservation`](super::key::reservation) from
-    /// a random id: none is held already) until `expires_at`.
+    /// a random id: none is held already) until `expires_at`. `counters`: the keys its holds
+    /// charged (Redis Cluster keeps a claim in each of their slots besides the record's).
     fn hold(
         &self,
         key: &[u8],
         record: Vec<u8>,
+        counters: &[&[u8]],
         expires_at: Micros,
         now: Micros,
         deadline: Deadline,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Takes the record of `key` away, atomically: of any number of claims, one gets it.
-    /// `None`: unknown, expired or claimed already.
-    fn claim(
+    /// The record of `key`, left where it is. `None`: unknown, expired or settled already.
+    fn read(
         &self,
         key: &[u8],
         now: Micros,
         deadline: Deadline,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+
+    /// Settles the record of `key`: decides `checks` (its refunds and overruns) and drops the
+    /// record, both or neither, so a settlement that fails leaves the reservation settleable
+    /// and one that succeeds cannot be applied twice. `Ok(false)`: the record was gone
+    /// (settled by a concurrent call, or expired), nothing was applied. Never answered by a
+    /// failure policy: what the store did not apply is an error.
+    fn settle(
+        &self,
+        key: &[u8],
+        checks: &[Check<'_>],
+        now: Micros,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
 /// Key -> (expiry, record).
@@ -72,6 +86,12 @@ impl Records {
         true
     }
 
+    pub fn read(&self, key: &[u8], now: Micros) -> Option<Vec<u8>> {
+        let map = self.lock();
+        let (expiry, record) = map.get(key)?;
+        (*expiry > now).then(|| record.clone())
+    }
+
     pub fn claim(&self, key: &[u8], now: Micros) -> Option<Vec<u8>> {
         let (expiry, record) = self.lock().remove(key)?;
         (expiry > now).then_some(record)
@@ -99,6 +119,7 @@ impl Reservations for MemoryStore {
         &self,
         key: &[u8],
         record: Vec<u8>,
+        _: &[&[u8]],
         expires_at: Micros,
         now: Micros,
         _: Deadline,
@@ -117,37 +138,28 @@ impl Reservations for MemoryStore {
         }
     }
 
-    async fn claim(
+    async fn read(
         &self,
         key: &[u8],
         now: Micros,
         _: Deadline,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.records().claim(key, now))
-    }
-}
-
-/// The failure policy answers decisions only: a record is kept by the primary store or not at
-/// all (a reservation held in one instance's memory could not be settled through another).
-impl<S: Reservations + super::Store> Reservations for Fallback<S> {
-    fn hold(
-        &self,
-        key: &[u8],
-        record: Vec<u8>,
-        expires_at: Micros,
-        now: Micros,
-        deadline: Deadline,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.primary().hold(key, record, expires_at, now, deadline)
+        Ok(self.records().read(key, now))
     }
 
-    fn claim(
+    async fn settle(
         &self,
         key: &[u8],
+        checks: &[Check<'_>],
         now: Micros,
-        deadline: Deadline,
-    ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
-        self.primary().claim(key, now, deadline)
+        _: Deadline,
+    ) -> Result<bool, StoreError> {
+        // Of concurrent settles one claims the record; deciding in memory cannot fail.
+        if self.records().claim(key, now).is_none() {
+            return Ok(false);
+        }
+        self.decide_now(checks, now);
+        Ok(true)
     }
 }
 
@@ -156,43 +168,86 @@ impl<S: Reservations + super::Store> Reservations for LocalCache<S> {
         &self,
         key: &[u8],
         record: Vec<u8>,
+        counters: &[&[u8]],
         expires_at: Micros,
         now: Micros,
         deadline: Deadline,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.inner().hold(key, record, expires_at, now, deadline)
+        self.inner()
+            .hold(key, record, counters, expires_at, now, deadline)
     }
 
-    fn claim(
+    fn read(
         &self,
         key: &[u8],
         now: Micros,
         deadline: Deadline,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
-        self.inner().claim(key, now, deadline)
+        self.inner().read(key, now, deadline)
+    }
+
+    async fn settle(
+        &self,
+        key: &[u8],
+        checks: &[Check<'_>],
+        now: Micros,
+        deadline: Deadline,
+    ) -> Result<bool, StoreError> {
+        let settled = self.inner().settle(key, checks, now, deadline).await?;
+        if settled {
+            // As a refund decided through the cache: the hits given back may pass now.
+            for c in checks.iter().filter(|c| c.ask.refund) {
+                self.forget(c.key);
+            }
+        }
+        Ok(settled)
     }
 }
 
-impl<S: Reservations> Reservations for std::sync::Arc<S> {
-    fn hold(
-        &self,
-        key: &[u8],
-        record: Vec<u8>,
-        expires_at: Micros,
-        now: Micros,
-        deadline: Deadline,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).hold(key, record, expires_at, now, deadline)
-    }
+/// Forwards every call of a wrapper to the store it wraps.
+macro_rules! forward {
+    ($(impl[$($g:tt)*] $ty:ty => $inner:ident;)*) => {$(
+        impl<$($g)*> Reservations for $ty {
+            fn hold(
+                &self,
+                key: &[u8],
+                record: Vec<u8>,
+                counters: &[&[u8]],
+                expires_at: Micros,
+                now: Micros,
+                deadline: Deadline,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                self.$inner().hold(key, record, counters, expires_at, now, deadline)
+            }
 
-    fn claim(
-        &self,
-        key: &[u8],
-        now: Micros,
-        deadline: Deadline,
-    ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
-        (**self).claim(key, now, deadline)
-    }
+            fn read(
+                &self,
+                key: &[u8],
+                now: Micros,
+                deadline: Deadline,
+            ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send {
+                self.$inner().read(key, now, deadline)
+            }
+
+            fn settle(
+                &self,
+                key: &[u8],
+                checks: &[Check<'_>],
+                now: Micros,
+                deadline: Deadline,
+            ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+                self.$inner().settle(key, checks, now, deadline)
+            }
+        }
+    )*};
+}
+
+// The failure policy answers decisions only: a record is kept, and a settlement applied, by
+// the primary store or not at all (a reservation held in one instance's memory could not be
+// settled through another, and a settlement answered by a policy would be lost).
+forward! {
+    impl[S: Reservations + super::Store] Fallback<S> => primary;
+    impl[S: Reservations] std::sync::Arc<S> => as_ref;
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ impl TlsRedis {
                 l.local_addr().unwrap().port()
             };
             let p = |p: &Path| p.display().to_string();
-            let child = Command::new("redis-server")
+            let child = Command::new(crate::support::redis::server_binary())
                 .args(["--port", "0", "--tls-port", &port.to_string()])
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--tls-cert-file", &p(&server_cert)])

@@ -12,6 +12,8 @@
 --                            descriptors live elsewhere (Redis Cluster): admission assumes the
 --                            descriptors not seen here pass; the caller undoes what it must
 --                     'undo' give back the hits of every check (they were charged by 'part')
+--                     'settle' as 'all' if the last key exists, which is then deleted; else
+--                            nothing changes and the reply is { -1 } (a reservation's claim)
 --   ARGV[2]    now in microseconds, or '' to read the Redis clock (TIME)
 --   ARGV[3]    number of checks, then FIELDS values per check:
 --              key index (into KEYS), algorithm code, limit, window (us), param (burst of a
@@ -171,7 +173,7 @@ local function new_fixed_window()
   function fixed_window.read(key)
     local f = redis.call('HGETALL', key)
     local s, v = tonumber(f[1]), tonumber(f[2])
-    if s == nil or v == nil or v < 1 then
+    if s == nil or v == nil or v < 1 or v > COUNT_CAP + 1 then
       return nil
     end
     return { s, v - 1 }
@@ -186,6 +188,9 @@ local function new_fixed_window()
     end
     redis.call('DEL', key)
     redis.call('HSET', key, st[1], st[2] + 1)
+    if read and read[1] < st[1] then
+      redis.call('HSET', key, int(read[1]), SUPERSEDED)
+    end
     redis.call('PEXPIRE', key, ms)
   end
 
@@ -1071,7 +1076,7 @@ local function take_fixed_windows(keys, ko, a, ao, now, n)
     if first[i] ~= nil then
       local key = keys[ko + i]
       if ended[i] then
-        redis.call('HDEL', key, ended[i])
+        supersede(key, ended[i])
       end
       local _, _, we = short_window(a[ao + i * 3 + 3], now)
       expire(key, we - now)
@@ -1113,6 +1118,26 @@ if now == nil then
 end
 
 local n = tonumber(A[3])
+
+-- 'settle': a reservation's settlement, applied with its claim deleted (the last key: the
+-- record, or its claim in another slot) or not at all, so a failed settlement can be retried
+-- and a done one is not applied twice. The claim is deleted after every other write: a
+-- script Redis refuses at its first write (OOM, a replica) leaves the claim, and one that
+-- wrote goes on to its end.
+local claim = nil
+if scope == 'settle' then
+  claim = KEYS[#KEYS]
+  if redis.call('EXISTS', claim) == 0 then
+    return { -1 }
+  end
+  scope = 'all'
+end
+local function done(r)
+  if claim ~= nil then
+    redis.call('DEL', claim)
+  end
+  return r
+end
 
 if scope == 'fixed' then
   local taken = take_fixed_windows(KEYS, 0, A, 0, now, n)
@@ -1305,7 +1330,7 @@ if all_allowed then
     end
     push(o.allowed, o.remaining, reset_of(o, takes_effect(c)), takes_effect(c), true)
   end
-  return reply
+  return done(reply)
 end
 
 -- Admission (batch.rs `admission`). In 'part' scope the quota rule (reject when every quota
@@ -1371,4 +1396,4 @@ for i, c in ipairs(checks) do
     push(before.allowed, before.remaining, before.reset, false, false)
   end
 end
-return reply
+return done(reply)

@@ -19,3 +19,18 @@ end
 local function expire(key, left)
   redis.call('PEXPIRE', key, ttl_ms(left))
 end
+
+-- fixed_window: a window replaced by a later one (an instance whose clock runs ahead, a Redis
+-- clock stepped back) keeps its field, set to this mark, after the later window's field, so a
+-- take still counting in it (a plain take, plain.rs: `HINCRBY key <start> 1`) finds a value
+-- no count reaches (counts stay at most COUNT_CAP + 1) and is decided by the script instead;
+-- had the field been deleted, the take would make a fresh one and its successors count on it
+-- beside the later window. Readers skip the mark (a field's value above COUNT_CAP + 1).
+local SUPERSEDED = 9007199254740992 -- 2^53
+
+-- Marks `field` of fixed_window `key` superseded (moved after the other fields: readers take
+-- the first field as the window).
+local function supersede(key, field)
+  redis.call('HDEL', key, field)
+  redis.call('HSET', key, field, SUPERSEDED)
+end

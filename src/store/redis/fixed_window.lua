@@ -11,7 +11,8 @@
 -- State (layout v2, shared with decide.lua): a hash of one field, the window's start (us),
 -- holding the count plus one (so that a count given back to 0 still marks its window, and
 -- HINCRBY on an absent field tells itself apart by its result). A later window replaces an
--- earlier one; the key expires GRACE_MS (expiry.lua) after its window's end.
+-- earlier one, whose field stays as a mark (SUPERSEDED, expiry.lua); the key expires
+-- GRACE_MS (expiry.lua) after its window's end.
 --
 -- Reply: { now, flags (1 allowed + 2 charged), remaining, reset (us) }.
 
@@ -70,9 +71,10 @@ local function fixed_window(key, now, a2, a3, a4, a5, a6, limit, hits, mode, ws,
       if after <= limit and after <= COUNT_CAP then
         return 3, limit - after, we - now
       end
-      -- Rejected, or past the cap (the general path below saturates): give it back.
+      -- Rejected, or past the cap (the general path below saturates; a superseded window's
+      -- mark is past it too): give it back.
       redis.call('HINCRBY', key, last_field, -hits)
-      if after > limit then
+      if after > limit and after <= COUNT_CAP then
         return 0, 0, we - now
       end
     elseif c == hits then
@@ -94,10 +96,10 @@ local function fixed_window(key, now, a2, a3, a4, a5, a6, limit, hits, mode, ws,
         end
       end
       if other ~= nil and hits <= limit and hits <= COUNT_CAP then
-        if other then
-          redis.call('HDEL', key, other)
-        end
         redis.call('HINCRBY', key, last_field, 1)
+        if other then
+          supersede(key, other)
+        end
         expire(key, we - now)
         return 3, limit - hits, we - now
       end
@@ -112,7 +114,7 @@ local function fixed_window(key, now, a2, a3, a4, a5, a6, limit, hits, mode, ws,
   local f = redis.call('HGETALL', key)
   if f[1] ~= nil then
     local s, v = tonumber(f[1]), tonumber(f[2])
-    if s ~= nil and v ~= nil and v >= 1 then
+    if s ~= nil and v ~= nil and v >= 1 and v <= COUNT_CAP + 1 then
       stored = s
       if s >= ws then
         if s ~= ws then
@@ -172,6 +174,9 @@ local function fixed_window(key, now, a2, a3, a4, a5, a6, limit, hits, mode, ws,
     if stored ~= start then
       redis.call('DEL', key)
       redis.call('HSET', key, start, after + 1)
+      if stored ~= nil and stored < start then
+        redis.call('HSET', key, string.format('%.17g', stored), SUPERSEDED)
+      end
       expire(key, e - now)
     else
       redis.call('HSET', key, start, after + 1)

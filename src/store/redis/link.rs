@@ -132,8 +132,10 @@ enum Waiter {
         take: Take,
         last: bool,
     },
-    /// A command nobody waits for (a rejected plain take's hit given back).
-    Ignored,
+    /// A plain take's `fixed_window_mend`: the take's hit is in Redis already, so if the
+    /// connection drops before it is written, its caller learns that its call may have run
+    /// (never "not sent": deciding it again elsewhere would count the hit twice).
+    Mend(Reply),
 }
 
 /// A decision in a `batch` call: who waits for it, and how `batch` answers it.
@@ -194,11 +196,12 @@ impl State {
         };
         for w in &mut self.waiting {
             match w {
-                Waiter::One(r) | Waiter::Fcall(r, _) | Waiter::Plain { reply: r, .. } => {
-                    keep(r.expire(now))
-                }
+                Waiter::One(r)
+                | Waiter::Mend(r)
+                | Waiter::Fcall(r, _)
+                | Waiter::Plain { reply: r, .. } => keep(r.expire(now)),
                 Waiter::Batch(rs) => rs.iter_mut().for_each(|b| keep(b.reply.expire(now))),
-                Waiter::Time | Waiter::Ignored => {}
+                Waiter::Time => {}
             }
         }
         for e in &mut self.queued.entries {
@@ -635,8 +638,9 @@ impl Shared {
                 Waiter::One(mut r)
                 | Waiter::Fcall(mut r, _)
                 | Waiter::Plain { reply: mut r, .. } => r.send(Err(e())),
+                Waiter::Mend(mut r) => r.send(Err(CallError::Lost(why.to_string()))),
                 Waiter::Batch(rs) => rs.into_iter().for_each(|mut b| b.reply.send(Err(e()))),
-                Waiter::Time | Waiter::Ignored => {}
+                Waiter::Time => {}
             }
         }
         for mut e in s.queued.entries.drain(..) {
@@ -871,10 +875,10 @@ fn learn(plain: &mut Plain, fingerprint: u64, window: i64, answer: &Frame) {
     let Frame::Array(Some(a)) = answer else {
         return;
     };
-    if let [Frame::Integer(now), Frame::Integer(flags), ..] = a[..] {
+    if let [Frame::Integer(now), Frame::Integer(flags), _, Frame::Integer(reset)] = a[..] {
         plain.saw_clock(now);
         if flags & 2 != 0 {
-            plain.learn(fingerprint, window, now);
+            plain.learn(fingerprint, window, now, reset);
         }
     }
 }
@@ -892,7 +896,7 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
         at += used;
         // A caller that gave up (timeout) is simply gone.
         match s.waiting.pop_front() {
-            Some(Waiter::One(mut w)) => w.send(Ok(frame)),
+            Some(Waiter::One(mut w) | Waiter::Mend(mut w)) => w.send(Ok(frame)),
             Some(Waiter::Fcall(mut w, plain)) => {
                 s.fcall_in_flight = false;
                 if fcall_refused(&mut s, &frame) {
@@ -908,7 +912,6 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
                 // Not a clock (an error): the write's plain takes are decided again.
                 s.plain.saw_time(&frame);
             }
-            Some(Waiter::Ignored) => {}
             Some(Waiter::Plain {
                 mut reply,
                 take,
@@ -925,16 +928,10 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
                 let s = &mut *s;
                 match s.plain.decide(&take, c) {
                     Outcome::Answer(a) => reply.send(Ok(a)),
-                    Outcome::Rejected(a) => {
-                        reply.send(Ok(a));
-                        Plain::encode_take(&mut s.out, &take, -1);
-                        s.waiting.push_back(Waiter::Ignored);
-                        s.unsent += 1;
-                    }
                     // Sent even when its caller has gone: the take's hit is in Redis.
                     Outcome::Mend(what) => {
                         Plain::encode_mend(&mut s.out, LIBRARY.mend(), &take, what);
-                        s.waiting.push_back(Waiter::One(reply));
+                        s.waiting.push_back(Waiter::Mend(reply));
                         s.unsent += 1;
                     }
                 }
@@ -1116,7 +1113,12 @@ mod tests {
             for key in ["a", "b"] {
                 let mut bulk = Vec::new();
                 resp::bulk(&mut bulk, key.as_bytes());
-                s.plain.learn(Plain::fingerprint(&bulk), 60_000_000, now);
+                s.plain.learn(
+                    Plain::fingerprint(&bulk),
+                    60_000_000,
+                    now,
+                    start + 60_000_000 - now,
+                );
             }
             // `a` and `b` charged in this window; `c` not seen; `d` of two hits.
             for (key, hits) in [("a", 1), ("b", 1), ("c", 1), ("d", 2)] {
@@ -1150,16 +1152,23 @@ mod tests {
         .into_bytes();
         deliver(&shared, &mut inbox).unwrap();
         assert!(inbox.is_empty());
-        let reset = start + 60_000_000 - now;
-        let a = rxs[0].try_recv().unwrap().unwrap();
-        assert_eq!(resp::integers(a).unwrap(), vec![now, 0, 0, reset]);
+        assert!(rxs[0].try_recv().is_err(), "a waits for its retake");
         assert!(rxs[1].try_recv().is_err(), "b waits for its mend");
         let s = shared.lock();
         let ws = start.to_string();
         assert_eq!(
             commands(&s.out),
             vec![
-                vec!["HINCRBY", "a", &ws, "-1"],
+                vec![
+                    "FCALL",
+                    LIBRARY.mend(),
+                    "1",
+                    "a",
+                    "retake",
+                    &ws,
+                    "3",
+                    "60000000"
+                ],
                 vec![
                     "FCALL",
                     LIBRARY.mend(),
@@ -1173,11 +1182,19 @@ mod tests {
             ]
         );
         assert_eq!(s.unsent, 2);
-        // Still waiting: the batch (c and d), then the give-back and the mend.
+        // Still waiting: the batch (c and d), then the two mends.
         assert!(matches!(
             s.waiting.iter().collect::<Vec<_>>()[..],
-            [Waiter::Batch(_), Waiter::Ignored, Waiter::One(_)]
+            [Waiter::Batch(_), Waiter::Mend(_), Waiter::Mend(_)]
         ));
+        drop(s);
+        // The connection drops before the mends leave: their takes' hits are in Redis, so
+        // their callers learn that their calls may have run (not "not sent": deciding them
+        // again elsewhere would count twice).
+        shared.close("killed");
+        for rx in &mut rxs[..2] {
+            assert!(matches!(rx.try_recv(), Ok(Err(CallError::Lost(_)))));
+        }
     }
 
     #[test]

@@ -532,7 +532,7 @@ impl Inner {
         &self,
         client: &Client,
         checks: &[C],
-        scope: Scope,
+        scope: Scope<'k>,
         now: When,
         timeout: Duration,
     ) -> Result<script::Reply, StoreError> {

@@ -19,9 +19,19 @@
 //!   the field absent anyway (the key was deleted or evicted, the server replaced) has made
 //!   the window's field (`count + 1` = 1: the window's mark, nothing counted): `settle` does
 //!   what a window's first take does (drops earlier windows, sets the expiry), then decides.
-//! - A rejected take is given back by a `HINCRBY .. -1` in the next write. Meanwhile its key
-//!   reads one over a count that was already at its limit, which rejects nothing a one-hit
-//!   take would not have been rejected for.
+//! - Nothing is given back fire-and-forget: a key goes plain only while its count last seen
+//!   was below its limit (the take that reaches it makes the key's next takes go to the
+//!   script, which rejects without writing), and a plain take that still finds the limit
+//!   reached (sent before that was seen, or counted by another connection) is decided again
+//!   by `fixed_window_mend` (`retake`: its hit given back and the script's decision, in one
+//!   call its caller waits for; if the connection drops first, the caller learns that its
+//!   call may have run).
+//! - A window replaced by a later one keeps its field as a mark (`SUPERSEDED`, expiry.lua)
+//!   that no count reaches: a take that finds it is `retake`n, and counts in the later window
+//!   as the scripts' rule says. So no take is answered from a field that a later window's
+//!   write removes (a take making a fresh field beside a later window, with its successors
+//!   counting on it, over-admitted). A key is learnt charged only from a script's charge in
+//!   the window of Redis' clock, not in a later window the key held.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
@@ -75,8 +85,6 @@ pub(super) struct Take {
 pub(super) enum Outcome {
     /// The answer, as the fixed_window script gives it (`now flags remaining reset`).
     Answer(Frame),
-    /// Rejected: the answer, and the hit is to be given back.
-    Rejected(Frame),
     /// Not decided: the library's `fixed_window_mend` is to decide it (`retake` or `settle`).
     Mend(&'static str),
 }
@@ -126,9 +134,14 @@ impl Plain {
         self.charged.insert(fingerprint, start);
     }
 
-    /// A script's answer for a fixed_window take charged the key at `now`.
-    pub fn learn(&mut self, fingerprint: u64, window: i64, now: Micros) {
-        self.charged(fingerprint, Window::epoch_aligned(now, window).window_start);
+    /// A script's answer for a fixed_window take charged the key at `now`, in the window
+    /// ending `reset` later. Only a charge in the window of `now` counts: one in a later
+    /// window (the key holds one) must not send takes to the window of `now`.
+    pub fn learn(&mut self, fingerprint: u64, window: i64, now: Micros, reset: Micros) {
+        let w = Window::epoch_aligned(now, window);
+        if now.saturating_add(reset) == w.window_end.min(MAX_SAFE as i64) {
+            self.charged(fingerprint, w.window_start);
+        }
     }
 
     /// The take to send plain for a queued fixed_window decision on `key`, if it may go so
@@ -204,13 +217,19 @@ impl Plain {
             self.charged.remove(&t.fingerprint);
             return Outcome::Mend("retake");
         }
+        let count = c - 1;
+        if count > COUNT_CAP as i64 {
+            // The window was superseded by a later one (`SUPERSEDED`, expiry.lua), which is
+            // where the take counts: the script decides it.
+            self.charged.remove(&t.fingerprint);
+            return Outcome::Mend("retake");
+        }
         if c < 2 {
             // The field was absent: this take made its window's mark.
             self.charged.remove(&t.fingerprint);
             return Outcome::Mend("settle");
         }
         let end = w.window_end.min(MAX_SAFE as i64);
-        let count = c - 1;
         let answer = |flags: i64, remaining: i64| {
             Frame::Array(Some(vec![
                 Frame::Integer(now),
@@ -219,10 +238,18 @@ impl Plain {
                 Frame::Integer(end - now),
             ]))
         };
-        if count <= t.args.limit {
+        if count < t.args.limit {
             Outcome::Answer(answer(3, t.args.limit - count))
+        } else if count == t.args.limit {
+            // The last hit: the key's next takes go to the script, which rejects without
+            // writing, so no plain take needs giving back (but those already sent).
+            self.charged.remove(&t.fingerprint);
+            Outcome::Answer(answer(3, 0))
         } else {
-            Outcome::Rejected(answer(0, 0))
+            // Sent before the limit was seen reached: the script gives the hit back and
+            // decides, in one call the caller waits for (no give-back left behind).
+            self.charged.remove(&t.fingerprint);
+            Outcome::Mend("retake")
         }
     }
 }
@@ -282,7 +309,13 @@ mod tests {
         let now = 1_800_000_000_000_000;
         p.saw_clock(now);
         assert!(take(&p, 10, w).is_none(), "charged in another window");
-        p.learn(fp, w, now);
+        let reset = w - now % w;
+        p.learn(fp, w, now, reset + w);
+        assert!(
+            take(&p, 10, w).is_none(),
+            "charged in a later window than now's"
+        );
+        p.learn(fp, w, now, reset);
         let t = take(&p, 10, w).unwrap();
         assert_eq!(t.start, now - now % w);
     }
@@ -297,7 +330,7 @@ mod tests {
         let mut key = Vec::new();
         resp::bulk(&mut key, b"k");
         let fp = Plain::fingerprint(&key);
-        p.learn(fp, w, now);
+        p.learn(fp, w, now, start + w - now);
         let t = take(&p, 3, w).unwrap();
         assert!(p.saw_time(&time(now)));
         // count + 1 after the take: 2 -> the first hit counted, 2 left.
@@ -305,15 +338,20 @@ mod tests {
             panic!()
         };
         assert_eq!(ints(&a), vec![now, 3, 2, start + w - now]);
+        // The last hit: answered, and the key's next takes go to the script.
         let Outcome::Answer(a) = p.decide(&t, 4) else {
             panic!()
         };
         assert_eq!(ints(&a)[1..3], [3, 0]);
-        let Outcome::Rejected(a) = p.decide(&t, 5) else {
-            panic!()
-        };
-        assert_eq!(ints(&a)[1..3], [0, 0]);
+        assert!(take(&p, 3, w).is_none());
+        // One sent before that was seen: decided again by the script, nothing left to give back.
+        assert_eq!(p.decide(&t, 5), Outcome::Mend("retake"));
+        // A superseded window's mark (2^53): the later window decides.
+        p.learn(fp, w, now, start + w - now);
+        assert_eq!(p.decide(&t, (1 << 53) + 1), Outcome::Mend("retake"));
+        assert!(take(&p, 3, w).is_none());
         // The field was absent: settle, and the key is no longer taken plain.
+        p.learn(fp, w, now, start + w - now);
         assert_eq!(p.decide(&t, 1), Outcome::Mend("settle"));
         assert!(take(&p, 3, w).is_none());
     }
@@ -334,7 +372,7 @@ mod tests {
             },
             start: now - now % w,
         };
-        p.learn(t.fingerprint, w, now);
+        p.learn(t.fingerprint, w, now, w - now % w);
         assert!(p.saw_time(&time(now + 20)));
         assert_eq!(p.decide(&t, 2), Outcome::Mend("retake"));
         assert!(!p.saw_time(&Frame::Integer(1)));

@@ -1,7 +1,9 @@
-//! Reservation records in Redis ([`Reservations`]): `SET key record PX ttl` to hold one,
-//! `GETDEL key` to claim it (atomic in Redis: of two claims, one gets the record). Redis 6.2
-//! or newer. The record's key carries its own hash tag, so on Cluster it is one call to the
-//! slot's primary, `MOVED` followed as the scripts' calls are.
+//! Reservation records in Redis ([`Reservations`]): `SET key record PX ttl` to hold one, `GET`
+//! to read it, and the decision script's `settle` scope to apply a settlement and delete the
+//! record in one atomic call (never `GETDEL` first: a settlement that then failed would be
+//! lost with its record). The record's key carries the hash tag of its first counter's slot,
+//! so on Cluster that counter settles with it; a counter in another slot settles with a claim
+//! held there beside the record.
 
 use std::time::Duration;
 
@@ -12,9 +14,10 @@ use fred::util::redis_keyslot;
 
 use super::errors::{error, from_fred};
 use super::redirect::Redirect;
-use super::{breaker_open, record, Inner, Links, RedisStore};
+use super::script::Scope;
+use super::{breaker_open, record, ClockSource, Inner, Links, RedisStore, When};
 use crate::model::{Micros, MICROS_PER_MILLI};
-use crate::store::{Deadline, ErrorKind, Reservations, StoreError};
+use crate::store::{key, Check, Deadline, ErrorKind, Reservations, StoreError};
 
 /// Redirections followed per call.
 const MAX_REDIRECTS: u32 = 3;
@@ -24,50 +27,144 @@ impl Reservations for RedisStore {
         &self,
         key: &[u8],
         record: Vec<u8>,
+        counters: &[&[u8]],
         expires_at: Micros,
         now: Micros,
         deadline: Deadline,
     ) -> Result<(), StoreError> {
         // Whole milliseconds, rounded up: a record never expires before its ttl.
         let ms = ((expires_at - now).max(1) + MICROS_PER_MILLI - 1) / MICROS_PER_MILLI;
-        let args = vec![
-            Value::Bytes(Bytes::copy_from_slice(key)),
-            Value::Bytes(record.into()),
-            Value::from("PX"),
-            Value::Integer(ms),
-        ];
-        self.inner.command("SET", key, args, deadline).await?;
+        let set = |key: &[u8], value: Bytes| {
+            vec![
+                Value::Bytes(Bytes::copy_from_slice(key)),
+                Value::Bytes(value),
+                Value::from("PX"),
+                Value::Integer(ms),
+            ]
+        };
+        // Cluster: a claim in each other slot of the counters (see `settle`), before the
+        // record, so that a record held always has its claims.
+        for claim in self.inner.claims(key, counters) {
+            self.inner
+                .command(
+                    "SET",
+                    &claim,
+                    set(&claim, Bytes::from_static(b"1")),
+                    deadline,
+                )
+                .await?;
+        }
+        self.inner
+            .command("SET", key, set(key, record.into()), deadline)
+            .await?;
         Ok(())
     }
 
-    async fn claim(
+    async fn read(
         &self,
         key: &[u8],
         _: Micros,
         deadline: Deadline,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let reply = self
-            .inner
-            .command(
-                "GETDEL",
-                key,
-                vec![Value::Bytes(Bytes::copy_from_slice(key))],
-                deadline,
-            )
-            .await?;
-        match reply {
+        let args = vec![Value::Bytes(Bytes::copy_from_slice(key))];
+        match self.inner.command("GET", key, args, deadline).await? {
             Value::Null => Ok(None),
             Value::Bytes(b) => Ok(Some(b.to_vec())),
             Value::String(s) => Ok(Some(s.as_bytes().to_vec())),
             other => Err(error(
                 ErrorKind::Script,
-                format!("GETDEL answered {:?}", other.kind()),
+                format!("GET answered {:?}", other.kind()),
             )),
+        }
+    }
+
+    /// One `settle` script call per slot: the checks of the record's slot with the record
+    /// (last), those of each other slot (Cluster, a reservation over several descriptors)
+    /// with that slot's claim, first. Each call applies its checks and drops its claim, or
+    /// changes nothing; a call whose claim is gone was applied before (a retry after a partial
+    /// failure skips it). Of two settles racing over several slots, each slot is applied once
+    /// and one of them is answered OK; the other finds the record gone.
+    async fn settle(
+        &self,
+        key: &[u8],
+        checks: &[Check<'_>],
+        now: Micros,
+        deadline: Deadline,
+    ) -> Result<bool, StoreError> {
+        let inner = &*self.inner;
+        let when = When {
+            script: match inner.clock {
+                ClockSource::Redis => None,
+                ClockSource::Local => Some(now),
+            },
+            local: now,
+            deadline,
+        };
+        let timeout = inner.timeout(deadline);
+        match &inner.links {
+            Links::Pool(pool) => {
+                if !inner.breaker.allows() {
+                    return Err(breaker_open());
+                }
+                let result = inner
+                    .run(
+                        pool.next_connected(),
+                        checks,
+                        Scope::Settle(key),
+                        when,
+                        timeout,
+                    )
+                    .await;
+                record(&inner.breaker, &result);
+                Ok(!result?.unclaimed())
+            }
+            Links::Cluster(nodes) => {
+                let home = redis_keyslot(key);
+                let mut parts: Vec<(u16, Vec<&Check<'_>>)> = Vec::new();
+                for c in checks {
+                    let slot = redis_keyslot(c.key);
+                    match parts.iter_mut().find(|(s, _)| *s == slot) {
+                        Some((_, part)) => part.push(c),
+                        None => parts.push((slot, vec![c])),
+                    }
+                }
+                for (slot, part) in parts.iter().filter(|(s, _)| *s != home) {
+                    let claim = key::reservation_claim(key, *slot);
+                    inner
+                        .run_slot(nodes, *slot, part, Scope::Settle(&claim), when, timeout)
+                        .await?;
+                }
+                let part: Vec<&Check<'_>> = parts
+                    .into_iter()
+                    .find(|(s, _)| *s == home)
+                    .map(|(_, p)| p)
+                    .unwrap_or_default();
+                let reply = inner
+                    .run_slot(nodes, home, &part, Scope::Settle(key), when, timeout)
+                    .await?;
+                Ok(!reply.unclaimed())
+            }
         }
     }
 }
 
 impl Inner {
+    /// Cluster: the claims a record at `key` keeps in the other slots of `counters`.
+    fn claims(&self, key: &[u8], counters: &[&[u8]]) -> Vec<Vec<u8>> {
+        if !matches!(self.links, Links::Cluster(_)) {
+            return Vec::new();
+        }
+        let home = redis_keyslot(key);
+        let mut slots: Vec<u16> = counters.iter().map(|c| redis_keyslot(c)).collect();
+        slots.retain(|&s| s != home);
+        slots.sort_unstable();
+        slots.dedup();
+        slots
+            .into_iter()
+            .map(|s| key::reservation_claim(key, s))
+            .collect()
+    }
+
     /// One command on `key`, behind the breaker of the node it goes to.
     async fn command(
         &self,

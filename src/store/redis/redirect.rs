@@ -28,7 +28,7 @@ impl Inner {
         nodes: &Nodes,
         slot: u16,
         checks: &[C],
-        scope: Scope,
+        scope: Scope<'k>,
         now: When,
         timeout: Duration,
     ) -> Result<script::Reply, StoreError> {

@@ -185,7 +185,7 @@ pub const MAX_SAFE: u64 = (1 << 53) - 1;
 
 /// What the script is asked to do with the checks it gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scope {
+pub enum Scope<'a> {
     /// The checks are the whole request: the exact [`batch`](crate::store::batch) policy.
     All,
     /// Some descriptors of a request spread over Redis Cluster slots: decide them as if every
@@ -193,14 +193,19 @@ pub enum Scope {
     Part,
     /// Give back the hits of every check (charged earlier by a [`Scope::Part`] call).
     Undo,
+    /// Settle a reservation: if the claim key (a record, or its claim in another slot) is
+    /// there, decide the checks as [`Scope::All`] and delete it, in the one call; else change
+    /// nothing and answer `now` -1 ([`Reply::unclaimed`]).
+    Settle(&'a [u8]),
 }
 
-impl Scope {
+impl Scope<'_> {
     fn as_str(self) -> &'static str {
         match self {
             Scope::All => "all",
             Scope::Part => "part",
             Scope::Undo => "undo",
+            Scope::Settle(_) => "settle",
         }
     }
 }
@@ -267,11 +272,11 @@ const EMPTY: Value = Value::Bytes(Bytes::from_static(b""));
 /// calendar windows are computed when `now` is `None`.
 pub fn encode<'k, C: Borrow<Check<'k>>>(
     checks: &[C],
-    scope: Scope,
+    scope: Scope<'k>,
     now: Option<Micros>,
     local: Micros,
 ) -> (Vec<&'k [u8]>, Vec<Value>) {
-    let keys = distinct_keys(checks);
+    let keys = keys_of(checks, scope);
     let mut args = Vec::with_capacity(3 + checks.len() * FIELDS);
     push_argv(&mut args, &keys, checks, scope, now, local);
     (keys, args)
@@ -283,7 +288,7 @@ pub fn encode<'k, C: Borrow<Check<'k>>>(
 /// the same short layout.
 pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
     checks: &'a [C],
-    scope: Scope,
+    scope: Scope<'_>,
 ) -> Option<(&'a Check<'k>, ScriptId)> {
     let [c] = checks else { return None };
     let c = c.borrow();
@@ -305,7 +310,7 @@ pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
 /// fixed_window takes of a whole request, on distinct keys, with epoch-aligned windows, none a
 /// refund, dry run, charge-always or quota check. The script charges them by one `HINCRBY`
 /// each when all are allowed, and otherwise decides them as the long layout would.
-fn short_layout<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> bool {
+fn short_layout<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> bool {
     scope == Scope::All
         && checks.len() > 1
         && checks.iter().enumerate().all(|(i, c)| {
@@ -323,12 +328,12 @@ fn short_layout<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> bool {
 }
 
 /// The script a call over `checks` runs (what [`evalsha`] names).
-pub fn script_of<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> ScriptId {
+pub fn script_of<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> ScriptId {
     fast_path(checks, scope).map_or(ScriptId::Decide, |(_, id)| id)
 }
 
 /// The source of the script a call over `checks` runs.
-pub fn lua_for<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope) -> &'static str {
+pub fn lua_for<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> &'static str {
     script_of(checks, scope).lua()
 }
 
@@ -366,7 +371,7 @@ impl<'k> FastCall<'k> {
 /// The fast path's call over `checks`, when they take one ([`fast_path`]).
 pub fn fast_call<'k, C: Borrow<Check<'k>>>(
     checks: &[C],
-    scope: Scope,
+    scope: Scope<'k>,
     now: Option<Micros>,
 ) -> Option<FastCall<'k>> {
     let (c, id) = fast_path(checks, scope)?;
@@ -423,7 +428,7 @@ impl Call<'_> {
 pub fn call<'k, C: Borrow<Check<'k>>>(
     sha: &Value,
     checks: &[C],
-    scope: Scope,
+    scope: Scope<'k>,
     now: Option<Micros>,
     local: Micros,
 ) -> Call<'k> {
@@ -440,7 +445,7 @@ pub fn call<'k, C: Borrow<Check<'k>>>(
 pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     sha: &Value,
     checks: &[C],
-    scope: Scope,
+    scope: Scope<'k>,
     now: Option<Micros>,
     local: Micros,
 ) -> Vec<Value> {
@@ -450,7 +455,7 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     if short_layout(checks, scope) {
         return short_evalsha(sha, checks, now);
     }
-    let keys = distinct_keys(checks);
+    let keys = keys_of(checks, scope);
     let mut args = Vec::with_capacity(2 + keys.len() + 3 + checks.len() * FIELDS);
     args.push(sha.clone());
     args.push(Value::Integer(keys.len() as i64));
@@ -501,6 +506,15 @@ fn short_evalsha<'k, C: Borrow<Check<'k>>>(
     args
 }
 
+/// The script's `KEYS`: the checks' keys, then the claim of [`Scope::Settle`].
+fn keys_of<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'k>) -> Vec<&'k [u8]> {
+    let mut keys = distinct_keys(checks);
+    if let Scope::Settle(claim) = scope {
+        keys.push(claim);
+    }
+    keys
+}
+
 /// The checks' keys, each once, in order of first use.
 fn distinct_keys<'k, C: Borrow<Check<'k>>>(checks: &[C]) -> Vec<&'k [u8]> {
     let mut keys: Vec<&'k [u8]> = Vec::with_capacity(checks.len());
@@ -518,7 +532,7 @@ fn push_argv<'k, C: Borrow<Check<'k>>>(
     args: &mut Vec<Value>,
     keys: &[&'k [u8]],
     checks: &[C],
-    scope: Scope,
+    scope: Scope<'k>,
     now: Option<Micros>,
     local: Micros,
 ) {
@@ -568,7 +582,15 @@ pub struct Reply {
     pub answers: Vec<Answer>,
 }
 
+/// `now` of a [`Scope::Settle`] call whose claim was gone: nothing was decided.
+const UNCLAIMED: Micros = -1;
+
 impl Reply {
+    /// A [`Scope::Settle`] call found its claim gone and changed nothing.
+    pub fn unclaimed(&self) -> bool {
+        self.now == UNCLAIMED
+    }
+
     /// The verdicts alone, in a vector of their own: collected in place, the answers'
     /// allocation would be shrunk (a `realloc` on every request).
     pub fn verdicts(self) -> Vec<Verdict> {
@@ -599,6 +621,12 @@ pub fn decode(reply: Vec<i64>, n: usize) -> Result<Reply, StoreError> {
         return Ok(Reply {
             now: reply[0],
             answers,
+        });
+    }
+    if reply == [UNCLAIMED] {
+        return Ok(Reply {
+            now: UNCLAIMED,
+            answers: Vec::new(),
         });
     }
     if let ([now, flags, remaining, reset], 1) = (reply.as_slice(), n) {

@@ -10,6 +10,7 @@
 //! exact across window edges, settled, given back, mended), `failures` (the failure policy,
 //! the breaker, NOSCRIPT, stalls), `server` (`--backend redis` end to end).
 
+mod clocks;
 mod decisions;
 mod failures;
 mod parity;

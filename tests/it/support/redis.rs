@@ -3,6 +3,9 @@
 //! loopback port (never 6379) and is killed on drop. Admin commands go through `redis-cli`.
 //!
 //! Readiness is polled (PING, CLUSTER INFO, SENTINEL get-master-addr-by-name), never slept for.
+//!
+//! The server is `redis-server` on PATH, or the binary `SLUICE_REDIS_SERVER` names (CI runs
+//! the Redis test modules a second time with Valkey's `valkey-server`: scripts/test.sh).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -11,6 +14,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use super::poll::{wait_until, READY_WITHIN};
+
+/// The server binary: `SLUICE_REDIS_SERVER`, else `redis-server` on PATH.
+pub fn server_binary() -> String {
+    std::env::var("SLUICE_REDIS_SERVER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".into())
+}
 
 /// A free loopback port whose cluster bus port (+10000) is free too.
 fn free_port() -> u16 {
@@ -190,7 +201,7 @@ impl RedisNode {
             None => ["--port", &port, "--tls-port", "0"],
             Some(_) => ["--port", "0", "--tls-port", &port],
         };
-        let child = Command::new("redis-server")
+        let child = Command::new(server_binary())
             .args(ports)
             .args(["--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--daemonize", "no"])
@@ -204,7 +215,7 @@ impl RedisNode {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server on PATH");
+            .expect("the Redis server (SLUICE_REDIS_SERVER or redis-server on PATH)");
         self.child = Some(child);
         let start = sluice::clock::monotonic();
         loop {
@@ -414,14 +425,14 @@ impl RedisSentinel {
                 ),
             )
             .expect("write sentinel.conf");
-            let child = Command::new("redis-server")
+            let child = Command::new(server_binary())
                 .arg(&conf)
                 .arg("--sentinel")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("redis-server on PATH");
+                .expect("the Redis server (SLUICE_REDIS_SERVER or redis-server on PATH)");
             let mut node = RedisNode {
                 port,
                 dir: tmp.path().to_path_buf(),
