@@ -1,5 +1,5 @@
-//! The settings mapped onto each part: store, limiter, request limits, TLS, and the readers the
-//! store gauges use.
+//! The settings mapped onto each part: store, limiter, request limits, TLS, the xDS config
+//! source, and the readers the store gauges use.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
+use crate::config::xds::{XdsOptions, XdsTls};
 use crate::limiter::{HeaderNames, LimiterOptions};
 use crate::metrics::{MemoryCounts, ReadMemory, ReadRedis};
 use crate::service::limits::RequestLimits;
@@ -14,6 +15,7 @@ use crate::service::rlqs::RlqsOptions;
 use crate::service::tls::{ReloadingTls, TlsError, TlsFiles};
 use crate::settings::hardening::HardeningArgs;
 use crate::settings::rlqs::RlqsArgs;
+use crate::settings::xds::XdsArgs;
 use crate::settings::{HeaderFormat, RedisArgs, ServeArgs};
 use crate::store::redis::breaker::BreakerOptions;
 use crate::store::redis::{ConnectOptions, RedisOptions};
@@ -137,6 +139,38 @@ pub(super) fn grpc_tls(
     })?;
     tasks::spawn_tls_poller(tls.clone(), hard.tls.grpc_tls_reload_interval, stop.clone());
     Ok(Some(tls))
+}
+
+/// The xDS config source's options, when `--config-xds` names a control plane.
+pub(super) fn xds_options(x: &XdsArgs) -> anyhow::Result<Option<XdsOptions>> {
+    let Some(server) = &x.config_xds else {
+        return Ok(None);
+    };
+    let tls = if x.xds_tls || server.starts_with("https://") {
+        let ca = x.xds_tls_ca.clone().ok_or_else(|| {
+            anyhow::anyhow!(
+                "xDS over TLS needs the CA of the control plane: --xds-tls-ca (CONFIG_GRPC_XDS_SERVER_TLS_CACERT)"
+            )
+        })?;
+        Some(XdsTls {
+            ca,
+            identity: x.xds_tls_cert.clone().zip(x.xds_tls_key.clone()),
+            server_name: x.xds_tls_server_name.clone(),
+        })
+    } else {
+        None
+    };
+    Ok(Some(XdsOptions {
+        server: server.clone(),
+        node_id: x.xds_node_id.clone(),
+        node_metadata: x.xds_node_metadata.clone(),
+        headers: x.xds_headers.clone(),
+        tls,
+        max_message_bytes: x.xds_max_message_bytes,
+        connect_timeout: x.xds_connect_timeout,
+        backoff_initial: x.xds_backoff_initial,
+        backoff_max: x.xds_backoff_max,
+    }))
 }
 
 #[cfg(test)]
