@@ -1,7 +1,7 @@
 //! The xDS config source against a real ADS control plane started here ([`control_plane`]):
 //! sluice run with Envoy Gateway's exact environment over mutual TLS 1.3 (ACK with the
 //! version, rules enforced, an update applied, a broken snapshot NACKed with the old rules
-//! kept, the control plane gone and back), Envoy AI Gateway's QuotaPolicy shape over
+//! kept, the control plane gone and back with the client certificate rotated meanwhile), Envoy AI Gateway's QuotaPolicy shape over
 //! plaintext, and health waiting for the first snapshot unless told to start without it.
 
 mod control_plane;
@@ -263,8 +263,18 @@ async fn envoy_gateway_environment_takes_rules_over_mutual_tls_ads() {
         Code::OverLimit
     );
 
-    // It comes back on the same address: sluice reconnects and applies the new snapshot.
-    let cp = ControlPlane::start(addr, Some(tls())).await;
+    // Meanwhile the client certificate rotates, and the control plane comes back on the same
+    // address trusting only the new client CA: sluice reads the files again, reconnects and
+    // applies the new snapshot.
+    let ca2 = Ca::new("rotated client CA");
+    let ca2_file = ca2.write(dir.path(), "ca2");
+    ca2.issue(&["envoy-ratelimit"], Usage::Client, false)
+        .write(dir.path(), "tls");
+    let rotated = ServerTls {
+        client_ca: &ca2_file,
+        ..tls()
+    };
+    let cp = ControlPlane::start(addr, Some(rotated)).await;
     let mut v4 = v2;
     v4[0]
         .descriptors
