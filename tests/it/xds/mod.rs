@@ -2,9 +2,11 @@
 //! sluice run with Envoy Gateway's exact environment over mutual TLS 1.3 (ACK with the
 //! version, rules enforced, an update applied, a broken snapshot NACKed with the old rules
 //! kept, the control plane gone and back with the client certificate rotated meanwhile), Envoy AI Gateway's QuotaPolicy shape over
-//! plaintext, and health waiting for the first snapshot unless told to start without it.
+//! plaintext, health waiting for the first snapshot unless told to start without it, a snapshot
+//! over 4 MiB, and a real Envoy with Envoy Gateway's routes in front ([`envoy`]).
 
 mod control_plane;
+mod envoy;
 
 use std::net::SocketAddr;
 
