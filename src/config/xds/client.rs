@@ -46,9 +46,11 @@ pub enum XdsError {
 pub fn spawn(source: XdsSource, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut backoff = Backoff::new(source.opts.backoff_initial, source.opts.backoff_max);
+        // The version last applied, over every stream: a NACK names it as still in use.
+        let mut applied = String::new();
         loop {
             let ended = tokio::select! {
-                e = session(&source, &mut backoff) => e,
+                e = session(&source, &mut backoff, &mut applied) => e,
                 _ = stop.wait_for(|s| *s) => return,
             };
             source.metrics.connected.store(0, Ordering::Relaxed);
@@ -68,7 +70,7 @@ pub fn spawn(source: XdsSource, mut stop: watch::Receiver<bool>) -> JoinHandle<(
 }
 
 /// One stream, from connecting to its end (always an error: a stream is meant to last).
-async fn session(source: &XdsSource, backoff: &mut Backoff) -> XdsError {
+async fn session(source: &XdsSource, backoff: &mut Backoff, applied: &mut String) -> XdsError {
     let opts = &source.opts;
     let channel = match connect(opts).await {
         Ok(c) => c,
@@ -99,8 +101,6 @@ async fn session(source: &XdsSource, backoff: &mut Backoff) -> XdsError {
     };
     source.metrics.connected.store(1, Ordering::Relaxed);
     tracing::info!(server = %opts.server, node = %opts.node_id, "xDS stream open");
-    // The version last applied on this stream, which a NACK names as still in use.
-    let mut applied = String::new();
     loop {
         let response = match inbound.message().await {
             Ok(Some(r)) => r,
@@ -112,12 +112,12 @@ async fn session(source: &XdsSource, backoff: &mut Backoff) -> XdsError {
         let version = response.version_info.clone();
         let reply = match apply(source, response).await {
             Ok(()) => {
-                applied = version.clone();
+                applied.clone_from(&version);
                 request(&node, &version, &nonce, None)
             }
             Err(reason) => request(
                 &node,
-                &applied,
+                applied,
                 &nonce,
                 Some(Status {
                     code: INVALID_ARGUMENT,

@@ -277,6 +277,15 @@ async fn envoy_gateway_environment_takes_rules_over_mutual_tls_ads() {
         ..tls()
     };
     let cp = ControlPlane::start(addr, Some(rotated)).await;
+    // Its first snapshot is broken: the NACK names v2, applied on the previous stream.
+    let mut broken = v2.clone();
+    broken[0]
+        .descriptors
+        .push(chain(&ROUTE, 9, RateLimitUnit::Hour));
+    cp.set("v4-broken", broken);
+    let nack = cp.reply("v4-broken").await;
+    assert!(nack.error_detail.is_some(), "{nack:?}");
+    assert_eq!(nack.version_info, "v2");
     let mut v4 = v2;
     v4[0]
         .descriptors
