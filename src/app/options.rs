@@ -160,6 +160,13 @@ pub(super) fn xds_options(x: &XdsArgs) -> anyhow::Result<Option<XdsOptions>> {
     } else {
         None
     };
+    for (k, v) in &x.xds_headers {
+        let key = tonic::metadata::MetadataKey::<tonic::metadata::Ascii>::from_bytes(k.as_bytes());
+        let value = tonic::metadata::MetadataValue::<tonic::metadata::Ascii>::try_from(v.as_str());
+        if key.is_err() || value.is_err() {
+            anyhow::bail!("--xds-headers: {k}={v} is not a valid gRPC header");
+        }
+    }
     Ok(Some(XdsOptions {
         server: server.clone(),
         node_id: x.xds_node_id.clone(),
@@ -218,5 +225,41 @@ mod tests {
             };
             assert_eq!(got, want, "{flags:?}");
         }
+    }
+
+    /// The xDS options of `serve` with `flags`, or the start-up error.
+    fn xds(flags: &[&str]) -> Result<Option<XdsOptions>, String> {
+        let mut argv = vec!["sluice", "serve"];
+        argv.extend(flags);
+        let Command::Serve(args) = Cli::try_parse_from(&argv).expect("flags").command else {
+            unreachable!("serve")
+        };
+        xds_options(&args.xds).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn xds_options_from_flags() {
+        assert!(xds(&["--config", "c"]).unwrap().is_none());
+        let plain = xds(&["--config-xds", "cp:18000"]).unwrap().unwrap();
+        assert!(plain.tls.is_none());
+        assert_eq!(plain.max_message_bytes, 16 << 20);
+        for tls in [
+            &["--config-xds", "cp:18001", "--xds-tls", "true"][..],
+            &["--config-xds", "https://cp:18001"],
+        ] {
+            assert!(xds(tls).unwrap_err().contains("--xds-tls-ca"), "{tls:?}");
+        }
+        let mtls = xds(&[
+            "--config-xds=https://cp:18001",
+            "--xds-tls-ca=ca.crt",
+            "--xds-tls-cert=tls.crt",
+            "--xds-tls-key=tls.key",
+        ])
+        .unwrap()
+        .unwrap();
+        let tls = mtls.tls.expect("TLS from the https URL");
+        assert_eq!(tls.identity.map(|(c, _)| c), Some("tls.crt".into()));
+        let bad = xds(&["--config-xds", "cp:1", "--xds-headers", "x-a=b\nc"]);
+        assert!(bad.unwrap_err().contains("not a valid gRPC header"));
     }
 }
