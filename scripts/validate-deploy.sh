@@ -248,7 +248,10 @@ for out in "$WORK"/render/"${KUBE_VERSIONS[-1]}"/*.yaml; do
     rules=$WORK/rules/$(basename "$out" .yaml)
     mkdir -p "$rules"
     "$PY" scripts/deploy_manifests.py rules "$rules" "$out"
-    "$SLUICE" check "$rules" | sed 's/^/    /'
+    # A rendering whose rules come over xDS has no rules to check.
+    if [ -n "$(ls -A "$rules")" ]; then
+        "$SLUICE" check "$rules" | sed 's/^/    /'
+    fi
 done
 
 section "the default rendering, served on 127.0.0.1, passes the helm test script"

@@ -71,6 +71,8 @@ pub struct StoreSources {
 pub struct GaugeSources {
     /// The number of the rule set in use (0 before the first good config), set by reloads.
     pub generation: AtomicU64,
+    /// 1 while the xDS config source has a stream open (0 without one, or with files).
+    pub xds_connected: Arc<AtomicU64>,
     stores: StoreSources,
 }
 
@@ -92,6 +94,8 @@ pub struct Metrics {
     pub config_loads: Counter<u64>,
     /// `sluice.config.load.duration` (s) {result}: read, parse, validate, compile and swap.
     pub config_load_duration: Histogram<f64>,
+    /// `sluice.xds.updates` {result: applied, rejected}: xDS snapshots ACKed and NACKed.
+    pub xds_updates: Counter<u64>,
     pub rlqs: RlqsMetrics,
 }
 
@@ -160,6 +164,7 @@ impl Metrics {
         let meter = provider.meter("sluice");
         let gauges = Arc::new(GaugeSources {
             generation: AtomicU64::new(0),
+            xds_connected: Arc::new(AtomicU64::new(0)),
             stores,
         });
         register_observables(&meter, &stats, &gauges);
@@ -197,6 +202,10 @@ impl Metrics {
                     "Time of a config load (read, parse, validate, compile, swap) by result",
                 )
                 .with_boundaries(LOAD_BUCKETS.to_vec())
+                .build(),
+            xds_updates: meter
+                .u64_counter("sluice.xds.updates")
+                .with_description("xDS snapshots received, by result (applied: ACK, rejected: NACK)")
                 .build(),
             rlqs: RlqsMetrics {
                 streams: meter
@@ -310,6 +319,16 @@ fn register_observables(meter: &Meter, stats: &Arc<StatsRegistry>, gauges: &Arc<
             .u64_observable_gauge("sluice.config.generation")
             .with_description("Rule sets loaded so far (the one in use is the latest)")
             .with_callback(move |o| o.observe(g.generation.load(Ordering::Relaxed), &[]))
+            .build();
+    }
+    {
+        let g = gauges.clone();
+        meter
+            .u64_observable_gauge("sluice.xds.connected")
+            .with_description(
+                "1 while the xDS config source has a stream open to its control plane",
+            )
+            .with_callback(move |o| o.observe(g.xds_connected.load(Ordering::Relaxed), &[]))
             .build();
     }
     type Pick = fn(&MemoryCounts) -> u64;

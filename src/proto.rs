@@ -1,5 +1,6 @@
 //! Code generated from `proto/`: Envoy RLS v3 and RLQS v3 (wire-compatible; RLS entry key/value
-//! as bytes) and sluice's own `sluice.v1` (the native API, [`sluice::v1`]).
+//! as bytes), sluice's own `sluice.v1` (the native API, [`sluice::v1`]), and the xDS config
+//! source's ADS (`envoy.service.discovery.v3`) and `RateLimitConfig` ([`ratelimit`]).
 
 #[allow(clippy::all, missing_docs)]
 pub mod envoy {
@@ -30,11 +31,36 @@ pub mod envoy {
                 tonic::include_proto!("envoy.service.rate_limit_quota.v3");
             }
         }
+        pub mod discovery {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.discovery.v3");
+            }
+        }
     }
     pub mod r#type {
         pub mod v3 {
             tonic::include_proto!("envoy.r#type.v3");
         }
+    }
+}
+
+/// envoyproxy/ratelimit's `RateLimitConfig`: the resource the xDS config source receives.
+#[allow(clippy::all, missing_docs)]
+pub mod ratelimit {
+    pub mod config {
+        pub mod ratelimit {
+            pub mod v3 {
+                tonic::include_proto!("ratelimit.config.ratelimit.v3");
+            }
+        }
+    }
+}
+
+/// `google.rpc.Status`, the `error_detail` of an xDS NACK.
+#[allow(clippy::all, missing_docs)]
+pub mod google {
+    pub mod rpc {
+        tonic::include_proto!("google.rpc");
     }
 }
 
@@ -56,3 +82,6 @@ pub use envoy::service::rate_limit_quota::v3 as rlqs;
 /// Encoded `FileDescriptorSet` of every proto above, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));
+
+pub use envoy::service::discovery::v3 as discovery;
+pub use ratelimit::config::ratelimit::v3 as rls_conf;

@@ -1,4 +1,5 @@
-//! Wiring only: settings -> stores -> metrics -> limiter -> reloader -> servers, and the
+//! Wiring only: settings -> stores -> metrics -> limiter -> reloader (files, or the xDS
+//! source) -> servers, and the
 //! graceful drain. The reload logic lives in [`crate::config::reloader`], the gRPC router in
 //! [`crate::service::grpc`], the background tasks in [`crate::tasks`]; here,
 //! [`options`] maps the settings onto each part, [`listeners`] binds and serves the sockets and
@@ -14,6 +15,7 @@ use anyhow::Context;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
+use crate::config::xds::{XdsMetrics, XdsSource};
 use crate::config::{LoadOptions, Reloader, RuleTarget};
 use crate::limiter::{Limiter, LimiterMetrics};
 use crate::metrics::{Metrics, MetricsOptions, StoreSources};
@@ -35,7 +37,7 @@ use crate::tasks;
 use listeners::{serve_grpc, Listeners};
 use options::{
     grpc_tls, limiter_options, memory_store, read_memory, read_redis, redis_options,
-    request_limits, rlqs_options,
+    request_limits, rlqs_options, xds_options,
 };
 pub use server::Server;
 
@@ -151,11 +153,31 @@ async fn run<S: Store + Reservations>(
         metrics.clone(),
         clock.clone(),
     ));
-    reloader.reload();
+    let xds = xds_options(&args.xds)?;
+    if xds.is_none() {
+        reloader.reload();
+    }
+    if args.xds.start_without_config {
+        // envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG: serve (with no rules)
+        // before the first config.
+        state.mark_config_loaded();
+    }
     state.publish().await;
 
     let (stop, stop_rx) = watch::channel(false);
-    if args.watch_config {
+    if let Some(opts) = xds {
+        crate::config::xds::spawn(
+            XdsSource {
+                opts,
+                reloader: reloader.clone(),
+                metrics: XdsMetrics {
+                    updates: metrics.xds_updates.clone(),
+                    connected: metrics.gauges.xds_connected.clone(),
+                },
+            },
+            stop_rx.clone(),
+        );
+    } else if args.watch_config {
         let r = reloader.clone();
         if let Err(e) = crate::watch::spawn(
             &args.config,

@@ -1,5 +1,5 @@
-//! The settings mapped onto each part: store, limiter, request limits, TLS, and the readers the
-//! store gauges use.
+//! The settings mapped onto each part: store, limiter, request limits, TLS, the xDS config
+//! source, and the readers the store gauges use.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
+use crate::config::xds::{XdsOptions, XdsTls};
 use crate::limiter::{HeaderNames, LimiterOptions};
 use crate::metrics::{MemoryCounts, ReadMemory, ReadRedis};
 use crate::service::limits::RequestLimits;
@@ -14,6 +15,7 @@ use crate::service::rlqs::RlqsOptions;
 use crate::service::tls::{ReloadingTls, TlsError, TlsFiles};
 use crate::settings::hardening::HardeningArgs;
 use crate::settings::rlqs::RlqsArgs;
+use crate::settings::xds::XdsArgs;
 use crate::settings::{HeaderFormat, RedisArgs, ServeArgs};
 use crate::store::redis::breaker::BreakerOptions;
 use crate::store::redis::{ConnectOptions, RedisOptions};
@@ -139,6 +141,45 @@ pub(super) fn grpc_tls(
     Ok(Some(tls))
 }
 
+/// The xDS config source's options, when `--config-xds` names a control plane.
+pub(super) fn xds_options(x: &XdsArgs) -> anyhow::Result<Option<XdsOptions>> {
+    let Some(server) = &x.config_xds else {
+        return Ok(None);
+    };
+    let tls = if x.xds_tls || server.starts_with("https://") {
+        let ca = x.xds_tls_ca.clone().ok_or_else(|| {
+            anyhow::anyhow!(
+                "xDS over TLS needs the CA of the control plane: --xds-tls-ca (CONFIG_GRPC_XDS_SERVER_TLS_CACERT)"
+            )
+        })?;
+        Some(XdsTls {
+            ca,
+            identity: x.xds_tls_cert.clone().zip(x.xds_tls_key.clone()),
+            server_name: x.xds_tls_server_name.clone(),
+        })
+    } else {
+        None
+    };
+    for (k, v) in &x.xds_headers {
+        let key = tonic::metadata::MetadataKey::<tonic::metadata::Ascii>::from_bytes(k.as_bytes());
+        let value = tonic::metadata::MetadataValue::<tonic::metadata::Ascii>::try_from(v.as_str());
+        if key.is_err() || value.is_err() {
+            anyhow::bail!("--xds-headers: {k}={v} is not a valid gRPC header");
+        }
+    }
+    Ok(Some(XdsOptions {
+        server: server.clone(),
+        node_id: x.xds_node_id.clone(),
+        node_metadata: x.xds_node_metadata.clone(),
+        headers: x.xds_headers.clone(),
+        tls,
+        max_message_bytes: x.xds_max_message_bytes,
+        connect_timeout: x.xds_connect_timeout,
+        backoff_initial: x.xds_backoff_initial,
+        backoff_max: x.xds_backoff_max,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +225,41 @@ mod tests {
             };
             assert_eq!(got, want, "{flags:?}");
         }
+    }
+
+    /// The xDS options of `serve` with `flags`, or the start-up error.
+    fn xds(flags: &[&str]) -> Result<Option<XdsOptions>, String> {
+        let mut argv = vec!["sluice", "serve"];
+        argv.extend(flags);
+        let Command::Serve(args) = Cli::try_parse_from(&argv).expect("flags").command else {
+            unreachable!("serve")
+        };
+        xds_options(&args.xds).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn xds_options_from_flags() {
+        assert!(xds(&["--config", "c"]).unwrap().is_none());
+        let plain = xds(&["--config-xds", "cp:18000"]).unwrap().unwrap();
+        assert!(plain.tls.is_none());
+        assert_eq!(plain.max_message_bytes, 16 << 20);
+        for tls in [
+            &["--config-xds", "cp:18001", "--xds-tls", "true"][..],
+            &["--config-xds", "https://cp:18001"],
+        ] {
+            assert!(xds(tls).unwrap_err().contains("--xds-tls-ca"), "{tls:?}");
+        }
+        let mtls = xds(&[
+            "--config-xds=https://cp:18001",
+            "--xds-tls-ca=ca.crt",
+            "--xds-tls-cert=tls.crt",
+            "--xds-tls-key=tls.key",
+        ])
+        .unwrap()
+        .unwrap();
+        let tls = mtls.tls.expect("TLS from the https URL");
+        assert_eq!(tls.identity.map(|(c, _)| c), Some("tls.crt".into()));
+        let bad = xds(&["--config-xds", "cp:1", "--xds-headers", "x-a=b\nc"]);
+        assert!(bad.unwrap_err().contains("not a valid gRPC header"));
     }
 }

@@ -5,6 +5,7 @@
 //! first; a load either yields a whole new rule set or changes nothing.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::build::Tree;
 use super::error::{ConfigError, ConfigErrors, Position};
@@ -17,44 +18,80 @@ use crate::rules::{content_hash, Domain, FailurePolicy, HashTag, Node, RuleIds, 
 
 /// Compiles already-read files into one rule set.
 pub fn compile(files: &[ConfigFile], opts: LoadOptions) -> Result<RuleSet, ConfigErrors> {
-    let mut errors = Vec::new();
-    let mut set = RuleSet::default();
-    let mut ids = RuleIds::new();
-    let mut first_seen: HashMap<String, Position> = HashMap::new();
+    let mut load = Load::default();
     for (file, (parsed, unknown)) in files.iter().zip(parse_all(files)) {
-        let first_error = errors.len();
-        errors.extend(unknown);
+        let first_error = load.errors.len();
+        load.errors.extend(unknown);
         match parsed {
             // An empty file (or one holding only comments) defines nothing.
-            Ok(None) => errors.push(ConfigError::new(
+            Ok(None) => load.errors.push(ConfigError::new(
                 Position::start_of(&file.path),
                 "config file cannot have empty domain",
             )),
-            Err(e) => errors.push(yaml_error(&file.path, &e)),
-            Ok(Some(raw)) => {
-                let mut cx = Cx {
-                    file: &file.path,
-                    errors: &mut errors,
-                    ids: &mut ids,
-                };
-                if let Some(domain) = add_file(&mut cx, &mut set, &mut first_seen, &raw, opts) {
-                    set.sources.push(Source {
-                        path: file.path.clone(),
-                        domain,
-                        hash: content_hash(file.content.as_bytes()),
-                    });
-                }
-            }
+            Err(e) => load.errors.push(yaml_error(&file.path, &e)),
+            Ok(Some(raw)) => load.add(
+                &file.path,
+                content_hash(file.content.as_bytes()),
+                &raw,
+                opts,
+            ),
         }
         // A node's own errors are found after its children's, unknown keys first of all:
         // report them in file order.
-        errors[first_error..].sort_by_key(|e| (e.position.line, e.position.column));
+        load.errors[first_error..].sort_by_key(|e| (e.position.line, e.position.column));
     }
-    if errors.is_empty() {
-        crate::rules::wildcard::prepare(&set);
-        Ok(set)
-    } else {
-        Err(ConfigErrors(errors))
+    load.finish()
+}
+
+/// A config that arrived already typed (an xDS resource): its name (where its errors are
+/// reported), its content hash, and the raw types the YAML parser would have produced.
+pub struct RawDocument {
+    pub name: Arc<str>,
+    pub hash: u64,
+    pub raw: RawFile,
+}
+
+/// Compiles typed documents into one rule set: the validation and building of files.
+pub fn compile_raw(docs: &[RawDocument], opts: LoadOptions) -> Result<RuleSet, ConfigErrors> {
+    let mut load = Load::default();
+    for doc in docs {
+        load.add(&doc.name, doc.hash, &doc.raw, opts);
+    }
+    load.finish()
+}
+
+/// One load under way: the rule set so far and every error found.
+#[derive(Default)]
+struct Load {
+    errors: Vec<ConfigError>,
+    set: RuleSet,
+    ids: RuleIds,
+    first_seen: HashMap<String, Position>,
+}
+
+impl Load {
+    fn add(&mut self, name: &Arc<str>, hash: u64, raw: &RawFile, opts: LoadOptions) {
+        let mut cx = Cx {
+            file: name,
+            errors: &mut self.errors,
+            ids: &mut self.ids,
+        };
+        if let Some(domain) = add_file(&mut cx, &mut self.set, &mut self.first_seen, raw, opts) {
+            self.set.sources.push(Source {
+                path: name.clone(),
+                domain,
+                hash,
+            });
+        }
+    }
+
+    fn finish(self) -> Result<RuleSet, ConfigErrors> {
+        if self.errors.is_empty() {
+            crate::rules::wildcard::prepare(&self.set);
+            Ok(self.set)
+        } else {
+            Err(ConfigErrors(self.errors))
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Configuration: YAML files ([`files`]) -> serde types ([`raw`], parsed by `parse`, unknown
 //! keys found by `keys`) -> validation (`validate`) and building (`build`), driven by
-//! [`compile`] -> an immutable [`RuleSet`](crate::rules::RuleSet).
+//! [`compile`] -> an immutable [`RuleSet`](crate::rules::RuleSet). [`xds`] takes the rules from
+//! a control plane instead of files, through the same compile and swap.
 
 mod build;
 pub mod compile;
@@ -15,13 +16,14 @@ pub mod reloader;
 #[cfg(feature = "synthetic")]
 pub mod synthetic;
 mod validate;
+pub mod xds;
 
 #[cfg(test)]
 mod algorithm_errors;
 
 use std::path::PathBuf;
 
-pub use compile::compile;
+pub use compile::{compile, compile_raw, RawDocument};
 pub use error::{ConfigError, ConfigErrors, Position};
 pub use files::ConfigFile;
 pub use options::LoadOptions;

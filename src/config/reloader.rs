@@ -1,6 +1,6 @@
-//! Reloads: reads the config files, compiles them, hands a good rule set to its target and
-//! records the outcome (the load metrics, the generation, `/rlconfig`'s status, one log line).
-//! A bad config changes nothing: the target keeps the rules it has.
+//! Reloads: reads the config files (or takes an xDS snapshot), compiles them, hands a good rule
+//! set to its target and records the outcome (the load metrics, the generation, `/rlconfig`'s
+//! status, one log line). A bad config changes nothing: the target keeps the rules it has.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use opentelemetry::KeyValue;
 
+use super::compile::{compile_raw, RawDocument};
 use super::{files, load_files, ConfigErrors, LoadOptions};
 use crate::clock::{monotonic, Clock};
 use crate::metrics::Metrics;
@@ -22,6 +23,7 @@ pub trait RuleTarget: Send + Sync {
 
 /// Loads the config into its target and reports each attempt.
 pub struct Reloader {
+    /// The config files; empty when the rules come over xDS.
     paths: Vec<PathBuf>,
     opts: LoadOptions,
     target: Arc<dyn RuleTarget>,
@@ -64,6 +66,11 @@ impl Reloader {
     /// Loads the config even when the files did not change (start-up, SIGHUP,
     /// `Server::reload`); `false` when it was rejected and the running rules stay.
     pub fn reload(&self) -> bool {
+        if self.paths.is_empty() {
+            // The rules come over xDS: there is nothing to re-read.
+            tracing::info!("reload asked for, but the config comes over xDS; nothing to read");
+            return true;
+        }
         self.attempt(true)
     }
 
@@ -73,9 +80,47 @@ impl Reloader {
         self.attempt(false)
     }
 
+    /// Compiles an xDS snapshot (its resources, already typed) and swaps it in whole, or
+    /// keeps the running rules and returns every error. `version` is the snapshot's
+    /// `version_info`, for the log line.
+    pub fn apply_snapshot(&self, docs: &[RawDocument], version: &str) -> Result<u64, ConfigErrors> {
+        let started = monotonic();
+        let _serial = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let mut fp = Vec::new();
+        for d in docs {
+            fp.extend_from_slice(d.name.as_bytes());
+            fp.push(0);
+            fp.extend_from_slice(&d.hash.to_le_bytes());
+        }
+        let outcome = match compile_raw(docs, self.opts) {
+            Ok(rules) => Outcome::Loaded(rules, content_hash(&fp)),
+            Err(errors) => Outcome::Rejected(errors),
+        };
+        match outcome {
+            Outcome::Rejected(errors) => {
+                self.settle(Outcome::Rejected(errors.clone()), started, Some(version));
+                Err(errors)
+            }
+            loaded => {
+                self.settle(loaded, started, Some(version));
+                Ok(self.state.config_status().generation)
+            }
+        }
+    }
+
     fn attempt(&self, force: bool) -> bool {
         let started = monotonic();
         let outcome = self.load(force);
+        self.settle(outcome, started, None)
+    }
+
+    /// Records what an attempt did; `xds_version` is set for an xDS snapshot.
+    fn settle(
+        &self,
+        outcome: Outcome,
+        started: std::time::Instant,
+        xds_version: Option<&str>,
+    ) -> bool {
         let now = self.clock.now();
         let seconds = || started.elapsed().as_secs_f64();
         match outcome {
@@ -102,6 +147,7 @@ impl Reloader {
                     generation,
                     hash = %format!("{hash:016x}"),
                     seconds,
+                    xds_version,
                     "config loaded"
                 );
                 true
@@ -119,9 +165,16 @@ impl Reloader {
                     .collect::<Vec<_>>()
                     .join("; ");
                 if running {
-                    tracing::error!(%errors, "config rejected; keeping the running rules");
+                    tracing::error!(%errors, xds_version, "config rejected; keeping the running rules");
+                } else if self.state.is_serving() {
+                    // Started without a config on purpose (FORCE_START_WITHOUT_INITIAL_CONFIG).
+                    tracing::error!(%errors, xds_version, "config rejected; no rules loaded yet");
                 } else {
-                    tracing::error!(%errors, "config rejected; no rules loaded yet, not serving");
+                    tracing::error!(
+                        %errors,
+                        xds_version,
+                        "config rejected; no rules loaded yet, not serving"
+                    );
                 }
                 false
             }

@@ -1,10 +1,11 @@
 //! Settings: the command line, where every flag also reads an environment variable (`SLUICE_*`).
 //! The hardening flags live in [`hardening`]; the environment variables of envoyproxy/ratelimit
-//! are mapped onto these flags by [`ratelimit_env`]. Nothing here imports another layer.
+//! are mapped onto these flags by [`ratelimit_env`]; the xDS config source's flags live in [`xds`]. Nothing here imports another layer.
 
 pub mod hardening;
 pub mod ratelimit_env;
 pub mod rlqs;
+pub mod xds;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -73,7 +74,8 @@ pub struct ServeArgs {
     /// A YAML config file, or a directory whose *.yaml / *.yml files are loaded (dot-files and
     /// Kubernetes `..data` entries skipped). Repeat for several; SLUICE_CONFIG takes a
     /// comma-separated list. Required, unless envoyproxy/ratelimit's RUNTIME_ROOT /
-    /// RUNTIME_SUBDIRECTORY / RUNTIME_APPDIRECTORY name the directory.
+    /// RUNTIME_SUBDIRECTORY / RUNTIME_APPDIRECTORY name the directory, or the rules come over
+    /// xDS (--config-xds).
     #[arg(
         long = "config",
         value_name = "PATH",
@@ -176,6 +178,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub rlqs: rlqs::RlqsArgs,
+
+    #[command(flatten)]
+    pub xds: xds::XdsArgs,
 
     #[command(flatten)]
     pub redis: RedisArgs,

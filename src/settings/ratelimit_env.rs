@@ -156,13 +156,16 @@ pub fn apply(
         used("PORT", format!("HTTP on {}", args.http_addr));
     }
 
+    // Config source: CONFIG_TYPE and the xDS client's variables (their own module).
+    let xds_notes = xds::apply(args, m, env)?;
+
     // Config location: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY.
-    if args.config.is_empty() {
+    if args.config.is_empty() && args.xds.config_xds.is_none() {
         let root = var("RUNTIME_ROOT");
         let sub = var("RUNTIME_SUBDIRECTORY");
         let app = var("RUNTIME_APPDIRECTORY");
         if root.is_none() && sub.is_none() && app.is_none() {
-            return Err("no config: pass --config PATH (or SLUICE_CONFIG), or set RUNTIME_ROOT and RUNTIME_SUBDIRECTORY as for envoyproxy/ratelimit".into());
+            return Err("no config: pass --config PATH (or SLUICE_CONFIG) or --config-xds URL, or set RUNTIME_ROOT and RUNTIME_SUBDIRECTORY (or CONFIG_TYPE=GRPC_XDS_SOTW) as for envoyproxy/ratelimit".into());
         }
         let mut dir = PathBuf::from(root.unwrap_or_else(|| RUNTIME_ROOT_DEFAULT.into()));
         if let Some(sub) = sub {
@@ -171,13 +174,6 @@ pub fn apply(
         dir.push(app.unwrap_or_else(|| RUNTIME_APPDIRECTORY_DEFAULT.into()));
         used("RUNTIME_ROOT", format!("config from {}", dir.display()));
         args.config = vec![dir];
-    }
-    if let Some(t) = var("CONFIG_TYPE") {
-        if !t.eq_ignore_ascii_case("FILE") {
-            return Err(format!(
-                "CONFIG_TYPE={t}: only FILE is supported (sluice reads config files, not xDS)"
-            ));
-        }
     }
 
     // Backend.
@@ -341,8 +337,11 @@ pub fn apply(
             used(name, format!("ignored: {why}"));
         }
     }
+    notes.extend(xds_notes);
     Ok(notes)
 }
+
+mod xds;
 
 #[cfg(test)]
 mod tests;

@@ -41,3 +41,4 @@ mod rlqs;
 mod slow_clients;
 mod telemetry;
 mod trust;
+mod xds;

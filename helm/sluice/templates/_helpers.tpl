@@ -280,6 +280,32 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
 - name: SLUICE_GRPC_TLS_RELOAD_INTERVAL
   value: {{ $v.tls.reloadInterval | quote }}
 {{- end }}
+{{- with $v.xds.server }}
+- name: SLUICE_CONFIG_XDS
+  value: {{ . | quote }}
+- name: SLUICE_XDS_NODE_ID
+  value: {{ $v.xds.nodeId | quote }}
+- name: SLUICE_START_WITHOUT_CONFIG
+  value: {{ $v.xds.startWithoutConfig | toString | quote }}
+- name: SLUICE_XDS_MAX_MESSAGE_BYTES
+  value: {{ $v.xds.maxMessageBytes | int64 | toString | quote }}
+{{- if $v.xds.tls.enabled }}
+- name: SLUICE_XDS_TLS
+  value: "true"
+- name: SLUICE_XDS_TLS_CA
+  value: /etc/sluice/xds-tls/ca.crt
+{{- if $v.xds.tls.clientCertificate }}
+- name: SLUICE_XDS_TLS_CERT
+  value: /etc/sluice/xds-tls/tls.crt
+- name: SLUICE_XDS_TLS_KEY
+  value: /etc/sluice/xds-tls/tls.key
+{{- end }}
+{{- with $v.xds.tls.serverName }}
+- name: SLUICE_XDS_TLS_SERVER_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- with $v.tracing.otlpEndpoint }}
 - name: SLUICE_OTLP_ENDPOINT
   value: {{ . | quote }}
@@ -297,8 +323,10 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   imagePullPolicy: {{ $v.image.pullPolicy }}
   args:
     - serve
+    {{- if not $v.xds.server }}
     - --config
     - {{ $v.config.mountPath }}
+    {{- end }}
     {{- with $v.extraArgs }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -332,9 +360,16 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   securityContext:
     {{- toYaml $v.securityContext | nindent 4 }}
   volumeMounts:
+    {{- if not $v.xds.server }}
     - name: sluice-config
       mountPath: {{ $v.config.mountPath }}
       readOnly: true
+    {{- end }}
+    {{- if and $v.xds.server $v.xds.tls.enabled }}
+    - name: sluice-xds-tls
+      mountPath: /etc/sluice/xds-tls
+      readOnly: true
+    {{- end }}
     {{- if $v.tls.enabled }}
     - name: sluice-grpc-tls
       mountPath: /etc/sluice/grpc-tls
@@ -349,9 +384,16 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
 
 {{/* The volumes the container mounts (list items). */}}
 {{- define "sluice.volumes" -}}
+{{- if not .Values.xds.server }}
 - name: sluice-config
   configMap:
     name: {{ include "sluice.configMapName" . }}
+{{- end }}
+{{- if and .Values.xds.server .Values.xds.tls.enabled }}
+- name: sluice-xds-tls
+  secret:
+    secretName: {{ required "xds.tls.secretName is required with xds.tls.enabled" .Values.xds.tls.secretName }}
+{{- end }}
 {{- if .Values.tls.enabled }}
 - name: sluice-grpc-tls
   secret:
@@ -369,7 +411,7 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
 
 {{/* Pod annotations that roll the pods when the rules change (config.reload "rollout"). */}}
 {{- define "sluice.podAnnotations" -}}
-{{- if and (eq .Values.config.reload "rollout") (not .Values.config.existingConfigMap) }}
+{{- if and (eq .Values.config.reload "rollout") (not .Values.config.existingConfigMap) (not .Values.xds.server) }}
 checksum/sluice-config: {{ include "sluice.configFiles" . | sha256sum }}
 {{- end }}
 {{- if include "sluice.createRedisSecret" . }}

@@ -5,7 +5,7 @@ use crate::settings::{Cli, Command};
 use clap::{CommandFactory, FromArgMatches};
 use std::collections::HashMap;
 
-fn run(argv: &[&str], env: &[(&str, &str)]) -> Result<(ServeArgs, Vec<String>), String> {
+pub(super) fn run(argv: &[&str], env: &[(&str, &str)]) -> Result<(ServeArgs, Vec<String>), String> {
     let mut full = vec!["sluice", "serve"];
     full.extend(argv);
     let matches = Cli::command()
@@ -130,7 +130,7 @@ fn unsupported_meanings_fail() {
     for env in [
         ("BACKEND_TYPE", "memcache"),
         ("REDIS_SOCKET_TYPE", "unix"),
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
         ("SHADOW_MODE", "maybe"),
     ] {
         assert!(run(&cfg, &[env]).is_err(), "{env:?}");
