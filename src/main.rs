@@ -32,7 +32,9 @@ use sluice::settings::{CheckArgs, Cli, Command, LogArgs, LogFormat, ServeArgs};
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let argv =
+        sluice::settings::ratelimit_env::gateway::command_line(std::env::args_os().collect());
+    let matches = Cli::command().get_matches_from(argv);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -166,6 +168,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         grpc = %server.grpc_addr,
         http = %server.http_addr,
         prometheus = %server.prometheus_addr.map(|a| a.to_string()).unwrap_or_default(),
+        debug = %server.debug_addr.map(|a| a.to_string()).unwrap_or_default(),
         "sluice serving"
     );
     loop {

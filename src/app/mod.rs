@@ -110,10 +110,12 @@ async fn run<S: Store + Reservations>(
         grpc,
         http,
         prometheus,
+        debug,
     } = listeners;
     let grpc_addr = grpc.local_addr()?;
     let http_addr = http.local_addr()?;
     let prometheus_addr = prometheus.as_ref().map(|l| l.local_addr()).transpose()?;
+    let debug_addr = debug.as_ref().map(|l| l.local_addr()).transpose()?;
     let backend = match args.backend {
         Backend::Memory => "memory",
         Backend::Redis => "redis",
@@ -201,6 +203,15 @@ async fn run<S: Store + Reservations>(
         hard.http_header_read_timeout,
         stop_rx.clone(),
     );
+    let debug_server = debug.map(|l| {
+        http_serve::serve(
+            l,
+            Port::new("debug", hard.http_max_connections, hard.http_idle_timeout),
+            http::debug_router(cx.clone()),
+            hard.http_header_read_timeout,
+            stop_rx.clone(),
+        )
+    });
     let prometheus_server = prometheus.map(|l| {
         http_serve::serve(
             l,
@@ -222,13 +233,14 @@ async fn run<S: Store + Reservations>(
         async move {
             let http_task = tokio::spawn(http_server);
             let prom_task = prometheus_server.map(tokio::spawn);
+            let debug_task = debug_server.map(tokio::spawn);
             let _ = rx.wait_for(|s| *s).await;
             state.set_draining().await;
             let drained = tokio::time::timeout(drain_timeout, async {
                 let g = grpc_done.await;
                 let h = http_task.await;
-                if let Some(p) = prom_task {
-                    let _ = p.await;
+                for t in prom_task.into_iter().chain(debug_task) {
+                    let _ = t.await;
                 }
                 (g, h)
             })
@@ -249,6 +261,7 @@ async fn run<S: Store + Reservations>(
         grpc_addr,
         http_addr,
         prometheus_addr,
+        debug_addr,
         reloader,
         stop,
         task,

@@ -1,5 +1,5 @@
 //! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`; `POST /json`
-//! is merged in from [`super::json_api`].
+//! is merged in from [`super::json_api`]. The Prometheus and debug listeners serve subsets.
 
 use std::sync::Arc;
 
@@ -46,6 +46,14 @@ pub fn router<S: Store>(cx: HttpContext<S>) -> Router {
 pub fn metrics_router<S: Store>(cx: HttpContext<S>) -> Router {
     Router::new()
         .route("/metrics", get(metrics::<S>))
+        .with_state(cx)
+}
+
+/// Only `/rlconfig`, for envoyproxy/ratelimit's debug port (`--debug-addr`), where
+/// `egctl x config ratelimit` reads it.
+pub fn debug_router<S: Store>(cx: HttpContext<S>) -> Router {
+    Router::new()
+        .route("/rlconfig", get(rlconfig::<S>))
         .with_state(cx)
 }
 

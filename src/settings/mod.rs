@@ -130,6 +130,14 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_CHARGE_REJECTED")]
     pub charge_rejected: bool,
 
+    /// Take envoyproxy/ratelimit's defaults where sluice's differ: the config directory
+    /// `/srv/runtime_data/current/config`, rejected requests charged (unless
+    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true), the debug port 6070. On when sluice is
+    /// invoked as `ratelimit` with no arguments, or takes its config location from RUNTIME_ROOT
+    /// / RUNTIME_SUBDIRECTORY / RUNTIME_APPDIRECTORY / CONFIG_TYPE.
+    #[arg(long, env = "SLUICE_RATELIMIT_DEFAULTS")]
+    pub ratelimit_defaults: bool,
+
     /// Add rate-limit headers for Envoy to add to the response: RateLimit-Limit / -Remaining /
     /// -Reset from the tightest descriptor unless --response-headers-format says otherwise.
     #[arg(long, env = "SLUICE_RESPONSE_HEADERS")]
@@ -199,6 +207,12 @@ pub struct ServeArgs {
     /// always on the HTTP port.
     #[arg(long, env = "SLUICE_PROMETHEUS_ADDR", value_name = "ADDR")]
     pub prometheus_addr: Option<SocketAddr>,
+
+    /// Serve `GET /rlconfig` on this address too, as envoyproxy/ratelimit's debug port
+    /// (DEBUG_HOST / DEBUG_PORT, 6070 with --ratelimit-defaults); it is always on the HTTP
+    /// port.
+    #[arg(long, env = "SLUICE_DEBUG_ADDR", value_name = "ADDR")]
+    pub debug_addr: Option<SocketAddr>,
 
     /// Enable `POST /json` on the HTTP port (the RLS API in JSON, with ?explain=true). Off by
     /// default: whoever reaches it can spend quota.

@@ -17,11 +17,7 @@ const RUNTIME_ROOT_DEFAULT: &str = "/srv/runtime_data/current";
 const RUNTIME_APPDIRECTORY_DEFAULT: &str = "config";
 
 /// Variables read only to say they are ignored, and why.
-const IGNORED: [(&str, &str); 13] = [
-    (
-        "DEBUG_PORT",
-        "there is no debug port: /rlconfig is on the HTTP port",
-    ),
+const IGNORED: [(&str, &str); 12] = [
     (
         "RUNTIME_WATCH_ROOT",
         "sluice watches the config directory and its parent",
@@ -156,12 +152,13 @@ pub fn apply(
         used("PORT", format!("HTTP on {}", args.http_addr));
     }
 
+    let as_ratelimit = gateway::runs_as_ratelimit(args, &var);
     // Config location: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY.
     if args.config.is_empty() {
         let root = var("RUNTIME_ROOT");
         let sub = var("RUNTIME_SUBDIRECTORY");
         let app = var("RUNTIME_APPDIRECTORY");
-        if root.is_none() && sub.is_none() && app.is_none() {
+        if root.is_none() && sub.is_none() && app.is_none() && !args.ratelimit_defaults {
             return Err("no config: pass --config PATH (or SLUICE_CONFIG), or set RUNTIME_ROOT and RUNTIME_SUBDIRECTORY as for envoyproxy/ratelimit".into());
         }
         let mut dir = PathBuf::from(root.unwrap_or_else(|| RUNTIME_ROOT_DEFAULT.into()));
@@ -283,10 +280,20 @@ pub fn apply(
     }
     // false (their default) counts every request, rejected ones too: --charge-rejected.
     // true stops counting once over the limit: sluice's default, which charges nothing for a
-    // rejected request.
+    // rejected request. Unset, their default applies when sluice runs as envoyproxy/ratelimit
+    // (see `gateway::runs_as_ratelimit`): a usage charge sent at stream end must count even
+    // past the limit, or token budgets under-count.
     if unset("charge_rejected") {
-        if let Some(stop) = flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")? {
-            args.charge_rejected = !stop;
+        match flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")? {
+            Some(stop) => args.charge_rejected = !stop,
+            None if as_ratelimit => {
+                args.charge_rejected = true;
+                used(
+                    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+                    "unset: envoyproxy/ratelimit's default (false), rejected requests are charged (--charge-rejected)".into(),
+                );
+            }
+            None => {}
         }
     }
     if unset("near_limit_ratio") {
@@ -341,8 +348,11 @@ pub fn apply(
             used(name, format!("ignored: {why}"));
         }
     }
+    gateway::apply(args, &unset, &var, as_ratelimit, &mut notes)?;
     Ok(notes)
 }
+
+pub mod gateway;
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@ use crate::settings::{Cli, Command};
 use clap::{CommandFactory, FromArgMatches};
 use std::collections::HashMap;
 
-fn run(argv: &[&str], env: &[(&str, &str)]) -> Result<(ServeArgs, Vec<String>), String> {
+pub(super) fn run(argv: &[&str], env: &[(&str, &str)]) -> Result<(ServeArgs, Vec<String>), String> {
     let mut full = vec!["sluice", "serve"];
     full.extend(argv);
     let matches = Cli::command()
