@@ -203,6 +203,16 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_OTLP_ENDPOINT", value_name = "URL")]
     pub otlp_endpoint: Option<String>,
 
+    /// Resource attributes of exported traces beyond `service.name` (from envoyproxy/
+    /// ratelimit's TRACING_SERVICE_*; sluice's own are the OTEL_* variables).
+    #[arg(skip)]
+    pub trace_resource: Vec<(String, String)>,
+
+    /// Share of traces sampled (envoyproxy/ratelimit's TRACING_SAMPLING_RATE); `None`: the
+    /// OTEL_TRACES_SAMPLER* variables decide.
+    #[arg(skip)]
+    pub trace_sampling_rate: Option<f64>,
+
     /// Also serve /metrics on this address (envoyproxy/ratelimit's PROMETHEUS_ADDR); it is
     /// always on the HTTP port.
     #[arg(long, env = "SLUICE_PROMETHEUS_ADDR", value_name = "ADDR")]

@@ -1,7 +1,7 @@
 //! The part of envoyproxy/ratelimit's environment that Envoy Gateway sets beyond the basics
 //! (`internal/infrastructure/kubernetes/ratelimit/resource.go`): the container runs
 //! `/bin/ratelimit` with no arguments, gRPC over TLS with a client CA, the debug port, and
-//! tracing. Kept apart from [`super::apply`] so each concern reads on its own.
+//! tracing (TRACING_*). Kept apart from [`super::apply`] so each concern reads on its own.
 
 use std::ffi::OsString;
 
@@ -73,7 +73,68 @@ pub(super) fn apply(
         notes.push(format!("DEBUG_PORT: debug listener (/rlconfig) on {a}"));
     }
 
-    grpc_tls(args, unset, var, flag("GRPC_SERVER_USE_TLS")?, notes)
+    grpc_tls(args, unset, var, flag("GRPC_SERVER_USE_TLS")?, notes)?;
+    tracing(args, var, flag("TRACING_ENABLED")?, notes)
+}
+
+/// TRACING_ENABLED with TRACING_SERVICE_NAME / _NAMESPACE / _INSTANCE_ID, TRACING_SAMPLING_RATE
+/// and the OTLP endpoint (mapped onto --otlp-endpoint by [`super::apply`]). sluice exports
+/// OTLP over gRPC only, while envoyproxy/ratelimit's default TRACING_EXPORTER_PROTOCOL is
+/// http: sending gRPC to an OTLP/HTTP port would lose every span, so that stops start-up.
+fn tracing(
+    args: &mut ServeArgs,
+    var: &dyn Fn(&str) -> Option<String>,
+    enabled: Option<bool>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    const NAMES: [(&str, &str); 3] = [
+        ("TRACING_SERVICE_NAME", "service.name"),
+        ("TRACING_SERVICE_NAMESPACE", "service.namespace"),
+        ("TRACING_SERVICE_INSTANCE_ID", "service.instance.id"),
+    ];
+    if enabled != Some(true) {
+        for name in NAMES
+            .iter()
+            .map(|n| n.0)
+            .chain(["TRACING_SAMPLING_RATE", "TRACING_EXPORTER_PROTOCOL"])
+        {
+            if var(name).is_some() {
+                notes.push(format!("{name}: ignored: TRACING_ENABLED is not true"));
+            }
+        }
+        return Ok(());
+    }
+    let protocol = var("TRACING_EXPORTER_PROTOCOL").unwrap_or_else(|| "http".into());
+    if !protocol.eq_ignore_ascii_case("grpc") {
+        return Err(format!(
+            "TRACING_ENABLED=true with TRACING_EXPORTER_PROTOCOL={protocol}{}: sluice exports OTLP over gRPC only; set TRACING_EXPORTER_PROTOCOL=grpc and OTEL_EXPORTER_OTLP_ENDPOINT to the collector's OTLP/gRPC port (4317)",
+            if var("TRACING_EXPORTER_PROTOCOL").is_none() { " (envoyproxy/ratelimit's default)" } else { "" }
+        ));
+    }
+    let Some(endpoint) = &args.otlp_endpoint else {
+        return Err(
+            "TRACING_ENABLED=true needs OTEL_EXPORTER_OTLP_ENDPOINT (or --otlp-endpoint)".into(),
+        );
+    };
+    notes.push(format!(
+        "TRACING_ENABLED: traces over OTLP/gRPC to {endpoint}"
+    ));
+    for (name, attr) in NAMES {
+        if let Some(v) = var(name) {
+            args.trace_resource.push((attr.into(), v));
+        }
+    }
+    if let Some(r) = var("TRACING_SAMPLING_RATE") {
+        match r.trim().parse::<f64>() {
+            Ok(x) if (0.0..=1.0).contains(&x) => args.trace_sampling_rate = Some(x),
+            _ => {
+                return Err(format!(
+                    "TRACING_SAMPLING_RATE={r}: expected a number from 0 to 1"
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// GRPC_SERVER_USE_TLS with GRPC_SERVER_TLS_CERT / _KEY, and a client CA: envoyproxy/ratelimit

@@ -126,3 +126,57 @@ fn grpc_tls_variables_that_cannot_be_honoured_fail() {
         vec!["envoy".to_string()]
     );
 }
+
+#[test]
+fn tracing_variables_map_or_stop_start_up() {
+    let cfg = ["--config", "/c"];
+    let on = [
+        ("TRACING_ENABLED", "true"),
+        ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+        ("TRACING_SERVICE_NAME", "envoy-ratelimit"),
+        ("TRACING_SERVICE_NAMESPACE", "envoy-gateway-system"),
+        ("TRACING_SERVICE_INSTANCE_ID", "pod-1"),
+        ("TRACING_SAMPLING_RATE", "0.5"),
+    ];
+    let (a, _) = run(&cfg, &on).unwrap();
+    assert_eq!(a.otlp_endpoint.as_deref(), Some("http://collector:4317"));
+    assert_eq!(a.trace_sampling_rate, Some(0.5));
+    assert_eq!(
+        a.trace_resource,
+        vec![
+            ("service.name".to_string(), "envoy-ratelimit".to_string()),
+            ("service.namespace".into(), "envoy-gateway-system".into()),
+            ("service.instance.id".into(), "pod-1".into()),
+        ]
+    );
+    // Envoy Gateway leaves the protocol at envoyproxy/ratelimit's default, http: refused, with
+    // what to set instead.
+    let eg = [
+        ("TRACING_ENABLED", "true"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+    ];
+    let e = run(&cfg, &eg).unwrap_err();
+    assert!(e.contains("TRACING_EXPORTER_PROTOCOL=grpc"), "{e}");
+    let e = run(
+        &cfg,
+        &[
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+        ],
+    )
+    .unwrap_err();
+    assert!(e.contains("needs OTEL_EXPORTER_OTLP_ENDPOINT"), "{e}");
+    let mut bad = on.to_vec();
+    bad.push(("TRACING_SAMPLING_RATE", "2"));
+    bad.remove(6);
+    assert!(run(&cfg, &bad)
+        .unwrap_err()
+        .contains("TRACING_SAMPLING_RATE=2"));
+    // Off: the names are said to be unused.
+    let (a, notes) = run(&cfg, &[("TRACING_SERVICE_NAME", "x")]).unwrap();
+    assert!(a.trace_resource.is_empty());
+    assert!(notes
+        .iter()
+        .any(|n| n.contains("TRACING_SERVICE_NAME: ignored")));
+}
