@@ -25,6 +25,7 @@ pub mod rules;
 pub mod service;
 pub mod settings;
 pub mod stats;
+pub mod statsd;
 pub mod store;
 pub mod tasks;
 pub mod watch;

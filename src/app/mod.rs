@@ -173,6 +173,7 @@ async fn run<S: Store + Reservations>(
         tasks::spawn_store_health((**r).clone(), state.clone(), stop_rx.clone());
     }
 
+    let statsd = statsd_mapper(args.prometheus_statsd_mapper.as_deref())?;
     let hard = &args.hardening;
     let in_flight = InFlight::new(hard.max_in_flight);
     let tls = grpc_tls(hard, &stop_rx)?;
@@ -220,7 +221,7 @@ async fn run<S: Store + Reservations>(
                 hard.http_max_connections,
                 hard.http_idle_timeout,
             ),
-            http::metrics_router(cx),
+            http::metrics_router(cx, statsd),
             hard.http_header_read_timeout,
             stop_rx.clone(),
         )
@@ -269,5 +270,16 @@ async fn run<S: Store + Reservations>(
         metrics,
         in_flight,
         tls,
+    })
+}
+
+/// The statsd mapping of `--prometheus-statsd-mapper`, read now: a file that cannot be honoured
+/// stops start-up.
+fn statsd_mapper(arg: Option<&str>) -> anyhow::Result<Option<Arc<crate::statsd::Mapper>>> {
+    use crate::statsd::Mapper;
+    Ok(match arg {
+        None => None,
+        Some(crate::settings::BUILTIN_MAPPER) => Some(Arc::new(Mapper::builtin())),
+        Some(path) => Some(Arc::new(Mapper::load(std::path::Path::new(path))?)),
     })
 }

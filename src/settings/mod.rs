@@ -218,6 +218,17 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_PROMETHEUS_ADDR", value_name = "ADDR")]
     pub prometheus_addr: Option<SocketAddr>,
 
+    /// Serve --prometheus-addr in envoyproxy/ratelimit's metric names: its statsd names mapped
+    /// by this statsd_exporter mapping file (PROMETHEUS_MAPPER_YAML), or `builtin` for its
+    /// built-in mapping. The HTTP port's /metrics keeps sluice's names.
+    #[arg(
+        long,
+        env = "SLUICE_PROMETHEUS_STATSD_MAPPER",
+        value_name = "PATH",
+        requires = "prometheus_addr"
+    )]
+    pub prometheus_statsd_mapper: Option<String>,
+
     /// Serve `GET /rlconfig` on this address too, as envoyproxy/ratelimit's debug port
     /// (DEBUG_HOST / DEBUG_PORT, 6070 with --ratelimit-defaults); it is always on the HTTP
     /// port.
@@ -381,6 +392,9 @@ pub struct LogArgs {
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
+
+/// `--prometheus-statsd-mapper` value naming envoyproxy/ratelimit's built-in mapping.
+pub const BUILTIN_MAPPER: &str = "builtin";
 
 /// A ratio between 0 and 1.
 pub fn parse_ratio(s: &str) -> Result<f32, String> {

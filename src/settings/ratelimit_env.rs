@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 
-use super::{Backend, LogFormat, ServeArgs};
+use super::{Backend, LogFormat, ServeArgs, BUILTIN_MAPPER};
 
 /// envoyproxy/ratelimit's defaults for the config location.
 const RUNTIME_ROOT_DEFAULT: &str = "/srv/runtime_data/current";
@@ -331,6 +331,11 @@ pub fn apply(
             host.trim_matches(['[', ']']),
             port,
         )?);
+        // Their names there: PROMETHEUS_MAPPER_YAML, or their built-in mapping.
+        if unset("prometheus_statsd_mapper") {
+            args.prometheus_statsd_mapper =
+                Some(var("PROMETHEUS_MAPPER_YAML").unwrap_or_else(|| BUILTIN_MAPPER.into()));
+        }
     }
     if flag("USE_STATSD")? == Some(true) {
         used(

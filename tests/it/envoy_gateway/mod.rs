@@ -4,6 +4,7 @@
 //! addresses are moved to free loopback ports, and the xDS variables are left out (rules come
 //! from RUNTIME_ROOT here).
 
+mod metrics;
 mod rls;
 
 use std::net::SocketAddr;
@@ -69,10 +70,12 @@ descriptors:
 
 pub const DOMAIN: &str = "gateway-conformance-infra/same-namespace/http";
 pub const ROUTE: &str = "httproute/gateway-conformance-infra/usage-rate-limit/rule/0/match/0/*";
+pub const CIDR_ROUTE: &str = "httproute/gateway-conformance-infra/cidr-ratelimit/rule/0/match/0/*";
 
 /// A directory laid out as Envoy Gateway's pod: `/data/ratelimit/config/` (the rules),
 /// `/certs/{tls.crt,tls.key,ca.crt}` (sluice's server certificate and the CA of its clients),
-/// and the client certificate Envoy presents.
+/// `/etc/statsd-exporter/conf.yaml` (its statsd mapping), and the client certificate Envoy
+/// presents.
 pub struct Pod {
     pub dir: tempfile::TempDir,
     pub ca: Ca,
@@ -92,6 +95,13 @@ impl Pod {
         ca.issue(&["localhost", "127.0.0.1"], Usage::Server, false)
             .write(&certs, "tls");
         let envoy = ca.issue(&["envoy"], Usage::Client, false);
+        let mapper = dir.path().join("etc/statsd-exporter");
+        std::fs::create_dir_all(&mapper).unwrap();
+        std::fs::write(
+            mapper.join("conf.yaml"),
+            include_str!("../../fixtures/envoy-gateway-statsd-mapper.yaml"),
+        )
+        .unwrap();
         Pod { dir, ca, envoy }
     }
 
@@ -116,6 +126,7 @@ impl Pod {
             ("GRPC_SERVER_TLS_CA_CERT", p("certs/ca.crt")),
             ("USE_PROMETHEUS", "true".into()),
             ("PROMETHEUS_ADDR", "127.0.0.1:0".into()),
+            ("PROMETHEUS_MAPPER_YAML", p("etc/statsd-exporter/conf.yaml")),
             // Test-only: free ports instead of 8081, 8080, 6070; JSON logs.
             ("GRPC_HOST", "127.0.0.1".into()),
             ("GRPC_PORT", "0".into()),
