@@ -4,6 +4,7 @@
 //! addresses are moved to free loopback ports, and the xDS variables are left out (rules come
 //! from RUNTIME_ROOT here).
 
+mod envoy;
 mod metrics;
 mod rls;
 
