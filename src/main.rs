@@ -32,7 +32,9 @@ use sluice::settings::{CheckArgs, Cli, Command, LogArgs, LogFormat, ServeArgs};
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let argv =
+        sluice::settings::ratelimit_env::gateway::command_line(std::env::args_os().collect());
+    let matches = Cli::command().get_matches_from(argv);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -63,7 +65,12 @@ fn main() -> ExitCode {
             // The OTLP exporter needs the runtime to exist.
             let (tracer, quiet) = {
                 let _guard = rt.enter();
-                match init_logging(&args.log, args.otlp_endpoint.as_deref()) {
+                let traces = Traces {
+                    endpoint: args.otlp_endpoint.as_deref(),
+                    resource: &args.trace_resource,
+                    sampling_rate: args.trace_sampling_rate,
+                };
+                match init_logging(&args.log, traces) {
                     Ok(t) => t,
                     Err(e) => {
                         eprintln!("sluice: {e:#}");
@@ -166,6 +173,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         grpc = %server.grpc_addr,
         http = %server.http_addr,
         prometheus = %server.prometheus_addr.map(|a| a.to_string()).unwrap_or_default(),
+        debug = %server.debug_addr.map(|a| a.to_string()).unwrap_or_default(),
         "sluice serving"
     );
     loop {
@@ -184,9 +192,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// call site and interval (the returned `QuietLog` reports what it held back); with an OTLP
 /// endpoint, also exports the request spans (target `sluice::otel`, TRACE, so they cost
 /// nothing when tracing is off).
+/// Where and how request spans are exported.
+struct Traces<'a> {
+    endpoint: Option<&'a str>,
+    /// Resource attributes on top of [`sluice::metrics::resource`].
+    resource: &'a [(String, String)],
+    /// A trace-id ratio sampler instead of the OTEL_TRACES_SAMPLER* variables.
+    sampling_rate: Option<f64>,
+}
+
 fn init_logging(
     args: &LogArgs,
-    otlp_endpoint: Option<&str>,
+    traces: Traces<'_>,
 ) -> anyhow::Result<(Option<SdkTracerProvider>, QuietLog)> {
     let quiet = QuietLog::default();
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
@@ -201,7 +218,7 @@ fn init_logging(
         LogFormat::Json => fmt.json().with_filter(filter).boxed(),
         LogFormat::Text => fmt.with_filter(filter).boxed(),
     };
-    let provider = match otlp_endpoint {
+    let provider = match traces.endpoint {
         None => None,
         Some(endpoint) => {
             use opentelemetry_otlp::WithExportConfig;
@@ -210,13 +227,27 @@ fn init_logging(
                 .with_endpoint(endpoint)
                 .build()
                 .context("cannot set up OTLP trace export")?;
-            // OTEL_BSP_* and OTEL_TRACES_SAMPLER* apply.
-            Some(
-                SdkTracerProvider::builder()
-                    .with_resource(sluice::metrics::resource())
-                    .with_batch_exporter(exporter)
-                    .build(),
-            )
+            let resource = opentelemetry_sdk::Resource::builder()
+                .with_attributes(
+                    sluice::metrics::resource()
+                        .iter()
+                        .map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())),
+                )
+                .with_attributes(
+                    traces
+                        .resource
+                        .iter()
+                        .map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())),
+                )
+                .build();
+            // OTEL_BSP_* apply, and OTEL_TRACES_SAMPLER* unless a rate is given.
+            let mut b = SdkTracerProvider::builder()
+                .with_resource(resource)
+                .with_batch_exporter(exporter);
+            if let Some(rate) = traces.sampling_rate {
+                b = b.with_sampler(opentelemetry_sdk::trace::Sampler::TraceIdRatioBased(rate));
+            }
+            Some(b.build())
         }
     };
     let otel = provider.as_ref().map(|p| {

@@ -248,6 +248,25 @@ impl Metrics {
         String::from_utf8(out).unwrap_or_default()
     }
 
+    /// Every series of the counter family `name` (its Prometheus name, e.g.
+    /// `sluice_rpc_requests_total`): its labels and value.
+    pub fn counter_values(&self, name: &str) -> Vec<(Vec<(String, String)>, f64)> {
+        self.registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == name)
+            .flat_map(|f| f.get_metric().iter())
+            .map(|m| {
+                let labels = m
+                    .get_label()
+                    .iter()
+                    .map(|l| (l.name().to_string(), l.value().to_string()))
+                    .collect();
+                (labels, m.get_counter().get_value())
+            })
+            .collect()
+    }
+
     /// Records one answered request.
     pub fn rpc(&self, method: &'static str, code: &'static str, seconds: f64) {
         let attrs = [KeyValue::new("method", method), KeyValue::new("code", code)];

@@ -17,6 +17,8 @@ pub(super) struct Listeners {
     pub grpc: GrpcListeners,
     pub http: TcpListener,
     pub prometheus: Option<TcpListener>,
+    /// envoyproxy/ratelimit's debug port (`--debug-addr`): `/rlconfig`.
+    pub debug: Option<TcpListener>,
 }
 
 /// `--grpc-threads 0`: one listener served on the main runtime; otherwise one SO_REUSEPORT
@@ -53,10 +55,19 @@ impl Listeners {
             ),
             None => None,
         };
+        let debug = match args.debug_addr {
+            Some(a) => Some(
+                TcpListener::bind(a)
+                    .await
+                    .with_context(|| format!("cannot listen for the debug port on {a}"))?,
+            ),
+            None => None,
+        };
         Ok(Listeners {
             grpc,
             http,
             prometheus,
+            debug,
         })
     }
 }

@@ -112,10 +112,12 @@ async fn run<S: Store + Reservations>(
         grpc,
         http,
         prometheus,
+        debug,
     } = listeners;
     let grpc_addr = grpc.local_addr()?;
     let http_addr = http.local_addr()?;
     let prometheus_addr = prometheus.as_ref().map(|l| l.local_addr()).transpose()?;
+    let debug_addr = debug.as_ref().map(|l| l.local_addr()).transpose()?;
     let backend = match args.backend {
         Backend::Memory => "memory",
         Backend::Redis => "redis",
@@ -193,6 +195,7 @@ async fn run<S: Store + Reservations>(
         tasks::spawn_store_health((**r).clone(), state.clone(), stop_rx.clone());
     }
 
+    let statsd = statsd_mapper(args.prometheus_statsd_mapper.as_deref())?;
     let hard = &args.hardening;
     let in_flight = InFlight::new(hard.max_in_flight);
     let tls = grpc_tls(hard, &stop_rx)?;
@@ -223,6 +226,15 @@ async fn run<S: Store + Reservations>(
         hard.http_header_read_timeout,
         stop_rx.clone(),
     );
+    let debug_server = debug.map(|l| {
+        http_serve::serve(
+            l,
+            Port::new("debug", hard.http_max_connections, hard.http_idle_timeout),
+            http::debug_router(cx.clone()),
+            hard.http_header_read_timeout,
+            stop_rx.clone(),
+        )
+    });
     let prometheus_server = prometheus.map(|l| {
         http_serve::serve(
             l,
@@ -231,7 +243,7 @@ async fn run<S: Store + Reservations>(
                 hard.http_max_connections,
                 hard.http_idle_timeout,
             ),
-            http::metrics_router(cx),
+            http::metrics_router(cx, statsd),
             hard.http_header_read_timeout,
             stop_rx.clone(),
         )
@@ -244,13 +256,14 @@ async fn run<S: Store + Reservations>(
         async move {
             let http_task = tokio::spawn(http_server);
             let prom_task = prometheus_server.map(tokio::spawn);
+            let debug_task = debug_server.map(tokio::spawn);
             let _ = rx.wait_for(|s| *s).await;
             state.set_draining().await;
             let drained = tokio::time::timeout(drain_timeout, async {
                 let g = grpc_done.await;
                 let h = http_task.await;
-                if let Some(p) = prom_task {
-                    let _ = p.await;
+                for t in prom_task.into_iter().chain(debug_task) {
+                    let _ = t.await;
                 }
                 (g, h)
             })
@@ -271,6 +284,7 @@ async fn run<S: Store + Reservations>(
         grpc_addr,
         http_addr,
         prometheus_addr,
+        debug_addr,
         reloader,
         stop,
         task,
@@ -278,5 +292,16 @@ async fn run<S: Store + Reservations>(
         metrics,
         in_flight,
         tls,
+    })
+}
+
+/// The statsd mapping of `--prometheus-statsd-mapper`, read now: a file that cannot be honoured
+/// stops start-up.
+fn statsd_mapper(arg: Option<&str>) -> anyhow::Result<Option<Arc<crate::statsd::Mapper>>> {
+    use crate::statsd::Mapper;
+    Ok(match arg {
+        None => None,
+        Some(crate::settings::BUILTIN_MAPPER) => Some(Arc::new(Mapper::builtin())),
+        Some(path) => Some(Arc::new(Mapper::load(std::path::Path::new(path))?)),
     })
 }

@@ -20,6 +20,8 @@ pub struct Server {
     pub http_addr: SocketAddr,
     /// The extra Prometheus listener (`--prometheus-addr`), if any.
     pub prometheus_addr: Option<SocketAddr>,
+    /// The debug listener (`--debug-addr`), if any.
+    pub debug_addr: Option<SocketAddr>,
     pub(super) reloader: Arc<Reloader>,
     pub(super) stop: watch::Sender<bool>,
     pub(super) task: JoinHandle<anyhow::Result<()>>,

@@ -1,5 +1,5 @@
 //! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`; `POST /json`
-//! is merged in from [`super::json_api`].
+//! is merged in from [`super::json_api`]. The Prometheus and debug listeners serve subsets.
 
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use super::ServiceState;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::model::Micros;
+use crate::statsd::Mapper;
 use crate::store::Store;
 
 /// What the HTTP handlers read.
@@ -42,10 +43,42 @@ pub fn router<S: Store>(cx: HttpContext<S>) -> Router {
         .with_state(cx)
 }
 
-/// Only `/metrics`, for a separate Prometheus listener (`--prometheus-addr`).
-pub fn metrics_router<S: Store>(cx: HttpContext<S>) -> Router {
+/// Only `/metrics`, for a separate Prometheus listener (`--prometheus-addr`): sluice's names,
+/// or with `statsd` envoyproxy/ratelimit's statsd names through that mapping.
+pub fn metrics_router<S: Store>(cx: HttpContext<S>, statsd: Option<Arc<Mapper>>) -> Router {
+    match statsd {
+        None => Router::new()
+            .route("/metrics", get(metrics::<S>))
+            .with_state(cx),
+        Some(mapper) => Router::new().route(
+            "/metrics",
+            get(move || {
+                let (metrics, mapper) = (cx.metrics.clone(), mapper.clone());
+                async move { statsd_metrics(metrics.as_deref(), &mapper) }
+            }),
+        ),
+    }
+}
+
+fn statsd_metrics(metrics: Option<&Metrics>, mapper: &Mapper) -> HttpResponse {
+    match metrics {
+        Some(m) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            crate::statsd::render(m, mapper),
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "metrics are off\n").into_response(),
+    }
+}
+
+/// Only `/rlconfig`, for envoyproxy/ratelimit's debug port (`--debug-addr`), where
+/// `egctl x config ratelimit` reads it.
+pub fn debug_router<S: Store>(cx: HttpContext<S>) -> Router {
     Router::new()
-        .route("/metrics", get(metrics::<S>))
+        .route("/rlconfig", get(rlconfig::<S>))
         .with_state(cx)
 }
 

@@ -132,6 +132,14 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_CHARGE_REJECTED")]
     pub charge_rejected: bool,
 
+    /// Take envoyproxy/ratelimit's defaults where sluice's differ: the config directory
+    /// `/srv/runtime_data/current/config`, rejected requests charged (unless
+    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true), the debug port 6070. On when sluice is
+    /// invoked as `ratelimit` with no arguments, or takes its config location from RUNTIME_ROOT
+    /// / RUNTIME_SUBDIRECTORY / RUNTIME_APPDIRECTORY / CONFIG_TYPE.
+    #[arg(long, env = "SLUICE_RATELIMIT_DEFAULTS")]
+    pub ratelimit_defaults: bool,
+
     /// Add rate-limit headers for Envoy to add to the response: RateLimit-Limit / -Remaining /
     /// -Reset from the tightest descriptor unless --response-headers-format says otherwise.
     #[arg(long, env = "SLUICE_RESPONSE_HEADERS")]
@@ -200,10 +208,37 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_OTLP_ENDPOINT", value_name = "URL")]
     pub otlp_endpoint: Option<String>,
 
+    /// Resource attributes of exported traces beyond `service.name` (from envoyproxy/
+    /// ratelimit's TRACING_SERVICE_*; sluice's own are the OTEL_* variables).
+    #[arg(skip)]
+    pub trace_resource: Vec<(String, String)>,
+
+    /// Share of traces sampled (envoyproxy/ratelimit's TRACING_SAMPLING_RATE); `None`: the
+    /// OTEL_TRACES_SAMPLER* variables decide.
+    #[arg(skip)]
+    pub trace_sampling_rate: Option<f64>,
+
     /// Also serve /metrics on this address (envoyproxy/ratelimit's PROMETHEUS_ADDR); it is
     /// always on the HTTP port.
     #[arg(long, env = "SLUICE_PROMETHEUS_ADDR", value_name = "ADDR")]
     pub prometheus_addr: Option<SocketAddr>,
+
+    /// Serve --prometheus-addr in envoyproxy/ratelimit's metric names: its statsd names mapped
+    /// by this statsd_exporter mapping file (PROMETHEUS_MAPPER_YAML), or `builtin` for its
+    /// built-in mapping. The HTTP port's /metrics keeps sluice's names.
+    #[arg(
+        long,
+        env = "SLUICE_PROMETHEUS_STATSD_MAPPER",
+        value_name = "PATH",
+        requires = "prometheus_addr"
+    )]
+    pub prometheus_statsd_mapper: Option<String>,
+
+    /// Serve `GET /rlconfig` on this address too, as envoyproxy/ratelimit's debug port
+    /// (DEBUG_HOST / DEBUG_PORT, 6070 with --ratelimit-defaults); it is always on the HTTP
+    /// port.
+    #[arg(long, env = "SLUICE_DEBUG_ADDR", value_name = "ADDR")]
+    pub debug_addr: Option<SocketAddr>,
 
     /// Enable `POST /json` on the HTTP port (the RLS API in JSON, with ?explain=true). Off by
     /// default: whoever reaches it can spend quota.
@@ -362,6 +397,9 @@ pub struct LogArgs {
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
+
+/// `--prometheus-statsd-mapper` value naming envoyproxy/ratelimit's built-in mapping.
+pub const BUILTIN_MAPPER: &str = "builtin";
 
 /// A ratio between 0 and 1.
 pub fn parse_ratio(s: &str) -> Result<f32, String> {

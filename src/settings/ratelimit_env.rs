@@ -10,18 +10,14 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 
-use super::{Backend, LogFormat, ServeArgs};
+use super::{Backend, LogFormat, ServeArgs, BUILTIN_MAPPER};
 
 /// envoyproxy/ratelimit's defaults for the config location.
 const RUNTIME_ROOT_DEFAULT: &str = "/srv/runtime_data/current";
 const RUNTIME_APPDIRECTORY_DEFAULT: &str = "config";
 
 /// Variables read only to say they are ignored, and why.
-const IGNORED: [(&str, &str); 13] = [
-    (
-        "DEBUG_PORT",
-        "there is no debug port: /rlconfig is on the HTTP port",
-    ),
+const IGNORED: [(&str, &str); 12] = [
     (
         "RUNTIME_WATCH_ROOT",
         "sluice watches the config directory and its parent",
@@ -159,12 +155,13 @@ pub fn apply(
     // Config source: CONFIG_TYPE and the xDS client's variables (their own module).
     let xds_notes = xds::apply(args, m, env)?;
 
+    let as_ratelimit = gateway::runs_as_ratelimit(args, &var);
     // Config location: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY.
     if args.config.is_empty() && args.xds.config_xds.is_none() {
         let root = var("RUNTIME_ROOT");
         let sub = var("RUNTIME_SUBDIRECTORY");
         let app = var("RUNTIME_APPDIRECTORY");
-        if root.is_none() && sub.is_none() && app.is_none() {
+        if root.is_none() && sub.is_none() && app.is_none() && !args.ratelimit_defaults {
             return Err("no config: pass --config PATH (or SLUICE_CONFIG) or --config-xds URL, or set RUNTIME_ROOT and RUNTIME_SUBDIRECTORY (or CONFIG_TYPE=GRPC_XDS_SOTW) as for envoyproxy/ratelimit".into());
         }
         let mut dir = PathBuf::from(root.unwrap_or_else(|| RUNTIME_ROOT_DEFAULT.into()));
@@ -279,10 +276,20 @@ pub fn apply(
     }
     // false (their default) counts every request, rejected ones too: --charge-rejected.
     // true stops counting once over the limit: sluice's default, which charges nothing for a
-    // rejected request.
+    // rejected request. Unset, their default applies when sluice runs as envoyproxy/ratelimit
+    // (see `gateway::runs_as_ratelimit`): a usage charge sent at stream end must count even
+    // past the limit, or token budgets under-count.
     if unset("charge_rejected") {
-        if let Some(stop) = flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")? {
-            args.charge_rejected = !stop;
+        match flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")? {
+            Some(stop) => args.charge_rejected = !stop,
+            None if as_ratelimit => {
+                args.charge_rejected = true;
+                used(
+                    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+                    "unset: envoyproxy/ratelimit's default (false), rejected requests are charged (--charge-rejected)".into(),
+                );
+            }
+            None => {}
         }
     }
     if unset("near_limit_ratio") {
@@ -320,6 +327,11 @@ pub fn apply(
             host.trim_matches(['[', ']']),
             port,
         )?);
+        // Their names there: PROMETHEUS_MAPPER_YAML, or their built-in mapping.
+        if unset("prometheus_statsd_mapper") {
+            args.prometheus_statsd_mapper =
+                Some(var("PROMETHEUS_MAPPER_YAML").unwrap_or_else(|| BUILTIN_MAPPER.into()));
+        }
     }
     if flag("USE_STATSD")? == Some(true) {
         used(
@@ -337,10 +349,12 @@ pub fn apply(
             used(name, format!("ignored: {why}"));
         }
     }
+    gateway::apply(args, &unset, &var, as_ratelimit, &mut notes)?;
     notes.extend(xds_notes);
     Ok(notes)
 }
 
+pub mod gateway;
 mod xds;
 
 #[cfg(test)]

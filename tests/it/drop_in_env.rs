@@ -1,6 +1,6 @@
 //! envoyproxy/ratelimit's environment variables alone start a working server: config from
 //! RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, ports from GRPC_HOST/GRPC_PORT and
-//! HOST/PORT, response headers, the Prometheus listener, the near-limit ratio, JSON logs, and
+//! HOST/PORT, response headers, the Prometheus listener (in envoyproxy/ratelimit's names), the near-limit ratio, JSON logs, and
 //! a note for each variable that is ignored.
 
 use crate::support;
@@ -77,13 +77,18 @@ async fn upstream_environment_starts_a_working_server() {
     assert_eq!(headers[1], ("RateLimit-Remaining", "0"));
     assert_eq!(http_get(http, "/healthcheck").await, (200, "OK".into()));
 
-    // PROMETHEUS_ADDR serves /metrics; NEAR_LIMIT_RATIO=0.5 puts hits 3 and 4 near the limit.
+    // PROMETHEUS_ADDR serves /metrics in envoyproxy/ratelimit's names (its built-in statsd
+    // mapping); NEAR_LIMIT_RATIO=0.5 puts hits 3 and 4 near the limit.
     let (code, text) = http_get(prom, "/metrics").await;
     assert_eq!(code, 200);
     let m = parse_prometheus(&text);
+    let rule = |name: &str| sample(&m, name, &[("domain", "edge"), ("key1", "client")]);
+    assert_eq!(rule("ratelimit_service_rate_limit_near_limit"), Some(2.0));
+    assert_eq!(rule("ratelimit_service_rate_limit_over_limit"), Some(1.0));
+    // The HTTP port keeps sluice's names.
+    let m = parse_prometheus(&http_get(http, "/metrics").await.1);
     let rule = |name: &str| sample(&m, name, &[("domain", "edge"), ("key", "edge.client")]);
     assert_eq!(rule("sluice_rate_limit_near_limit_total"), Some(2.0));
-    assert_eq!(rule("sluice_rate_limit_over_limit_total"), Some(1.0));
 
     let lines = log.lock().unwrap().clone();
     let noted = |what: &str| lines.iter().any(|l| l.contains(what));

@@ -15,6 +15,7 @@ mod drop_in_env;
 mod envoy_algorithms;
 mod envoy_concurrency;
 mod envoy_failure_modes;
+mod envoy_gateway;
 mod envoy_http;
 mod envoy_ietf_headers;
 mod envoy_redis;

@@ -29,6 +29,8 @@ use support::*;
 #[derive(Clone, Default)]
 struct Collector {
     spans: Arc<Mutex<Vec<Span>>>,
+    /// (key, string value) of every resource attribute of exported spans.
+    span_resource: Arc<Mutex<Vec<(String, String)>>>,
     /// (metric name, `key` attribute, value) of every sum data point.
     sums: Arc<Mutex<Vec<(String, String, i64)>>>,
 }
@@ -41,6 +43,16 @@ impl TraceService for Collector {
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let mut spans = self.spans.lock().unwrap();
         for rs in request.into_inner().resource_spans {
+            for a in rs.resource.iter().flat_map(|r| &r.attributes) {
+                if let Some(any_value::Value::StringValue(v)) =
+                    a.value.as_ref().and_then(|v| v.value.as_ref())
+                {
+                    self.span_resource
+                        .lock()
+                        .unwrap()
+                        .push((a.key.clone(), v.clone()));
+                }
+            }
             for ss in rs.scope_spans {
                 spans.extend(ss.spans);
             }
@@ -98,8 +110,8 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn otlp_receives_metrics_and_traces_with_the_callers_parent() {
+/// Starts the stand-in collector; returns it and its endpoint URL.
+async fn start_collector() -> (Collector, String) {
     let collector = Collector::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
@@ -109,6 +121,75 @@ async fn otlp_receives_metrics_and_traces_with_the_callers_parent() {
             .add_service(MetricsServiceServer::new(collector.clone()))
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
     );
+    (collector, endpoint)
+}
+
+/// envoyproxy/ratelimit's tracing variables, as Envoy Gateway sets them (with the gRPC
+/// protocol sluice exports): the spans carry its service name, namespace and instance id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoyproxy_ratelimit_tracing_variables_name_the_spans() {
+    let (collector, endpoint) = start_collector().await;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ratelimit/config");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("edge.yaml"), CONFIG).unwrap();
+    let root_path = root.path().display().to_string();
+    let mut sluice = support::process::spawn_sluice(
+        &["serve"],
+        &[
+            ("RUNTIME_ROOT", root_path.as_str()),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("GRPC_HOST", "127.0.0.1"),
+            ("GRPC_PORT", "0"),
+            ("HOST", "127.0.0.1"),
+            ("PORT", "0"),
+            ("DEBUG_PORT", "0"),
+            ("LOG_FORMAT", "json"),
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+            ("TRACING_SERVICE_NAME", "envoy-ratelimit"),
+            ("TRACING_SERVICE_NAMESPACE", "envoy-gateway-system"),
+            ("TRACING_SERVICE_INSTANCE_ID", "envoy-ratelimit-abc12"),
+            ("TRACING_SAMPLING_RATE", "1.0"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let mut client = RateLimitServiceClient::new(channel(sluice.grpc).await);
+    client
+        .should_rate_limit(req("edge", vec![d(&[("client", "a")])]).to_proto())
+        .await
+        .expect("answer");
+    support::poll::eventually("a ShouldRateLimit span", || async {
+        let spans = collector.spans.lock().unwrap();
+        spans
+            .iter()
+            .any(|s| s.name == "ShouldRateLimit")
+            .then_some(())
+    })
+    .await;
+    let resource = collector.span_resource.lock().unwrap().clone();
+    for (k, v) in [
+        ("service.name", "envoy-ratelimit"),
+        ("service.namespace", "envoy-gateway-system"),
+        ("service.instance.id", "envoy-ratelimit-abc12"),
+    ] {
+        assert!(
+            resource.iter().any(|(a, b)| a == k && b == v),
+            "{k}={v} not in {resource:?}"
+        );
+    }
+    assert_eq!(
+        tokio::task::spawn_blocking(move || sluice.terminate_and_wait())
+            .await
+            .unwrap(),
+        Some(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_receives_metrics_and_traces_with_the_callers_parent() {
+    let (collector, endpoint) = start_collector().await;
 
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");

@@ -13,8 +13,14 @@ use serde_json::Value as Json;
 /// Every stderr line of a child so far, collected by a thread.
 pub type Log = Arc<Mutex<Vec<String>>>;
 
-/// The addresses of the "sluice serving" log line: gRPC, HTTP and the Prometheus listener.
-type Serving = (Option<SocketAddr>, Option<SocketAddr>, Option<SocketAddr>);
+/// The addresses of the "sluice serving" log line: gRPC, HTTP, the Prometheus listener and
+/// the debug listener.
+type Serving = (
+    Option<SocketAddr>,
+    Option<SocketAddr>,
+    Option<SocketAddr>,
+    Option<SocketAddr>,
+);
 
 /// Spawns `cmd` (stdout discarded, stderr the JSON log) and waits for it to serve.
 fn spawn_serving(cmd: &mut Command) -> (Child, Serving, Log) {
@@ -36,7 +42,12 @@ fn spawn_serving(cmd: &mut Command) -> (Child, Serving, Log) {
                     let f = &v["fields"];
                     if f["message"] == "sluice serving" {
                         let addr = |k: &str| f[k].as_str().and_then(|s| s.parse().ok());
-                        let _ = tx.send((addr("grpc"), addr("http"), addr("prometheus")));
+                        let _ = tx.send((
+                            addr("grpc"),
+                            addr("http"),
+                            addr("prometheus"),
+                            addr("debug"),
+                        ));
                     }
                 }
                 log.lock().unwrap().push(line);
@@ -123,7 +134,7 @@ impl Binary {
             ])
             .args(flags)
             .env_remove("RUST_LOG");
-        let (child, (grpc, http, _), log) = spawn_serving(&mut cmd);
+        let (child, (grpc, http, _, _), log) = spawn_serving(&mut cmd);
         Binary {
             child,
             grpc_addr: grpc.expect("grpc addr in log"),
@@ -155,6 +166,7 @@ pub struct Spawned {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub prometheus: Option<SocketAddr>,
+    pub debug: Option<SocketAddr>,
     /// Every stderr line so far.
     pub log: Log,
 }
@@ -164,12 +176,29 @@ pub struct Spawned {
 pub fn spawn_sluice(args: &[&str], envs: &[(&str, &str)]) -> Spawned {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
     cmd.args(args).env_clear().envs(envs.iter().copied());
-    let (child, (grpc, http, prometheus), log) = spawn_serving(&mut cmd);
+    spawned(&mut cmd)
+}
+
+/// Starts sluice as Envoy Gateway runs envoyproxy/ratelimit: through a link named
+/// `dir/ratelimit`, with no arguments, `envs` on top of an empty environment.
+pub fn spawn_as_ratelimit(dir: &Path, envs: &[(&str, &str)]) -> Spawned {
+    let link = dir.join("ratelimit");
+    if !link.exists() {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &link).expect("link ratelimit");
+    }
+    let mut cmd = Command::new(&link);
+    cmd.env_clear().envs(envs.iter().copied());
+    spawned(&mut cmd)
+}
+
+fn spawned(cmd: &mut Command) -> Spawned {
+    let (child, (grpc, http, prometheus, debug), log) = spawn_serving(cmd);
     Spawned {
         child,
         grpc: grpc.expect("grpc address"),
         http: http.expect("http address"),
         prometheus,
+        debug,
         log,
     }
 }

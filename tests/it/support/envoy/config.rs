@@ -113,7 +113,7 @@ pub fn bootstrap_rls(
 }
 
 /// A static cluster of `addrs` (HTTP/2 for gRPC).
-pub(super) fn cluster(name: &str, addrs: &[SocketAddr], http2: bool) -> Json {
+pub fn cluster(name: &str, addrs: &[SocketAddr], http2: bool) -> Json {
     let endpoints: Vec<Json> = addrs
         .iter()
         .map(|a| {
