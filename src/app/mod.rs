@@ -21,6 +21,7 @@ use crate::rules::RuleSet;
 use crate::service::accept::Port;
 use crate::service::grpc::{GrpcParts, GrpcServer};
 use crate::service::http::{self, HttpContext};
+use crate::service::http_gate::HttpGate;
 use crate::service::http_serve;
 use crate::service::json_api;
 use crate::service::overload::InFlight;
@@ -194,10 +195,24 @@ async fn run<S: Store + Reservations>(
         metrics: Some(metrics.clone()),
     };
     let json = json_api::router(args.json_api.then_some(pipeline), Some(metrics.clone()));
+    let gate = HttpGate {
+        bodies: vec![],
+        body_timeout: hard.http_body_timeout,
+        metrics: Some(metrics.clone()),
+    };
     let http_server = http_serve::serve(
         http,
-        Port::new("http", hard.http_max_connections, hard.http_idle_timeout),
+        Port::with_reserve(
+            "http",
+            hard.http_max_connections,
+            http_serve::HEALTH_RESERVE,
+            hard.http_idle_timeout,
+        ),
         http::router(cx.clone()).merge(json),
+        HttpGate {
+            bodies: vec![json_api::body_route(hard.max_request_bytes)],
+            ..gate.clone()
+        },
         hard.http_header_read_timeout,
         stop_rx.clone(),
     );
@@ -210,6 +225,7 @@ async fn run<S: Store + Reservations>(
                 hard.http_idle_timeout,
             ),
             http::metrics_router(cx),
+            gate,
             hard.http_header_read_timeout,
             stop_rx.clone(),
         )

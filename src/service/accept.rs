@@ -71,8 +71,11 @@ pub struct ConnInfo {
 pub struct Port {
     name: &'static str,
     max: usize,
+    /// Places beyond `max`, taken only when the port is full (see [`Slot::is_reserved`]).
+    reserve: usize,
     idle: Duration,
     open: AtomicUsize,
+    reserved_open: AtomicUsize,
     refused: AtomicU64,
     accept_failed: QuietWarn,
     over_cap: QuietWarn,
@@ -81,11 +84,25 @@ pub struct Port {
 impl Port {
     /// `max` connections at once (at least one); `idle` of zero never reaps.
     pub fn new(name: &'static str, max: usize, idle: Duration) -> Arc<Self> {
+        Port::with_reserve(name, max, 0, idle)
+    }
+
+    /// [`Port::new`] with `reserve` more places, given only while the `max` are all taken: the
+    /// server answers only its health check on them, so that clients holding every regular
+    /// place cannot make the health check fail.
+    pub fn with_reserve(
+        name: &'static str,
+        max: usize,
+        reserve: usize,
+        idle: Duration,
+    ) -> Arc<Self> {
         Arc::new(Port {
             name,
             max: max.max(1),
+            reserve,
             idle,
             open: AtomicUsize::new(0),
+            reserved_open: AtomicUsize::new(0),
             refused: AtomicU64::new(0),
             accept_failed: QuietWarn::default(),
             over_cap: QuietWarn::default(),
@@ -110,8 +127,7 @@ impl Port {
             match listener.accept().await {
                 Ok((tcp, peer)) => {
                     backoff = FIRST_BACKOFF;
-                    if self.open.fetch_add(1, Ordering::AcqRel) >= self.max {
-                        self.open.fetch_sub(1, Ordering::AcqRel);
+                    let Some(reserved) = self.take_place() else {
                         self.refused.fetch_add(1, Ordering::Relaxed);
                         if let Some(held) = self.over_cap.due() {
                             tracing::warn!(
@@ -122,10 +138,14 @@ impl Port {
                             );
                         }
                         continue;
-                    }
+                    };
                     // Fails for a peer that already reset: nothing to report.
                     let _ = tcp.set_nodelay(true);
-                    return (tcp, peer, Slot(self.clone()));
+                    let slot = Slot {
+                        port: self.clone(),
+                        reserved,
+                    };
+                    return (tcp, peer, slot);
                 }
                 Err(e) => {
                     if let Some(held) = self.accept_failed.due() {
@@ -137,6 +157,19 @@ impl Port {
                 }
             }
         }
+    }
+
+    /// A regular place (`Some(false)`), else a reserved one (`Some(true)`), else `None`.
+    fn take_place(&self) -> Option<bool> {
+        if self.open.fetch_add(1, Ordering::AcqRel) < self.max {
+            return Some(false);
+        }
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        if self.reserved_open.fetch_add(1, Ordering::AcqRel) < self.reserve {
+            return Some(true);
+        }
+        self.reserved_open.fetch_sub(1, Ordering::AcqRel);
+        None
     }
 
     /// `tcp` with its slot, closed once idle.
@@ -153,11 +186,25 @@ impl Port {
 
 /// One open connection of a [`Port`]; frees its place when dropped.
 #[derive(Debug)]
-pub struct Slot(Arc<Port>);
+pub struct Slot {
+    port: Arc<Port>,
+    reserved: bool,
+}
+
+impl Slot {
+    /// Whether this is one of the places given only while the port is full.
+    pub fn is_reserved(&self) -> bool {
+        self.reserved
+    }
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        let open = match self.reserved {
+            true => &self.port.reserved_open,
+            false => &self.port.open,
+        };
+        open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -289,5 +336,23 @@ mod tests {
         let _d = TcpStream::connect(addr).await.unwrap();
         let (_, _, _second) = port.accept(&listener).await;
         assert_eq!(port.open(), 1);
+    }
+
+    #[tokio::test]
+    async fn reserved_places_only_once_full() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let port = Port::with_reserve("test", 1, 1, Duration::ZERO);
+        let _clients: Vec<_> =
+            futures::future::join_all((0..3).map(|_| TcpStream::connect(addr))).await;
+        let (_, _, regular) = port.accept(&listener).await;
+        let (_, _, reserved) = port.accept(&listener).await;
+        assert!(!regular.is_reserved() && reserved.is_reserved());
+        let third = tokio::time::timeout(Duration::from_millis(300), port.accept(&listener)).await;
+        assert!(third.is_err(), "nothing fits past the reserve");
+        drop(reserved);
+        let _e = TcpStream::connect(addr).await.unwrap();
+        let (_, _, again) = port.accept(&listener).await;
+        assert!(again.is_reserved(), "the regular place is still taken");
     }
 }

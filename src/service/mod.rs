@@ -7,6 +7,7 @@ pub mod convert;
 pub mod every_call;
 pub mod grpc;
 pub mod http;
+pub mod http_gate;
 pub mod http_serve;
 pub mod json;
 pub mod json_api;

@@ -97,6 +97,12 @@ pub struct HardeningArgs {
     #[arg(long, env = "SLUICE_HTTP_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub http_header_read_timeout: Duration,
 
+    /// Time for a request body to arrive whole on the HTTP port after its headers; a body
+    /// still incomplete then (dribbled, or never sent) gets 408 and the connection is closed
+    /// (`0`: no limit).
+    #[arg(long, env = "SLUICE_HTTP_BODY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_body_timeout: Duration,
+
     #[command(flatten)]
     pub tls: TlsArgs,
 }

@@ -23,6 +23,7 @@ mod grpc_threads;
 mod grpc_tls;
 mod health_drain;
 mod hostile;
+mod http_bodies;
 mod in_flight;
 mod memory_rss;
 mod metrics;

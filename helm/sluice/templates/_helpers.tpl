@@ -255,6 +255,8 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   value: {{ $h.httpIdleTimeout | toString | quote }}
 - name: SLUICE_HTTP_HEADER_READ_TIMEOUT
   value: {{ $h.httpHeaderReadTimeout | toString | quote }}
+- name: SLUICE_HTTP_BODY_TIMEOUT
+  value: {{ $h.httpBodyTimeout | toString | quote }}
 {{- $q := $v.rlqs }}
 - name: SLUICE_RLQS_ASSIGNMENT_TTL
   value: {{ $q.assignmentTtl | toString | quote }}
