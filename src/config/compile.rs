@@ -12,6 +12,7 @@ use super::files::ConfigFile;
 use super::parse::{parse_all, yaml_error};
 use super::raw::RawFile;
 use super::validate::Cx;
+use crate::excerpt::excerpt;
 use crate::rules::{content_hash, Domain, FailurePolicy, HashTag, Node, RuleIds, RuleSet, Source};
 
 /// Options of a load.
@@ -88,7 +89,8 @@ fn add_file(
     let merged = match first_seen.get(&name) {
         Some(prev) if !opts.merge_domains => {
             let msg = format!(
-                "duplicate domain '{name}' (first defined at {prev}); pass --merge-domains to merge files of one domain"
+                "duplicate domain '{}' (first defined at {prev}); pass --merge-domains to merge files of one domain",
+                excerpt(&name)
             );
             cx.err(pos, msg);
             return None;

@@ -23,6 +23,7 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 
 use crate::clock::monotonic;
+use crate::excerpt::excerpt;
 use crate::metrics::Metrics;
 
 /// Default of `--http-body-timeout`.
@@ -68,7 +69,10 @@ impl HttpGate {
                 let refused = Refusal(
                     StatusCode::UNSUPPORTED_MEDIA_TYPE,
                     "UNSUPPORTED_MEDIA_TYPE",
-                    format!("{path} takes Content-Type: application/json only"),
+                    format!(
+                        "{} takes Content-Type: application/json only",
+                        excerpt(path)
+                    ),
                 );
                 (route.method, Err(refused))
             }
@@ -84,7 +88,7 @@ impl HttpGate {
             None if req.body().is_end_stream() => return Ok(req.map(Body::new)),
             None => {
                 // An empty body (HTTP/2 DATA with only END_STREAM) passes; any byte is refused.
-                let message = format!("{path} takes no request body");
+                let message = format!("{} takes no request body", excerpt(path));
                 (OTHER, self.read(req, 0, |_| message.clone()).await)
             }
         };

@@ -25,6 +25,7 @@ mod health_drain;
 mod hostile;
 mod http_bodies;
 mod in_flight;
+mod long_inputs;
 mod memory_rss;
 mod metrics;
 mod native_api;
