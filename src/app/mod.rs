@@ -5,6 +5,7 @@
 //! [`Server`] is the handle of a running server.
 
 mod listeners;
+pub mod open_files;
 mod options;
 mod server;
 
@@ -42,6 +43,7 @@ pub use server::Server;
 
 /// Binds the listeners (so a port in use fails here), loads the config and starts serving.
 pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Server> {
+    open_files::raise(&args);
     let listeners = Listeners::bind(&args).await?;
     let metrics_options = MetricsOptions {
         otlp_endpoint: args.otlp_endpoint.clone(),

@@ -22,6 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 
+use super::preface::Preface;
 use crate::quiet::QuietWarn;
 
 /// Longest pause after a failed accept; the first is [`FIRST_BACKOFF`], doubling up to this.
@@ -180,6 +181,7 @@ impl Port {
             idle: self.idle,
             deadline: (!self.idle.is_zero()).then(|| Box::pin(tokio::time::sleep(self.idle))),
             streams: Arc::default(),
+            preface: None,
         }
     }
 }
@@ -217,11 +219,20 @@ pub struct Tracked<IO> {
     idle: Duration,
     deadline: Option<Pin<Box<Sleep>>>,
     streams: Arc<Streams>,
+    /// Until the HTTP/2 preface and first frame have arrived (plain gRPC connections).
+    preface: Option<Preface>,
 }
 
 impl<IO> Tracked<IO> {
     pub fn get_ref(&self) -> &IO {
         &self.io
+    }
+
+    /// Closed unless the HTTP/2 preface and first frame arrive within `within` (zero: no
+    /// deadline).
+    pub fn with_preface_deadline(mut self, within: Duration) -> Self {
+        self.preface = Preface::within(within);
+        self
     }
 
     /// Where the server reports this connection's requests.
@@ -237,9 +248,23 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
+        let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
-            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Ready(r) => {
+                if let Some(p) = &mut this.preface {
+                    if p.saw(&buf.filled()[before..]) {
+                        this.preface = None;
+                    }
+                }
+                Poll::Ready(r)
+            }
             Poll::Pending => {
+                if this.preface.as_mut().is_some_and(|p| p.expired(cx)) {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no HTTP/2 preface in time",
+                    )));
+                }
                 let Some(deadline) = this.deadline.as_mut() else {
                     return Poll::Pending;
                 };
@@ -302,13 +327,15 @@ impl tonic::transport::server::Connected for Tracked<TcpStream> {
 
 /// The accepted connections of `listener` within `port`'s limits, for tonic's
 /// `serve_with_incoming_shutdown` (dropping the stream closes the listener).
+/// Each is closed unless its HTTP/2 preface arrives within `preface` (see [`Preface`]).
 pub fn incoming(
     listener: TcpListener,
     port: Arc<Port>,
+    preface: Duration,
 ) -> impl futures::Stream<Item = Result<Tracked<TcpStream>, std::io::Error>> {
-    futures::stream::unfold((listener, port), |(listener, port)| async move {
+    futures::stream::unfold((listener, port), move |(listener, port)| async move {
         let (tcp, _, slot) = port.accept(&listener).await;
-        let io = port.track(tcp, slot);
+        let io = port.track(tcp, slot).with_preface_deadline(preface);
         Some((Ok(io), (listener, port)))
     })
 }

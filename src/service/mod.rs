@@ -15,6 +15,7 @@ pub mod limits;
 pub mod native;
 pub mod overload;
 pub mod pipeline;
+pub mod preface;
 pub mod propagation;
 pub mod rlqs;
 pub mod rls;

@@ -83,6 +83,11 @@ pub struct HardeningArgs {
     #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
     pub grpc_idle_timeout: Duration,
 
+    /// Time for a plain gRPC connection's HTTP/2 preface and first SETTINGS frame to arrive;
+    /// a client that connects and sends nothing is disconnected then (`0`: no limit).
+    #[arg(long, env = "SLUICE_GRPC_PREFACE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub grpc_preface_timeout: Duration,
+
     /// Most open connections on the HTTP port (and on `--prometheus-addr`).
     #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS", default_value_t = 1024)]
     pub http_max_connections: usize,

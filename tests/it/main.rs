@@ -19,6 +19,7 @@ mod envoy_http;
 mod envoy_ietf_headers;
 mod envoy_redis;
 mod fuzz_replay;
+mod grpc_first_bytes;
 mod grpc_threads;
 mod grpc_tls;
 mod health_drain;

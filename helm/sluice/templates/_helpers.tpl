@@ -249,6 +249,8 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   value: {{ $h.grpcMaxConnections | toString | quote }}
 - name: SLUICE_GRPC_IDLE_TIMEOUT
   value: {{ $h.grpcIdleTimeout | toString | quote }}
+- name: SLUICE_GRPC_PREFACE_TIMEOUT
+  value: {{ $h.grpcPrefaceTimeout | toString | quote }}
 - name: SLUICE_HTTP_MAX_CONNECTIONS
   value: {{ $h.httpMaxConnections | toString | quote }}
 - name: SLUICE_HTTP_IDLE_TIMEOUT
