@@ -9,8 +9,10 @@
 //! When every regular place of the port is taken, a few reserved connections
 //! ([`HEALTH_RESERVE`]) still answer `/healthcheck`, one HTTP/1 request each within
 //! [`RESERVE_HEADER_TIMEOUT`], and 503 for any other path: clients holding every regular place
-//! cannot make a kubelet probe fail and restart a healthy pod. On the stop signal the listener closes and every
-//! connection finishes its requests (graceful shutdown); `serve` returns once all are closed.
+//! cannot make a kubelet probe fail and restart a healthy pod.
+//!
+//! On the stop signal the listener closes and every connection finishes its requests
+//! (graceful shutdown); `serve` returns once all are closed.
 
 use std::sync::Arc;
 use std::time::Duration;
