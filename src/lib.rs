@@ -13,6 +13,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod dry_run;
+pub mod excerpt;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod grpc_threads;

@@ -6,6 +6,7 @@
 //! [`Server`] is the handle of a running server.
 
 mod listeners;
+pub mod open_files;
 mod options;
 mod server;
 
@@ -23,6 +24,7 @@ use crate::rules::RuleSet;
 use crate::service::accept::Port;
 use crate::service::grpc::{GrpcParts, GrpcServer};
 use crate::service::http::{self, HttpContext};
+use crate::service::http_gate::HttpGate;
 use crate::service::http_serve;
 use crate::service::json_api;
 use crate::service::overload::InFlight;
@@ -43,6 +45,7 @@ pub use server::Server;
 
 /// Binds the listeners (so a port in use fails here), loads the config and starts serving.
 pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Server> {
+    open_files::raise(&args);
     let listeners = Listeners::bind(&args).await?;
     let metrics_options = MetricsOptions {
         otlp_endpoint: args.otlp_endpoint.clone(),
@@ -219,10 +222,24 @@ async fn run<S: Store + Reservations>(
         metrics: Some(metrics.clone()),
     };
     let json = json_api::router(args.json_api.then_some(pipeline), Some(metrics.clone()));
+    let gate = HttpGate {
+        bodies: vec![],
+        body_timeout: hard.http_body_timeout,
+        metrics: Some(metrics.clone()),
+    };
     let http_server = http_serve::serve(
         http,
-        Port::new("http", hard.http_max_connections, hard.http_idle_timeout),
+        Port::with_reserve(
+            "http",
+            hard.http_max_connections,
+            http_serve::HEALTH_RESERVE,
+            hard.http_idle_timeout,
+        ),
         http::router(cx.clone()).merge(json),
+        HttpGate {
+            bodies: vec![json_api::body_route(hard.max_request_bytes)],
+            ..gate.clone()
+        },
         hard.http_header_read_timeout,
         stop_rx.clone(),
     );
@@ -244,6 +261,7 @@ async fn run<S: Store + Reservations>(
                 hard.http_idle_timeout,
             ),
             http::metrics_router(cx, statsd),
+            gate,
             hard.http_header_read_timeout,
             stop_rx.clone(),
         )

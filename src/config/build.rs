@@ -9,6 +9,7 @@ use serde_saphyr::Spanned;
 
 use super::raw::RawDescriptor;
 use super::validate::{Cx, Limits};
+use crate::excerpt::excerpt;
 use crate::rules::{Branch, Node, Pattern, Rule, RuleId, Wildcard};
 
 /// Builds one file's descriptors into a domain's tree.
@@ -67,7 +68,7 @@ impl<'c, 'a> Tree<'c, 'a> {
                 .map_or(pos.clone(), |s| self.cx.at(s));
             self.cx.err(
                 p,
-                format!("share_threshold can only be used with a wildcard value (containing '*'), but '{full_key}' has none"),
+                format!("share_threshold can only be used with a wildcard value (containing '*'), but '{}' has none", excerpt(&full_key)),
             );
         }
         if let Some(m) = d.metadata.as_ref().filter(|m| !m.value.is_object()) {
@@ -122,7 +123,10 @@ impl<'c, 'a> Tree<'c, 'a> {
         if duplicate {
             self.cx.err(
                 pos,
-                format!("duplicate descriptor composite key '{full_key}'"),
+                format!(
+                    "duplicate descriptor composite key '{}'",
+                    excerpt(&full_key)
+                ),
             );
         }
     }

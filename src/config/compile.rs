@@ -14,6 +14,7 @@ use super::options::LoadOptions;
 use super::parse::{parse_all, yaml_error};
 use super::raw::RawFile;
 use super::validate::Cx;
+use crate::excerpt::excerpt;
 use crate::rules::{content_hash, Domain, FailurePolicy, HashTag, Node, RuleIds, RuleSet, Source};
 
 /// Compiles already-read files into one rule set.
@@ -117,7 +118,8 @@ fn add_file(
     let merged = match first_seen.get(&name) {
         Some(prev) if !opts.merge_domains => {
             let msg = format!(
-                "duplicate domain '{name}' (first defined at {prev}); pass --merge-domains to merge files of one domain"
+                "duplicate domain '{}' (first defined at {prev}); pass --merge-domains to merge files of one domain",
+                excerpt(&name)
             );
             cx.err(pos, msg);
             return None;

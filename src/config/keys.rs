@@ -15,6 +15,7 @@ use serde_saphyr::{Location, Spanned};
 
 use super::error::{ConfigError, Position};
 use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces};
+use crate::excerpt::excerpt;
 
 /// How many times a file that is no valid YAML is cut shorter to find the keys before its
 /// error (each cut ends above the error of the previous try).
@@ -170,7 +171,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
                     key.referenced,
                     format!(
                         "unknown key '{}' (expected one of: {})",
-                        key.value,
+                        excerpt(&key.value),
                         keys.join(", ")
                     ),
                 ));

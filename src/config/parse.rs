@@ -9,6 +9,7 @@ use super::error::{ConfigError, Position};
 use super::files::ConfigFile;
 use super::keys;
 use super::raw::RawFile;
+use crate::excerpt::excerpt;
 
 /// Stack for parsing one file: serde-saphyr recurses once per YAML level (up to its depth
 /// budget of 64), and at that depth an unoptimized build needs more than the 2 MiB of a
@@ -129,7 +130,7 @@ fn friendlier(msg: &str) -> String {
             let expected = expected
                 .trim_start_matches(", ")
                 .replace("expected one of", "expected one of:");
-            return format!("unknown key '{name}' ({expected})");
+            return format!("unknown key '{}' ({expected})", excerpt(name));
         }
     }
     match msg {
@@ -143,7 +144,7 @@ fn friendlier(msg: &str) -> String {
         m if m.starts_with("duplicate mapping key: ") => {
             let k = m.trim_start_matches("duplicate mapping key: ");
             let k = k.split(", set DuplicateKeyPolicy").next().unwrap_or(k);
-            format!("duplicate key '{k}' in one map")
+            format!("duplicate key '{}' in one map", excerpt(k))
         }
         m if m.starts_with("invalid u32") => {
             format!("{m}: expected a whole number from 0 to 4294967295")

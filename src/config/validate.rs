@@ -10,6 +10,7 @@ use serde_saphyr::Spanned;
 use super::error::{ConfigError, Position};
 use super::raw::{Count, RawDescriptor, RawRateLimit};
 use crate::algorithm::{Algorithm, Calendar, Limit, MAX_WINDOW};
+use crate::excerpt::excerpt;
 use crate::model::{Micros, Unit};
 use crate::rules::vocab::{self, one_of, Word};
 use crate::rules::{duration, Charge, FailurePolicy, RuleIds, RuleKind, RuleLimit};
@@ -103,7 +104,7 @@ impl Cx<'_> {
         let before = self.errors.len();
         let name = name_of(rl);
         let replaces = self.replaces(rl, name.as_slice(), |n| {
-            format!("rate limit '{n}' cannot replace itself")
+            format!("rate limit '{}' cannot replace itself", excerpt(n))
         });
         let kind = if rl.unlimited {
             if let Some(u) = &rl.unit {
@@ -151,7 +152,7 @@ impl Cx<'_> {
                     if let Some((_, first)) = names.iter().find(|(m, _)| *m == n.value) {
                         let msg = format!(
                             "duplicate limit name '{}' in rate_limits (first at {first})",
-                            n.value
+                            excerpt(&n.value)
                         );
                         self.err(p, msg);
                     } else {
@@ -166,7 +167,10 @@ impl Cx<'_> {
         for item in &list.value {
             let rl = &item.value;
             replaces.extend(self.replaces(rl, &own, |n| {
-                format!("rate limit '{n}' is on this same descriptor and cannot be replaced by it")
+                format!(
+                    "rate limit '{}' is on this same descriptor and cannot be replaced by it",
+                    excerpt(n)
+                )
             }));
             let ipos = self.at(item);
             if rl.unlimited {
@@ -375,7 +379,7 @@ impl Cx<'_> {
                 let tp = self.at(t);
                 self.err(
                     tp,
-                    format!("unknown time zone '{}' (expected an IANA name such as Asia/Shanghai or UTC)", t.value),
+                    format!("unknown time zone '{}' (expected an IANA name such as Asia/Shanghai or UTC)", excerpt(&t.value)),
                 );
                 None
             }),
@@ -416,18 +420,19 @@ fn name_of(rl: &RawRateLimit) -> Option<String> {
 /// A `window` or `lease_time` (`field`): a duration of the one grammar ([`duration`]), a whole
 /// number of microseconds, longer than zero and at most [`MAX_WINDOW`].
 pub(super) fn duration_of(field: &str, s: &str) -> Result<Micros, String> {
+    let shown = excerpt(s);
     let d = duration::parse(s)
-        .map_err(|_| format!("invalid {field} '{s}' ({})", duration::EXPECTED))?;
+        .map_err(|_| format!("invalid {field} '{shown}' ({})", duration::EXPECTED))?;
     if !d.as_nanos().is_multiple_of(1_000) {
         return Err(format!(
-            "{field} '{s}' is not a whole number of microseconds"
+            "{field} '{shown}' is not a whole number of microseconds"
         ));
     }
     match Micros::try_from(d.as_micros()) {
-        Ok(0) => Err(format!("{field} '{s}' must be longer than zero")),
+        Ok(0) => Err(format!("{field} '{shown}' must be longer than zero")),
         Ok(w) if w <= MAX_WINDOW => Ok(w),
         _ => Err(format!(
-            "{field} '{s}' is longer than the longest supported window of 10 years"
+            "{field} '{shown}' is longer than the longest supported window of 10 years"
         )),
     }
 }

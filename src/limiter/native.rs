@@ -14,6 +14,7 @@ use super::resolve::Resolved;
 use super::response::{ceil_millis, Code, Response};
 use super::{LimitError, Limiter};
 use crate::algorithm::{Algorithm, Limit};
+use crate::excerpt::excerpt;
 use crate::model::{Micros, Request};
 use crate::store::{key, Check, Deadline, Reservations, Store, Verdict};
 
@@ -129,7 +130,7 @@ impl<S: Store + Reservations> Limiter<S> {
         {
             return Err(LimitError::FailedPrecondition(format!(
                 "reservations are not allowed for domain '{}' (set `allow_reservations: true` in its config to accept them)",
-                req.domain
+                excerpt(&req.domain)
             )));
         }
         let plan = self.plan(&rules, req, deadline)?;
@@ -196,7 +197,8 @@ impl<S: Store + Reservations> Limiter<S> {
         }
         let not_found = || {
             LimitError::NotFound(format!(
-                "no reservation '{id}': unknown, expired (settled as used) or settled already"
+                "no reservation '{}': unknown, expired (settled as used) or settled already",
+                excerpt(id)
             ))
         };
         let key = key::reservation(&self.options().key_prefix, id).ok_or_else(not_found)?;
@@ -206,8 +208,9 @@ impl<S: Store + Reservations> Limiter<S> {
             .read(&key, now, deadline)
             .await?
             .ok_or_else(not_found)?;
-        let record = Record::decode(&bytes)
-            .map_err(|e| LimitError::Unavailable(format!("reservation '{id}' unreadable: {e}")))?;
+        let record = Record::decode(&bytes).map_err(|e| {
+            LimitError::Unavailable(format!("reservation '{}' unreadable: {e}", excerpt(id)))
+        })?;
         // Expired: settled as used (the store drops it soon by itself).
         if record.expires_at <= now {
             return Err(not_found());

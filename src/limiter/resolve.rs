@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::LimitError;
 use crate::algorithm::{Algorithm, Calendar, Limit};
+use crate::excerpt::excerpt;
 use crate::model::{Descriptor, Request, Unit};
 use crate::rules::{Budget, Domain, Expired, Match, Rule, RuleKind, RuleLimit, Step};
 use crate::store::Deadline;
@@ -101,7 +102,7 @@ fn permitted(domain: &Domain, req: &Request) -> Result<(), LimitError> {
         if let Some(i) = req.descriptors.iter().position(|d| d.refund) {
             return Err(LimitError::PermissionDenied(format!(
                 "descriptor {i}: is_negative_hits refunds are not allowed for domain '{}' (set `allow_refunds: true` in its config to accept them)",
-                req.domain
+                excerpt(&req.domain)
             )));
         }
     }
@@ -113,7 +114,7 @@ fn permitted(domain: &Domain, req: &Request) -> Result<(), LimitError> {
         {
             return Err(LimitError::PermissionDenied(format!(
                 "descriptor {i}: limit overrides are not allowed for domain '{}' (its config sets `allow_overrides: false`)",
-                req.domain
+                excerpt(&req.domain)
             )));
         }
     }

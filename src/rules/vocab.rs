@@ -39,7 +39,7 @@ pub fn parse<W: Word>(s: &str) -> Result<W, UnknownWord> {
         })
         .ok_or_else(|| UnknownWord {
             what: W::WHAT,
-            given: s.to_string(),
+            given: crate::excerpt::excerpt(s).into_owned(),
             expected: one_of::<W>(),
         })
 }

@@ -22,6 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 
+use super::preface::Preface;
 use crate::quiet::QuietWarn;
 
 /// Longest pause after a failed accept; the first is [`FIRST_BACKOFF`], doubling up to this.
@@ -71,8 +72,11 @@ pub struct ConnInfo {
 pub struct Port {
     name: &'static str,
     max: usize,
+    /// Places beyond `max`, taken only when the port is full (see [`Slot::is_reserved`]).
+    reserve: usize,
     idle: Duration,
     open: AtomicUsize,
+    reserved_open: AtomicUsize,
     refused: AtomicU64,
     accept_failed: QuietWarn,
     over_cap: QuietWarn,
@@ -81,11 +85,25 @@ pub struct Port {
 impl Port {
     /// `max` connections at once (at least one); `idle` of zero never reaps.
     pub fn new(name: &'static str, max: usize, idle: Duration) -> Arc<Self> {
+        Port::with_reserve(name, max, 0, idle)
+    }
+
+    /// [`Port::new`] with `reserve` more places, given only while the `max` are all taken: the
+    /// server answers only its health check on them, so that clients holding every regular
+    /// place cannot make the health check fail.
+    pub fn with_reserve(
+        name: &'static str,
+        max: usize,
+        reserve: usize,
+        idle: Duration,
+    ) -> Arc<Self> {
         Arc::new(Port {
             name,
             max: max.max(1),
+            reserve,
             idle,
             open: AtomicUsize::new(0),
+            reserved_open: AtomicUsize::new(0),
             refused: AtomicU64::new(0),
             accept_failed: QuietWarn::default(),
             over_cap: QuietWarn::default(),
@@ -110,8 +128,7 @@ impl Port {
             match listener.accept().await {
                 Ok((tcp, peer)) => {
                     backoff = FIRST_BACKOFF;
-                    if self.open.fetch_add(1, Ordering::AcqRel) >= self.max {
-                        self.open.fetch_sub(1, Ordering::AcqRel);
+                    let Some(reserved) = self.take_place() else {
                         self.refused.fetch_add(1, Ordering::Relaxed);
                         if let Some(held) = self.over_cap.due() {
                             tracing::warn!(
@@ -122,10 +139,14 @@ impl Port {
                             );
                         }
                         continue;
-                    }
+                    };
                     // Fails for a peer that already reset: nothing to report.
                     let _ = tcp.set_nodelay(true);
-                    return (tcp, peer, Slot(self.clone()));
+                    let slot = Slot {
+                        port: self.clone(),
+                        reserved,
+                    };
+                    return (tcp, peer, slot);
                 }
                 Err(e) => {
                     if let Some(held) = self.accept_failed.due() {
@@ -139,6 +160,19 @@ impl Port {
         }
     }
 
+    /// A regular place (`Some(false)`), else a reserved one (`Some(true)`), else `None`.
+    fn take_place(&self) -> Option<bool> {
+        if self.open.fetch_add(1, Ordering::AcqRel) < self.max {
+            return Some(false);
+        }
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        if self.reserved_open.fetch_add(1, Ordering::AcqRel) < self.reserve {
+            return Some(true);
+        }
+        self.reserved_open.fetch_sub(1, Ordering::AcqRel);
+        None
+    }
+
     /// `tcp` with its slot, closed once idle.
     pub fn track<IO>(&self, io: IO, slot: Slot) -> Tracked<IO> {
         Tracked {
@@ -147,17 +181,32 @@ impl Port {
             idle: self.idle,
             deadline: (!self.idle.is_zero()).then(|| Box::pin(tokio::time::sleep(self.idle))),
             streams: Arc::default(),
+            preface: None,
         }
     }
 }
 
 /// One open connection of a [`Port`]; frees its place when dropped.
 #[derive(Debug)]
-pub struct Slot(Arc<Port>);
+pub struct Slot {
+    port: Arc<Port>,
+    reserved: bool,
+}
+
+impl Slot {
+    /// Whether this is one of the places given only while the port is full.
+    pub fn is_reserved(&self) -> bool {
+        self.reserved
+    }
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        let open = match self.reserved {
+            true => &self.port.reserved_open,
+            false => &self.port.open,
+        };
+        open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -170,11 +219,20 @@ pub struct Tracked<IO> {
     idle: Duration,
     deadline: Option<Pin<Box<Sleep>>>,
     streams: Arc<Streams>,
+    /// Until the HTTP/2 preface and first frame have arrived (plain gRPC connections).
+    preface: Option<Preface>,
 }
 
 impl<IO> Tracked<IO> {
     pub fn get_ref(&self) -> &IO {
         &self.io
+    }
+
+    /// Closed unless the HTTP/2 preface and first frame arrive within `within` (zero: no
+    /// deadline).
+    pub fn with_preface_deadline(mut self, within: Duration) -> Self {
+        self.preface = Preface::within(within);
+        self
     }
 
     /// Where the server reports this connection's requests.
@@ -190,9 +248,23 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
+        let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
-            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Ready(r) => {
+                if let Some(p) = &mut this.preface {
+                    if p.saw(&buf.filled()[before..]) {
+                        this.preface = None;
+                    }
+                }
+                Poll::Ready(r)
+            }
             Poll::Pending => {
+                if this.preface.as_mut().is_some_and(|p| p.expired(cx)) {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no HTTP/2 preface in time",
+                    )));
+                }
                 let Some(deadline) = this.deadline.as_mut() else {
                     return Poll::Pending;
                 };
@@ -255,13 +327,15 @@ impl tonic::transport::server::Connected for Tracked<TcpStream> {
 
 /// The accepted connections of `listener` within `port`'s limits, for tonic's
 /// `serve_with_incoming_shutdown` (dropping the stream closes the listener).
+/// Each is closed unless its HTTP/2 preface arrives within `preface` (see [`Preface`]).
 pub fn incoming(
     listener: TcpListener,
     port: Arc<Port>,
+    preface: Duration,
 ) -> impl futures::Stream<Item = Result<Tracked<TcpStream>, std::io::Error>> {
-    futures::stream::unfold((listener, port), |(listener, port)| async move {
+    futures::stream::unfold((listener, port), move |(listener, port)| async move {
         let (tcp, _, slot) = port.accept(&listener).await;
-        let io = port.track(tcp, slot);
+        let io = port.track(tcp, slot).with_preface_deadline(preface);
         Some((Ok(io), (listener, port)))
     })
 }
@@ -289,5 +363,23 @@ mod tests {
         let _d = TcpStream::connect(addr).await.unwrap();
         let (_, _, _second) = port.accept(&listener).await;
         assert_eq!(port.open(), 1);
+    }
+
+    #[tokio::test]
+    async fn reserved_places_only_once_full() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let port = Port::with_reserve("test", 1, 1, Duration::ZERO);
+        let _clients: Vec<_> =
+            futures::future::join_all((0..3).map(|_| TcpStream::connect(addr))).await;
+        let (_, _, regular) = port.accept(&listener).await;
+        let (_, _, reserved) = port.accept(&listener).await;
+        assert!(!regular.is_reserved() && reserved.is_reserved());
+        let third = tokio::time::timeout(Duration::from_millis(300), port.accept(&listener)).await;
+        assert!(third.is_err(), "nothing fits past the reserve");
+        drop(reserved);
+        let _e = TcpStream::connect(addr).await.unwrap();
+        let (_, _, again) = port.accept(&listener).await;
+        assert!(again.is_reserved(), "the regular place is still taken");
     }
 }

@@ -1,7 +1,7 @@
 //! What every call on the gRPC port passes, whatever its service (RLS, health, reflection,
 //! any added later), as one tower layer on the whole router: HTTP 415 for a content type other
 //! than `application/grpc*` (the gRPC spec's answer), counted in `sluice_rpc_requests_total`,
-//! and the call reported as a request open on its connection (see [`super::accept`]) until its
+//! `grpc-message`s cut to a bounded [`excerpt`], and the call reported as a request open on its connection (see [`super::accept`]) until its
 //! response body ends, so that a connection is idle only while no stream is open.
 
 use std::convert::Infallible;
@@ -14,6 +14,7 @@ use http_body_util::BodyExt;
 use tonic::body::Body;
 
 use super::accept::ConnInfo;
+use crate::excerpt::{excerpt, MAX_EXCERPT_BYTES};
 use crate::metrics::Metrics;
 
 /// The layer of [`EveryCall`], for `tonic::transport::Server::layer`.
@@ -81,19 +82,44 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
-            let answer = inner.call(req).await?;
-            let Some(stream) = stream else {
-                return Ok(answer);
-            };
-            // The stream stays open while its answer streams (health's Watch).
+            let mut answer = inner.call(req).await?;
+            bound_status_message(answer.headers_mut());
+            // The stream stays open while its answer streams (health's Watch); a status in
+            // the trailers is bounded as one in the headers.
             Ok(answer.map(|body| {
-                Body::new(body.map_frame(move |frame| {
+                Body::new(body.map_frame(move |mut frame| {
                     let _open = &stream;
+                    if let Some(trailers) = frame.trailers_mut() {
+                        bound_status_message(trailers);
+                    }
                     frame
                 }))
             }))
         })
     }
+}
+
+/// Cuts a long `grpc-message` to an [`excerpt`], whichever service wrote it (tonic-reflection
+/// echoes a symbol whole): a gRPC client refuses an oversized one as RESOURCE_EXHAUSTED and
+/// never sees the real code.
+fn bound_status_message(headers: &mut http::HeaderMap) {
+    // Percent-encoding only lengthens a message, so a short header needs no decoding.
+    let long = headers
+        .get("grpc-message")
+        .is_some_and(|m| m.len() > MAX_EXCERPT_BYTES);
+    let Some(status) = long
+        .then(|| tonic::Status::from_header_map(headers))
+        .flatten()
+    else {
+        return;
+    };
+    let short = tonic::Status::with_details(
+        status.code(),
+        excerpt(status.message()).into_owned(),
+        status.details().to_vec().into(),
+    );
+    // Fails only for details that are not a valid header value: the long message stays then.
+    let _ = short.add_header(headers);
 }
 
 /// The method label of a refused call: the method's name for the services the port serves,

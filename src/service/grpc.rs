@@ -49,6 +49,8 @@ pub struct GrpcServer {
     tls: Option<Arc<ReloadingTls>>,
     /// The connection cap and idle reaping, shared by every listener (serving thread).
     port: Arc<Port>,
+    /// `--grpc-preface-timeout`.
+    preface: Duration,
     stop: watch::Receiver<bool>,
 }
 
@@ -117,6 +119,7 @@ impl GrpcServer {
             router,
             tls: parts.tls,
             port: Port::new("grpc", hard.grpc_max_connections, hard.grpc_idle_timeout),
+            preface: hard.grpc_preface_timeout,
             stop: parts.stop,
         })
     }
@@ -129,7 +132,7 @@ impl GrpcServer {
         };
         match self.tls {
             None => {
-                let incoming = accept::incoming(listener, self.port);
+                let incoming = accept::incoming(listener, self.port, self.preface);
                 self.router
                     .serve_with_incoming_shutdown(incoming, shutdown)
                     .await

@@ -7,6 +7,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::excerpt::excerpt;
 use crate::limiter::{Explanation, Response};
 use crate::model::{Request, MICROS_PER_SEC};
 use crate::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
@@ -59,7 +60,12 @@ fn number(v: &Value, what: &str) -> Result<u64, String> {
         Value::String(s) => s.parse().ok(),
         _ => None,
     }
-    .ok_or_else(|| format!("{what} must be a whole number, not {v}"))
+    .ok_or_else(|| {
+        format!(
+            "{what} must be a whole number, not {}",
+            excerpt(&v.to_string())
+        )
+    })
 }
 
 /// `envoy.type.v3.RateLimitUnit` by name (`MINUTE`) or number.
@@ -72,12 +78,15 @@ fn unit(v: &Value) -> Result<i32, String> {
             .iter()
             .position(|n| n.eq_ignore_ascii_case(s))
             .map(|i| i as i32)
-            .ok_or_else(|| format!("unknown unit '{s}'")),
+            .ok_or_else(|| format!("unknown unit '{}'", excerpt(s))),
         Value::Number(n) => n
             .as_i64()
             .and_then(|n| i32::try_from(n).ok())
             .ok_or_else(|| format!("unknown unit {n}")),
-        _ => Err(format!("unit must be a name or a number, not {v}")),
+        _ => Err(format!(
+            "unit must be a name or a number, not {}",
+            excerpt(&v.to_string())
+        )),
     }
 }
 

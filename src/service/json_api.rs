@@ -1,18 +1,21 @@
 //! `POST /json[?explain=true]` on the HTTP port: the RLS API in JSON (codec in
 //! [`super::json`]) through the same [`Pipeline`] as gRPC (size limits, in-flight bound,
-//! deadline from a `grpc-timeout` header). 200 when OK, 429 when over the limit; refusals get
+//! deadline from a `grpc-timeout` header), after the HTTP port's gate ([`super::http_gate`],
+//! [`body_route`]) has read its body: `application/json` only, within `--max-request-bytes` and
+//! `--http-body-timeout`. 200 when OK, 429 when over the limit; refusals get
 //! the HTTP status of their gRPC code.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::post;
 use axum::Router;
 
 use super::code_name::grpc_code_name;
+use super::http_gate::BodyRoute;
 use super::pipeline::Pipeline;
 use super::{convert, json};
 use crate::clock::monotonic;
@@ -26,10 +29,26 @@ struct JsonApi<S> {
     metrics: Option<Arc<Metrics>>,
 }
 
+/// What the HTTP port's gate lets through to `/json`: JSON bodies of at most
+/// `--max-request-bytes`.
+pub fn body_route(max_request_bytes: usize) -> BodyRoute {
+    BodyRoute {
+        path: "/json",
+        max_bytes: max_request_bytes,
+        flag: "--max-request-bytes",
+        method: METHOD,
+    }
+}
+
+/// The method label of `/json` in `sluice_rpc_requests_total`.
+const METHOD: &str = "json";
+
 /// The `/json` route; `pipeline` `None` answers 404 saying how to enable it.
 pub fn router<S: Store>(pipeline: Option<Pipeline<S>>, metrics: Option<Arc<Metrics>>) -> Router {
     Router::new()
         .route("/json", post(handle::<S>))
+        // The HTTP port's gate has read the body within `--max-request-bytes` already.
+        .layer(DefaultBodyLimit::disable())
         .with_state(Arc::new(JsonApi { pipeline, metrics }))
 }
 
@@ -87,7 +106,7 @@ async fn handle<S: Store>(
         ),
     };
     if let Some(m) = &api.metrics {
-        m.rpc("json", code, started.elapsed().as_secs_f64());
+        m.rpc(METHOD, code, started.elapsed().as_secs_f64());
     }
     reply(status, body)
 }

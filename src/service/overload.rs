@@ -202,7 +202,10 @@ async fn read_whole(mut body: Body, limit: usize) -> Result<Bytes, Status> {
     let mut buf = BytesMut::new();
     let mut cap = limit.saturating_add(PREFIX);
     while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
-        let Ok(data) = frame?.into_data() else {
+        // A body that breaks off is the client going away (a reset stream, a closed
+        // connection): CANCELLED, as gRPC names a call its client abandoned, not UNKNOWN.
+        let frame = frame.map_err(|_| Status::cancelled("the client went away mid-request"))?;
+        let Ok(data) = frame.into_data() else {
             continue; // trailers: a unary request has none worth keeping
         };
         if buf.len() < PREFIX && buf.len() + data.len() >= PREFIX {

@@ -84,6 +84,11 @@ pub struct HardeningArgs {
     #[arg(long, env = "SLUICE_GRPC_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
     pub grpc_idle_timeout: Duration,
 
+    /// Time for a plain gRPC connection's HTTP/2 preface and first SETTINGS frame to arrive;
+    /// a client that connects and sends nothing is disconnected then (`0`: no limit).
+    #[arg(long, env = "SLUICE_GRPC_PREFACE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub grpc_preface_timeout: Duration,
+
     /// Most open connections on the HTTP port (and on `--prometheus-addr`).
     #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS", default_value_t = 1024)]
     pub http_max_connections: usize,
@@ -97,6 +102,12 @@ pub struct HardeningArgs {
     /// sending them then (slowloris) is disconnected (`0`: no limit).
     #[arg(long, env = "SLUICE_HTTP_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub http_header_read_timeout: Duration,
+
+    /// Time for a request body to arrive whole on the HTTP port after its headers; a body
+    /// still incomplete then (dribbled, or never sent) gets 408 and the connection is closed
+    /// (`0`: no limit).
+    #[arg(long, env = "SLUICE_HTTP_BODY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_body_timeout: Duration,
 
     #[command(flatten)]
     pub tls: TlsArgs,

@@ -406,7 +406,8 @@ pub fn parse_ratio(s: &str) -> Result<f32, String> {
     match s.trim().parse::<f32>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
         _ => Err(format!(
-            "invalid ratio '{s}' (expected a number from 0 to 1)"
+            "invalid ratio '{}' (expected a number from 0 to 1)",
+            crate::excerpt::excerpt(s)
         )),
     }
 }

@@ -249,12 +249,16 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   value: {{ $h.grpcMaxConnections | toString | quote }}
 - name: SLUICE_GRPC_IDLE_TIMEOUT
   value: {{ $h.grpcIdleTimeout | toString | quote }}
+- name: SLUICE_GRPC_PREFACE_TIMEOUT
+  value: {{ $h.grpcPrefaceTimeout | toString | quote }}
 - name: SLUICE_HTTP_MAX_CONNECTIONS
   value: {{ $h.httpMaxConnections | toString | quote }}
 - name: SLUICE_HTTP_IDLE_TIMEOUT
   value: {{ $h.httpIdleTimeout | toString | quote }}
 - name: SLUICE_HTTP_HEADER_READ_TIMEOUT
   value: {{ $h.httpHeaderReadTimeout | toString | quote }}
+- name: SLUICE_HTTP_BODY_TIMEOUT
+  value: {{ $h.httpBodyTimeout | toString | quote }}
 {{- $q := $v.rlqs }}
 - name: SLUICE_RLQS_ASSIGNMENT_TTL
   value: {{ $q.assignmentTtl | toString | quote }}

@@ -111,13 +111,23 @@ impl Binary {
     /// [`Binary::start`] with at most `fd_limit` open file descriptors (`ulimit -n` in a shell
     /// that then execs sluice).
     pub fn start_limited(config: &Path, flags: &[&str], fd_limit: Option<u32>) -> Binary {
+        Binary::start_under(config, flags, fd_limit.map(|n| format!("-n {n}")))
+    }
+
+    /// [`Binary::start`] with a soft open-file limit of `soft` (the hard one unchanged).
+    pub fn start_soft_limited(config: &Path, flags: &[&str], soft: u32) -> Binary {
+        Binary::start_under(config, flags, Some(format!("-Sn {soft}")))
+    }
+
+    /// [`Binary::start`] after `ulimit <ulimit>` in a shell that then execs sluice.
+    fn start_under(config: &Path, flags: &[&str], ulimit: Option<String>) -> Binary {
         let exe = env!("CARGO_BIN_EXE_sluice");
-        let mut cmd = match fd_limit {
+        let mut cmd = match ulimit {
             None => Command::new(exe),
-            Some(n) => {
+            Some(args) => {
                 let mut c = Command::new("bash");
                 c.arg("-c")
-                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(format!("ulimit {args} && exec \"$0\" \"$@\""))
                     .arg(exe);
                 c
             }
