@@ -139,12 +139,21 @@ impl<S: Store + Reservations> Limiter<S> {
         let now = self.clock().now();
         let expires_at = now.saturating_add(ttl);
         let record = Record::of(&plan, &verdicts, expires_at);
+        let encoded = record.encode();
+        let max = self.options().max_reservation_bytes;
+        if max > 0 && encoded.len() > max {
+            let _ = self.apply(&record, 0, deadline).await;
+            return Err(LimitError::ResourceExhausted(format!(
+                "the reservation's record would take {} bytes, more than {max} (--max-reservation-bytes)",
+                encoded.len()
+            )));
+        }
         let id = new_id().map_err(LimitError::Unavailable)?;
         let key = key::reservation(&self.options().key_prefix, &id)
             .ok_or_else(|| LimitError::Unavailable("invalid reservation id".into()))?;
         let held = self
             .store()
-            .hold(&key, record.encode(), expires_at, now, deadline)
+            .hold(&key, encoded, expires_at, now, deadline)
             .await;
         if let Err(e) = held {
             // Not held, so never settled: give the charge back now (best effort; if this

@@ -2,6 +2,9 @@
 //! gRPC with adversarial keys (many distinct keys of mixed lengths, every algorithm) well past
 //! `--memory-max-bytes`, must keep its resident set within 1.25 times the cap above the
 //! baseline it had before the fill (issue 14). Reads /proc/PID/status; Linux only.
+//! `rlqs.rs`: RLQS buckets against `--rlqs-max-bytes`, with the memory per stream and bucket.
+
+mod rlqs;
 
 use crate::support;
 use std::sync::atomic::{AtomicU64, Ordering};
