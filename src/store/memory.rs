@@ -336,7 +336,7 @@ fn over_until(key: &[u8], state: &State, now: Micros, checks: &[Check<'_>]) -> M
 
 /// Reads the table's allocation into the shard's and the store's bytes.
 fn reread_table(shard: &mut Shard, stats: &MemoryStats) {
-    let table = shard.map.allocation_size();
+    let table = size::allocated(shard.map.allocation_size());
     if table != shard.table {
         shard.bytes = shard.bytes - shard.table + table;
         stats.bytes.fetch_add(table, Ordering::Relaxed);
