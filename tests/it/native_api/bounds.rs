@@ -81,19 +81,31 @@ async fn unsettled_reservations_are_held_within_the_memory_cap() {
 }
 
 #[tokio::test]
-async fn a_reservation_record_is_held_to_max_reservation_bytes() {
-    let s = Sluice::start(StoreKind::Memory, Some(CONFIG), &[]).await;
-    let mut c = client(&s).await;
-    let status = c.reserve(big(0)).await.expect_err("refused");
-    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-    assert!(
-        status.message().contains("--max-reservation-bytes"),
-        "{status:?}"
-    );
-    let charged = format!("0-0-{}", "v".repeat(60_000));
-    assert_eq!(remaining(&mut c, &charged).await, 10, "the hits given back");
-    // A reservation of usual size is held.
-    let ok = super::reserve(&mut c, "native", "small", 1, 60_000).await;
-    assert!(ok.expect("held").allowed);
-    s.stop().await;
+async fn a_reservation_record_is_held_to_max_reservation_bytes_on_every_store() {
+    let redis = crate::support::redis::RedisNode::start();
+    let url: &'static str = Box::leak(redis.url().into_boxed_str());
+    for store in [StoreKind::Memory, StoreKind::Redis(url)] {
+        let s = Sluice::start(store, Some(CONFIG), &[]).await;
+        let mut c = client(&s).await;
+        let status = c.reserve(big(0)).await.expect_err("refused");
+        assert_eq!(
+            status.code(),
+            Code::ResourceExhausted,
+            "{store:?}: {status:?}"
+        );
+        assert!(
+            status.message().contains("--max-reservation-bytes"),
+            "{store:?}: {status:?}"
+        );
+        let charged = format!("0-0-{}", "v".repeat(60_000));
+        assert_eq!(
+            remaining(&mut c, &charged).await,
+            10,
+            "{store:?}: hits given back"
+        );
+        // A reservation of usual size is held.
+        let ok = super::reserve(&mut c, "native", "small", 1, 60_000).await;
+        assert!(ok.expect("held").allowed, "{store:?}");
+        s.stop().await;
+    }
 }
