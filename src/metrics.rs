@@ -104,6 +104,8 @@ pub struct Metrics {
 pub struct RlqsMetrics {
     /// `sluice.rlqs.streams`: streams open now.
     pub streams: UpDownCounter<i64>,
+    /// `sluice.rlqs.bytes`: bytes the streams' buckets hold (capped by --rlqs-max-bytes).
+    pub bytes: UpDownCounter<i64>,
     /// `sluice.rlqs.stream.ends` {code}: streams ended or refused, by gRPC code.
     pub stream_ends: Counter<u64>,
     /// `sluice.rlqs.reports`: usage reports received.
@@ -211,6 +213,12 @@ impl Metrics {
                 streams: meter
                     .i64_up_down_counter("sluice.rlqs.streams")
                     .with_description("RLQS streams open")
+                    .build(),
+                bytes: meter
+                    .i64_up_down_counter("sluice.rlqs.bytes")
+                    .with_description(
+                        "Bytes held by the buckets of every RLQS stream (capped by --rlqs-max-bytes)",
+                    )
                     .build(),
                 stream_ends: meter
                     .u64_counter("sluice.rlqs.stream.ends")

@@ -38,7 +38,7 @@ pub(super) fn read_memory(store: &Arc<MemoryStore>) -> ReadMemory {
             let st = s.stats();
             MemoryCounts {
                 entries: s.len() as u64,
-                bytes: st.bytes.load(Ordering::Relaxed) as u64,
+                bytes: s.bytes() as u64,
                 evictions: st.evictions.load(Ordering::Relaxed),
                 evictions_over_limit: st.evictions_over_limit.load(Ordering::Relaxed),
             }
@@ -98,6 +98,7 @@ pub(super) fn limiter_options(args: &ServeArgs) -> LimiterOptions {
         ),
         ietf_headers: matches!(format, Some(HeaderFormat::Ietf | HeaderFormat::Both)),
         key_prefix: args.key_prefix.clone().into_bytes(),
+        max_reservation_bytes: args.max_reservation_bytes,
     }
 }
 
@@ -119,6 +120,8 @@ pub(super) fn rlqs_options(args: &RlqsArgs, hard: &HardeningArgs) -> RlqsOptions
         max_streams: args.rlqs_max_streams,
         max_buckets_per_stream: args.rlqs_max_buckets_per_stream,
         max_report_bytes: args.rlqs_max_report_bytes,
+        max_bytes_per_stream: args.rlqs_max_bytes_per_stream,
+        max_bytes: args.rlqs_max_bytes,
         limits: request_limits(hard),
     }
 }

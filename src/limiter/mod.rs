@@ -59,6 +59,8 @@ pub struct LimiterOptions {
     pub ietf_headers: bool,
     /// Prefix of every storage key (`--key-prefix`).
     pub key_prefix: Vec<u8>,
+    /// The largest reservation record, encoded (`--max-reservation-bytes`; 0: no cap).
+    pub max_reservation_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +78,9 @@ pub enum LimitError {
     /// The native API: the domain does not accept what is asked (reservations).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The native API: a reservation larger than `--max-reservation-bytes`.
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// The caller's deadline passed before the decision (while matching).
     #[error("{0}")]
     DeadlineExceeded(String),

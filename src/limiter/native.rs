@@ -142,6 +142,15 @@ impl<S: Store + Reservations> Limiter<S> {
         let now = self.clock().now();
         let expires_at = now.saturating_add(ttl);
         let record = Record::of(&plan, &verdicts, expires_at);
+        let encoded = record.encode();
+        let max = self.options().max_reservation_bytes;
+        if max > 0 && encoded.len() > max {
+            self.give_back(&record, deadline).await;
+            return Err(LimitError::ResourceExhausted(format!(
+                "the reservation's record would take {} bytes, more than {max} (--max-reservation-bytes)",
+                encoded.len()
+            )));
+        }
         let random = new_id().map_err(LimitError::Unavailable)?;
         // The record shares its first counter's Redis Cluster slot: settling the record and
         // giving that counter back are then one atomic script call.
@@ -154,21 +163,25 @@ impl<S: Store + Reservations> Limiter<S> {
             .ok_or_else(|| LimitError::Unavailable("invalid reservation id".into()))?;
         let held = self
             .store()
-            .hold(&key, record.encode(), &counters, expires_at, now, deadline)
+            .hold(&key, encoded, &counters, expires_at, now, deadline)
             .await;
         if let Err(e) = held {
-            // Not held, so never settled: give the charge back now (best effort; if this
-            // fails too, the hits stay charged until their windows pass).
-            if let Ok(limits) = record.limits() {
-                let checks = settlement(&record, &limits, 0);
-                let _ = self
-                    .store()
-                    .decide(&checks, self.clock().now(), deadline)
-                    .await;
-            }
+            self.give_back(&record, deadline).await;
             return Err(e.into());
         }
         Ok((response, Some(id)))
+    }
+
+    /// A reservation that was charged but not held is never settled: give its charge back now
+    /// (best effort; if this fails too, the hits stay charged until their windows pass).
+    async fn give_back(&self, record: &Record, deadline: Deadline) {
+        if let Ok(limits) = record.limits() {
+            let checks = settlement(record, &limits, 0);
+            let _ = self
+                .store()
+                .decide(&checks, self.clock().now(), deadline)
+                .await;
+        }
     }
 
     /// Commit: settles reservation `id` at `actual` hits per descriptor.

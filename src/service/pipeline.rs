@@ -19,7 +19,7 @@ use super::overload::InFlight;
 use crate::limiter::{Explanation, LimitError, Limiter, NativeResponse, Response};
 use crate::model::{Micros, Request};
 use crate::proto::RateLimitRequest;
-use crate::store::{Deadline, Reservations, Store};
+use crate::store::{Deadline, ErrorKind, Reservations, Store};
 
 /// What a caller wants back.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -209,7 +209,11 @@ fn status(e: LimitError) -> Status {
         LimitError::NotFound(m) => Status::not_found(m),
         LimitError::FailedPrecondition(m) => Status::failed_precondition(m),
         LimitError::DeadlineExceeded(m) => Status::deadline_exceeded(m),
+        LimitError::Store(e) if e.kind() == ErrorKind::Full => {
+            Status::resource_exhausted(e.to_string())
+        }
         LimitError::Store(e) => Status::unavailable(e.to_string()),
+        LimitError::ResourceExhausted(m) => Status::resource_exhausted(m),
     }
 }
 

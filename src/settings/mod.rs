@@ -181,6 +181,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_MEMORY_MAX_BYTES", default_value_t = 512 * 1024 * 1024)]
     pub memory_max_bytes: usize,
 
+    /// Largest reservation record of the native API (what Reserve charged, encoded), in bytes,
+    /// on every store; a Reserve needing a larger one is refused (RESOURCE_EXHAUSTED) and its
+    /// hits given back.
+    #[arg(long, env = "SLUICE_MAX_RESERVATION_BYTES", default_value_t = 262_144)]
+    pub max_reservation_bytes: usize,
+
     #[command(flatten)]
     pub hardening: hardening::HardeningArgs,
 

@@ -37,6 +37,22 @@ pub struct RlqsArgs {
         default_value_t = 1_048_576
     )]
     pub rlqs_max_report_bytes: usize,
+
+    /// Most bytes one RLQS stream's buckets may hold (ids, the requests they are assessed as,
+    /// storage keys and demand entries, as allocated); a report whose new buckets need more
+    /// ends the stream with RESOURCE_EXHAUSTED.
+    #[arg(
+        long,
+        env = "SLUICE_RLQS_MAX_BYTES_PER_STREAM",
+        default_value_t = 16 * 1024 * 1024
+    )]
+    pub rlqs_max_bytes_per_stream: usize,
+
+    /// Most bytes the buckets of all RLQS streams together may hold (counted as for
+    /// --rlqs-max-bytes-per-stream); a report whose new buckets need more ends its stream with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "SLUICE_RLQS_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub rlqs_max_bytes: usize,
 }
 
 /// A duration of whole seconds, at least one: Envoy reads only the seconds of a TTL.

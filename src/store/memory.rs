@@ -30,7 +30,7 @@
 //! Whether an entry is over its limit is computed when it is written (the limit is known
 //! then) and kept as the time until which it stays over.
 
-mod size;
+pub mod size;
 #[cfg(test)]
 mod tests;
 
@@ -91,7 +91,8 @@ pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     cap_per_shard: usize,
-    bytes_per_shard: usize,
+    /// `--memory-max-bytes`, shared by keys and reservation records.
+    max_bytes: usize,
     stats: MemoryStats,
     /// The native API's reservation records ([`super::reservations`]).
     records: Records,
@@ -114,7 +115,7 @@ impl MemoryStore {
             shards,
             hasher: RandomState::default(),
             cap_per_shard: max_entries.div_ceil(SHARDS).max(1),
-            bytes_per_shard: usize::MAX,
+            max_bytes: usize::MAX,
             stats: MemoryStats::default(),
             records: Records::new(max_entries),
         }
@@ -126,10 +127,35 @@ impl MemoryStore {
 
     /// Caps the bytes too. The cap is split over the shards, and a shard always keeps the
     /// entry just written, so the bound is the larger of `max_bytes` and 64 times the largest
-    /// entry (which the request limits bound).
+    /// entry (which the request limits bound). Reservation records may take half of it; the
+    /// keys get what they leave.
     pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
-        self.bytes_per_shard = (max_bytes / SHARDS).max(1);
+        self.max_bytes = max_bytes;
+        self.records = self.records.with_max_bytes(max_bytes / 2);
         self
+    }
+
+    /// A shard's share of the bytes the records leave.
+    fn bytes_per_shard(&self) -> usize {
+        (self.max_bytes.saturating_sub(self.records.bytes()) / SHARDS).max(1)
+    }
+
+    /// Evicts keys from the shards over their share (records took more of the cap).
+    pub fn make_room(&self, now: Micros) {
+        if self.stats.bytes.load(Ordering::Relaxed)
+            <= self.max_bytes.saturating_sub(self.records.bytes())
+        {
+            return;
+        }
+        let cap = self.bytes_per_shard();
+        for shard in self.shards.iter() {
+            let mut shard = lock(shard);
+            while shard.bytes > cap && !shard.map.is_empty() {
+                if !evict_one(&mut shard, now, self, None) {
+                    break;
+                }
+            }
+        }
     }
 
     pub fn stats(&self) -> &MemoryStats {
@@ -149,9 +175,9 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// Bytes held by entries and tables.
+    /// Bytes held by entries, tables and reservation records.
     pub fn bytes(&self) -> usize {
-        self.stats.bytes.load(Ordering::Relaxed)
+        self.stats.bytes.load(Ordering::Relaxed) + self.records.bytes()
     }
 
     /// Drops every entry (and reservation record) that has expired at `now`, and halves tables
@@ -261,7 +287,7 @@ impl StateTable for Locked<'_, '_> {
             shard.bytes = shard.bytes - old + bytes;
             store.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
             store.stats.bytes.fetch_sub(old, Ordering::Relaxed);
-            while shard.bytes > store.bytes_per_shard && shard.map.len() > 1 {
+            while shard.bytes > store.bytes_per_shard() && shard.map.len() > 1 {
                 if !evict_one(shard, now, store, Some(key)) {
                     break;
                 }
@@ -276,7 +302,7 @@ impl StateTable for Locked<'_, '_> {
                 0
             };
             let over = shard.map.len() >= store.cap_per_shard
-                || shard.bytes + bytes + growth > store.bytes_per_shard;
+                || shard.bytes + bytes + growth > store.bytes_per_shard();
             if shard.map.is_empty() || !over || !evict_one(shard, now, store, None) {
                 break;
             }
@@ -286,7 +312,7 @@ impl StateTable for Locked<'_, '_> {
         store.stats.entries.fetch_add(1, Ordering::Relaxed);
         store.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
         reread_table(shard, &store.stats);
-        while shard.bytes > store.bytes_per_shard && shard.map.len() > 1 {
+        while shard.bytes > store.bytes_per_shard() && shard.map.len() > 1 {
             if !evict_one(shard, now, store, Some(key)) {
                 break;
             }
@@ -310,7 +336,7 @@ fn over_until(key: &[u8], state: &State, now: Micros, checks: &[Check<'_>]) -> M
 
 /// Reads the table's allocation into the shard's and the store's bytes.
 fn reread_table(shard: &mut Shard, stats: &MemoryStats) {
-    let table = shard.map.allocation_size();
+    let table = size::allocated(shard.map.allocation_size());
     if table != shard.table {
         shard.bytes = shard.bytes - shard.table + table;
         stats.bytes.fetch_add(table, Ordering::Relaxed);

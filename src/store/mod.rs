@@ -106,6 +106,9 @@ pub enum ErrorKind {
     /// The server answered, but with an error from the script or a reply that could not be
     /// read: a bug or a version mismatch rather than an outage.
     Script,
+    /// The store is at a cap of its own (the in-memory store's reservation records): no
+    /// outage, and not retried; answered RESOURCE_EXHAUSTED.
+    Full,
 }
 
 impl ErrorKind {
@@ -118,13 +121,17 @@ impl ErrorKind {
             ErrorKind::Cluster => "cluster",
             ErrorKind::Server => "server",
             ErrorKind::Script => "script",
+            ErrorKind::Full => "full",
         }
     }
 
     /// Whether the backend is failing (what a circuit breaker counts): not a script error,
     /// which a healthy server answers, nor the breaker's own refusal.
     pub fn is_outage(self) -> bool {
-        !matches!(self, ErrorKind::Script | ErrorKind::BreakerOpen)
+        !matches!(
+            self,
+            ErrorKind::Script | ErrorKind::BreakerOpen | ErrorKind::Full
+        )
     }
 }
 

@@ -9,8 +9,11 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::mem::size_of;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use super::memory::size::allocated;
 use super::{Check, Deadline, ErrorKind, Fallback, LocalCache, MemoryStore, StoreError};
 use crate::model::Micros;
 
@@ -54,12 +57,32 @@ pub trait Reservations: Send + Sync + 'static {
 /// Key -> (expiry, record).
 type RecordMap = HashMap<Box<[u8]>, (Micros, Vec<u8>)>;
 
+/// A record's table slot, twice: a table keeps up to about twice as many slots as entries.
+const SLOT_BYTES: usize = 2 * (size_of::<(Box<[u8]>, (Micros, Vec<u8>))>() + 1);
+
+/// The bytes a record under `key` holds: its key's and record's heap blocks, as the allocator
+/// rounds them, and its slot.
+fn record_bytes(key: &[u8], record: &[u8]) -> usize {
+    SLOT_BYTES + allocated(key.len()) + allocated(record.len())
+}
+
 /// The in-memory store's records: a map with expiries, capped like the store's keys (a client
-/// that reserves without settling cannot grow it past `--memory-max-entries`).
+/// that reserves without settling cannot grow it past `--memory-max-entries`) and in bytes
+/// (half of `--memory-max-bytes`: the store's counters get what the records leave).
 #[derive(Debug)]
 pub struct Records {
     map: Mutex<RecordMap>,
     cap: usize,
+    /// What the records hold ([`record_bytes`]), at most `max_bytes`.
+    bytes: AtomicUsize,
+    max_bytes: usize,
+}
+
+/// Why a record was not held: the cap it would pass.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Full {
+    Entries(usize),
+    Bytes(usize),
 }
 
 impl Records {
@@ -67,23 +90,46 @@ impl Records {
         Records {
             map: Mutex::new(HashMap::new()),
             cap: cap.max(1),
+            bytes: AtomicUsize::new(0),
+            max_bytes: usize::MAX,
         }
+    }
+
+    /// Caps the records' bytes too.
+    pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, RecordMap> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn hold(&self, key: &[u8], record: Vec<u8>, expires_at: Micros, now: Micros) -> bool {
+    pub fn hold(
+        &self,
+        key: &[u8],
+        record: Vec<u8>,
+        expires_at: Micros,
+        now: Micros,
+    ) -> Result<(), Full> {
+        let n = record_bytes(key, &record);
         let mut map = self.lock();
-        if map.len() >= self.cap {
-            map.retain(|_, (expiry, _)| *expiry > now);
+        let fits = |map: &RecordMap, bytes: usize| {
             if map.len() >= self.cap {
-                return false;
+                Err(Full::Entries(self.cap))
+            } else if bytes + n > self.max_bytes {
+                Err(Full::Bytes(self.max_bytes))
+            } else {
+                Ok(())
             }
+        };
+        if fits(&map, self.bytes()).is_err() {
+            self.retain_unexpired(&mut map, now);
+            fits(&map, self.bytes())?;
         }
+        self.bytes.fetch_add(n, Ordering::Relaxed);
         map.insert(key.into(), (expires_at, record));
-        true
+        Ok(())
     }
 
     pub fn read(&self, key: &[u8], now: Micros) -> Option<Vec<u8>> {
@@ -93,16 +139,34 @@ impl Records {
     }
 
     pub fn claim(&self, key: &[u8], now: Micros) -> Option<Vec<u8>> {
-        let (expiry, record) = self.lock().remove(key)?;
+        let (key, (expiry, record)) = self.lock().remove_entry(key)?;
+        self.bytes
+            .fetch_sub(record_bytes(&key, &record), Ordering::Relaxed);
         (expiry > now).then_some(record)
     }
 
     /// Drops the records expired at `now` (with the store's sweep); returns how many.
     pub fn sweep(&self, now: Micros) -> usize {
-        let mut map = self.lock();
+        self.retain_unexpired(&mut self.lock(), now)
+    }
+
+    fn retain_unexpired(&self, map: &mut RecordMap, now: Micros) -> usize {
         let before = map.len();
-        map.retain(|_, (expiry, _)| *expiry > now);
+        let mut freed = 0;
+        map.retain(|key, (expiry, record)| {
+            let keep = *expiry > now;
+            if !keep {
+                freed += record_bytes(key, record);
+            }
+            keep
+        });
+        self.bytes.fetch_sub(freed, Ordering::Relaxed);
         before - map.len()
+    }
+
+    /// What the records hold, in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     pub fn len(&self) -> usize {
@@ -124,18 +188,19 @@ impl Reservations for MemoryStore {
         now: Micros,
         _: Deadline,
     ) -> Result<(), StoreError> {
-        if self.records().hold(key, record, expires_at, now) {
-            Ok(())
-        } else {
-            Err(StoreError::new(
-                "memory",
-                ErrorKind::Server,
-                format!(
-                    "{} reservations held, the most --memory-max-entries allows",
-                    self.records().cap
-                ),
-            ))
-        }
+        let message = match self.records().hold(key, record, expires_at, now) {
+            Ok(()) => {
+                self.make_room(now);
+                return Ok(());
+            }
+            Err(Full::Entries(n)) => {
+                format!("{n} reservations held, the most --memory-max-entries allows")
+            }
+            Err(Full::Bytes(n)) => format!(
+                "reservation records would hold more than {n} bytes, the half of --memory-max-bytes they may take"
+            ),
+        };
+        Err(StoreError::new("memory", ErrorKind::Full, message))
     }
 
     async fn read(
@@ -257,10 +322,10 @@ mod tests {
     #[test]
     fn a_record_is_claimed_once_and_not_after_its_expiry() {
         let r = Records::new(2);
-        assert!(r.hold(b"a", b"x".to_vec(), 100, 0));
+        assert_eq!(r.hold(b"a", b"x".to_vec(), 100, 0), Ok(()));
         assert_eq!(r.claim(b"a", 50), Some(b"x".to_vec()));
         assert_eq!(r.claim(b"a", 50), None, "claimed already");
-        assert!(r.hold(b"b", b"y".to_vec(), 100, 0));
+        assert_eq!(r.hold(b"b", b"y".to_vec(), 100, 0), Ok(()));
         assert_eq!(r.claim(b"b", 100), None, "expired");
         assert_eq!(r.claim(b"nope", 0), None);
     }
@@ -268,12 +333,31 @@ mod tests {
     #[test]
     fn the_cap_makes_room_from_expired_records_only() {
         let r = Records::new(2);
-        assert!(r.hold(b"a", vec![], 10, 0));
-        assert!(r.hold(b"b", vec![], 100, 0));
-        assert!(!r.hold(b"c", vec![], 100, 5), "full, none expired");
-        assert!(r.hold(b"c", vec![], 100, 10), "a expired at 10");
+        assert_eq!(r.hold(b"a", vec![], 10, 0), Ok(()));
+        assert_eq!(r.hold(b"b", vec![], 100, 0), Ok(()));
+        let full = r.hold(b"c", vec![], 100, 5);
+        assert_eq!(full, Err(Full::Entries(2)), "full, none expired");
+        assert_eq!(r.hold(b"c", vec![], 100, 10), Ok(()), "a expired at 10");
         assert_eq!(r.len(), 2);
         assert_eq!(r.sweep(100), 2);
         assert!(r.is_empty());
+        assert_eq!(r.bytes(), 0);
+    }
+
+    #[test]
+    fn records_are_held_within_their_bytes_and_give_them_back() {
+        let one = record_bytes(b"a", &[0; 1000]);
+        let r = Records::new(100).with_max_bytes(3 * one);
+        for k in [b"a", b"b", b"c"] {
+            assert_eq!(r.hold(k, vec![0; 1000], 100, 0), Ok(()));
+        }
+        assert_eq!(r.bytes(), 3 * one);
+        let full = r.hold(b"d", vec![0; 1000], 100, 0);
+        assert_eq!(full, Err(Full::Bytes(3 * one)));
+        assert!(r.claim(b"a", 0).is_some());
+        assert_eq!(r.bytes(), 2 * one);
+        assert_eq!(r.hold(b"d", vec![0; 1000], 100, 0), Ok(()));
+        assert_eq!(r.sweep(100), 3);
+        assert_eq!(r.bytes(), 0);
     }
 }

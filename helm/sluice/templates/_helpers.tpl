@@ -268,6 +268,10 @@ checkov.io/skip{{ $n }}: "CKV_K8S_35=sluice reads the Redis password only from S
   value: {{ $q.maxBucketsPerStream | int64 | toString | quote }}
 - name: SLUICE_RLQS_MAX_REPORT_BYTES
   value: {{ $q.maxReportBytes | int64 | toString | quote }}
+- name: SLUICE_RLQS_MAX_BYTES_PER_STREAM
+  value: {{ $q.maxBytesPerStream | int64 | toString | quote }}
+- name: SLUICE_RLQS_MAX_BYTES
+  value: {{ $q.maxBytes | int64 | toString | quote }}
 {{- if $v.tls.enabled }}
 - name: SLUICE_GRPC_TLS_CERT
   value: /etc/sluice/grpc-tls/tls.crt

@@ -40,6 +40,8 @@ pub struct BucketState {
     pub share_key: Option<Vec<u8>>,
     /// The last assignment sent.
     pub sent: Option<Assignment>,
+    /// The bytes counted for it ([`budget`](super::budget)).
+    pub bytes: usize,
 }
 
 impl BucketState {
@@ -51,8 +53,23 @@ impl BucketState {
             matched: None,
             share_key: None,
             sent: None,
+            bytes: 0,
         }
     }
+}
+
+/// The bytes the storage keys of a new bucket's `request` will hold once it is assessed
+/// ([`budget::keys_bytes`](super::budget::keys_bytes) of its plan; 0 if it cannot be planned).
+pub fn planned_key_bytes<S: Store>(
+    limiter: &Limiter<S>,
+    rules: &RuleSet,
+    request: &Request,
+) -> usize {
+    let Ok(plan) = limiter.plan(rules, request, Deadline::NONE) else {
+        return 0;
+    };
+    let share = plan.planned.first().map_or(0, |p| plan.key(p).len());
+    super::budget::keys_bytes(&matched(&plan, false), share)
 }
 
 /// What an assessment needs besides the bucket.

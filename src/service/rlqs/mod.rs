@@ -2,11 +2,12 @@
 //! `rate_limit_quota` filter: one bidirectional stream per Envoy, usage reports in, bucket
 //! assignments out. Buckets are matched by the limiter's rules (`bucket.rs`), reports are
 //! charged to the same store as RLS decisions and shares granted by `limiter::share`
-//! (`assign.rs`); `stream.rs` runs one stream. The stream count, the buckets per stream and
-//! the report size are bounded (`RlqsOptions`).
+//! (`assign.rs`); `stream.rs` runs one stream. The stream count, the buckets per stream, their
+//! bytes (`budget.rs`) and the report size are bounded (`RlqsOptions`).
 
 pub mod assign;
 pub mod bucket;
+pub mod budget;
 pub mod stream;
 
 use std::pin::Pin;
@@ -42,6 +43,10 @@ pub struct RlqsOptions {
     pub max_streams: usize,
     pub max_buckets_per_stream: usize,
     pub max_report_bytes: usize,
+    /// The bytes one stream's buckets may hold ([`budget`]).
+    pub max_bytes_per_stream: usize,
+    /// The bytes every stream's buckets may hold together.
+    pub max_bytes: usize,
     /// The sizes a bucket id is held to: those of an RLS descriptor.
     pub limits: RequestLimits,
 }
@@ -50,6 +55,8 @@ pub struct RlqsOptions {
 #[derive(Default)]
 pub struct Shared {
     streams: AtomicUsize,
+    /// The bytes every stream's buckets hold ([`budget`]).
+    bytes: AtomicUsize,
     next_id: AtomicU64,
     /// Each stream's demand per bucket, for the shares.
     demands: Mutex<Demands>,

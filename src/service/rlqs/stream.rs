@@ -5,11 +5,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
+use prost::Message;
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 use super::assign::{self, BucketState, Cause, Context};
 use super::bucket::{self, Id};
+use super::budget::{self, Account};
 use super::Rlqs;
 use crate::model::{Micros, MICROS_PER_SEC};
 use crate::proto::rlqs::rate_limit_quota_response::BucketAction;
@@ -24,15 +26,24 @@ pub struct Stream<S> {
     id: u64,
     domain: Option<String>,
     buckets: HashMap<Id, BucketState>,
+    /// The bytes of `buckets`, within both caps.
+    account: Account,
 }
 
 impl<S: Store> Stream<S> {
     pub fn new(rlqs: Rlqs<S>, id: u64) -> Self {
+        let account = Account::new(
+            rlqs.shared.clone(),
+            rlqs.metrics.clone(),
+            rlqs.options.max_bytes_per_stream,
+            rlqs.options.max_bytes,
+        );
         Stream {
             rlqs,
             id,
             domain: None,
             buckets: HashMap::new(),
+            account,
         }
     }
 
@@ -49,7 +60,10 @@ impl<S: Store> Stream<S> {
             let wake = self.next_wake();
             let result = tokio::select! {
                 msg = inbound.message() => match msg {
-                    Ok(Some(reports)) => self.report(reports).await,
+                    Ok(Some(reports)) => {
+                        self.account.message(reports.encoded_len(), 0);
+                        self.report(reports).await
+                    }
                     Ok(None) => break tonic::Code::Ok,
                     // The client went away, or sent what tonic cannot decode (too large).
                     Err(status) => Err(status),
@@ -67,6 +81,7 @@ impl<S: Store> Stream<S> {
                     let response = RateLimitQuotaResponse {
                         bucket_action: actions,
                     };
+                    self.account.message(0, response.encoded_len());
                     if out.send(Ok(response)).await.is_err() {
                         break tonic::Code::Cancelled;
                     }
@@ -106,23 +121,30 @@ impl<S: Store> Stream<S> {
             Some(_) => {}
         }
         let domain = self.domain.clone().unwrap_or_default();
+        let Some(rules) = self.rlqs.limiter.rules() else {
+            return Err(Status::unavailable("no rate limit configuration loaded"));
+        };
         let opts = &self.rlqs.options;
-        // Validate the whole report before acting on any of it.
+        // Validate the whole report before assessing any of it.
         let mut usages = Vec::with_capacity(reports.bucket_quota_usages.len());
-        let mut new = 0usize;
         for (i, u) in reports.bucket_quota_usages.into_iter().enumerate() {
             let id = u.bucket_id.map(|b| b.bucket).unwrap_or_default();
             if !self.buckets.contains_key(&id) {
                 let request = bucket::request(&domain, &id, &opts.limits)
                     .map_err(|e| Status::invalid_argument(format!("bucket {i}: {e}")))?;
-                new += 1;
-                if self.buckets.len() + new > opts.max_buckets_per_stream {
+                // The map holds every bucket kept so far, this report's new ones included:
+                // each is counted once.
+                if self.buckets.len() >= opts.max_buckets_per_stream {
                     return Err(Status::resource_exhausted(format!(
                         "the stream reports more than {} buckets (--rlqs-max-buckets-per-stream)",
                         opts.max_buckets_per_stream
                     )));
                 }
-                self.buckets.insert(id.clone(), BucketState::new(request));
+                let mut b = BucketState::new(request);
+                let keys = assign::planned_key_bytes(&self.rlqs.limiter, &rules, &b.request);
+                b.bytes = budget::bucket_bytes(&id, &b, keys);
+                self.account.take(b.bytes)?;
+                self.buckets.insert(id.clone(), b);
             }
             m.requests.add(
                 u.num_requests_allowed,
@@ -132,9 +154,6 @@ impl<S: Store> Stream<S> {
                 .add(u.num_requests_denied, &[KeyValue::new("outcome", "denied")]);
             usages.push((id, u.num_requests_allowed, u.num_requests_denied));
         }
-        let Some(rules) = self.rlqs.limiter.rules() else {
-            return Err(Status::unavailable("no rate limit configuration loaded"));
-        };
         let now = self.rlqs.limiter.clock().now();
         let mut actions = Vec::with_capacity(usages.len());
         for (id, allowed, denied) in usages {
@@ -188,7 +207,13 @@ impl<S: Store> Stream<S> {
         };
         let generation = b.ledger.generation;
         let assignments = &self.rlqs.metrics.assignments;
-        match assign::assess(&cx, b, cause).await {
+        let assessed = assign::assess(&cx, b, cause).await;
+        if !matches!(assessed, Ok(None)) {
+            let bytes = budget::bucket_bytes(id, b, 0);
+            self.account.recount(b.bytes, bytes);
+            b.bytes = bytes;
+        }
+        match assessed {
             Ok(Some(a)) => {
                 let fresh = b.ledger.generation != generation;
                 let changed = b.sent != Some(a) || fresh;
@@ -203,7 +228,9 @@ impl<S: Store> Stream<S> {
                 if let Some(key) = b.share_key.take() {
                     self.rlqs.shared.forget(&key, self.id);
                 }
-                self.buckets.remove(id);
+                if let Some(b) = self.buckets.remove(id) {
+                    self.account.release(b.bytes);
+                }
                 assignments.add(1, &[KeyValue::new("action", "abandon")]);
                 vec![bucket::abandon(id)]
             }

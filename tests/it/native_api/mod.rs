@@ -6,6 +6,7 @@
 //! [`concurrency_reservations_release_their_leases`]: a Reserve on a `concurrency` limit takes
 //! leases, and its Commit or Cancel releases them all.
 
+mod bounds;
 mod client;
 mod replicas;
 mod settle;

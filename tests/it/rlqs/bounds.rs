@@ -161,3 +161,154 @@ async fn health_answers_for_the_rlqs_service() {
     assert_eq!(status, ServingStatus::Serving as i32);
     s.stop().await;
 }
+
+/// Reports `counts` new buckets in turn on one stream of `addr` (ids `k=<first>..`); the
+/// buckets answered, or the status the stream ended with.
+async fn new_buckets(
+    addr: std::net::SocketAddr,
+    counts: &[usize],
+    value: &str,
+) -> Result<usize, tonic::Status> {
+    let mut q = Quota::open(addr).await.expect("open");
+    let mut answered = 0;
+    let mut next = 0;
+    for &n in counts {
+        let ids: Vec<String> = (next..next + n).map(|i| format!("{i}-{value}")).collect();
+        next += n;
+        let pairs: Vec<[(&str, &str); 1]> = ids.iter().map(|v| [("k", v.as_str())]).collect();
+        let usages: Vec<super::Usage<'_>> = pairs.iter().map(|p| (&p[..], 1, 0)).collect();
+        q.send("q", &usages).await;
+        let answer = q.next().await?;
+        answered += super::summarize(&answer).len();
+    }
+    Ok(answered)
+}
+
+#[tokio::test]
+async fn each_new_bucket_counts_once_against_the_bucket_cap() {
+    let s = Sluice::start(
+        StoreKind::Memory,
+        Some(CONFIG),
+        &["--rlqs-max-buckets-per-stream", "1000"],
+    )
+    .await;
+    let addr = s.server.grpc_addr;
+    // (reports of new buckets, the cap holds them all)
+    let cases: [(&[usize], bool); 6] = [
+        (&[501], true),
+        (&[400, 301], true),
+        (&[500, 500], true),
+        (&[1000], true),
+        (&[1001], false),
+        (&[500, 501], false),
+    ];
+    for (counts, fits) in cases {
+        match new_buckets(addr, counts, "v").await {
+            Ok(n) => {
+                assert!(fits, "{counts:?}: all {n} answered, over the cap");
+                assert_eq!(n, counts.iter().sum::<usize>(), "{counts:?}");
+            }
+            Err(status) => {
+                assert!(!fits, "{counts:?}: {status:?}");
+                assert_eq!(status.code(), Code::ResourceExhausted, "{counts:?}");
+                assert!(
+                    status.message().contains("--rlqs-max-buckets-per-stream"),
+                    "{status:?}"
+                );
+            }
+        }
+    }
+    s.stop().await;
+}
+
+/// Bytes a bucket of one 4 KiB value holds at least: its id, the request it is assessed as and
+/// its storage keys (the limit's, the share key and the demand entry) each hold the value.
+const AT_LEAST_PER_BIG_BUCKET: usize = 5 * 4096;
+
+#[tokio::test]
+async fn a_streams_buckets_are_bounded_by_their_bytes_ids_included() {
+    let cap = 256 * 1024;
+    let s = Sluice::start(
+        StoreKind::Memory,
+        Some(CONFIG),
+        &["--rlqs-max-bytes-per-stream", &cap.to_string()],
+    )
+    .await;
+    let big = "x".repeat(4096);
+    let mut q = Quota::open(s.server.grpc_addr).await.expect("open");
+    let mut kept = 0;
+    let status = loop {
+        assert!(kept < 100, "100 buckets of 4 KiB kept within {cap} bytes");
+        let v = format!("{kept}-{big}");
+        q.send("q", &[(&[("k", v.as_str())], 1, 0)]).await;
+        match q.next().await {
+            Ok(_) => kept += 1,
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("--rlqs-max-bytes-per-stream"),
+        "{status:?}"
+    );
+    assert!(
+        kept * AT_LEAST_PER_BIG_BUCKET <= cap,
+        "{kept} buckets kept: their ids are not counted in full"
+    );
+    assert!(
+        kept * AT_LEAST_PER_BIG_BUCKET * 2 >= cap,
+        "only {kept} kept"
+    );
+    // Small buckets still fit in another stream: the cap is per stream.
+    let small = new_buckets(s.server.grpc_addr, &[100], "v").await;
+    assert_eq!(small.expect("answered"), 100);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn all_streams_buckets_are_bounded_by_their_bytes_and_given_back() {
+    let cap = 256 * 1024;
+    let s = Sluice::start(
+        StoreKind::Memory,
+        Some(CONFIG),
+        &["--rlqs-max-bytes", &cap.to_string()],
+    )
+    .await;
+    let addr = s.server.grpc_addr;
+    let bytes = || async {
+        let (_, text) = crate::support::http::http_get(s.server.http_addr, "/metrics").await;
+        crate::support::prom_text::sample(
+            &crate::support::prom_text::parse_prometheus(&text),
+            "sluice_rlqs_bytes",
+            &[],
+        )
+        .unwrap_or(0.0)
+    };
+    let big = "x".repeat(4096);
+    let v = |i: usize| format!("{i}-{big}");
+    // A bystander holds a few buckets and keeps being answered.
+    let mut bystander = Quota::open(addr).await.expect("open");
+    let (a, b) = (v(1000), v(1001));
+    let bystanders: [super::Usage<'_>; 2] =
+        [(&[("k", a.as_str())], 1, 0), (&[("k", b.as_str())], 1, 0)];
+    assert_eq!(bystander.report("q", &bystanders).await.len(), 2);
+    let held = bytes().await;
+    assert!(held >= (2 * AT_LEAST_PER_BIG_BUCKET) as f64, "{held}");
+    // Another stream fills the rest until it is refused.
+    let status = new_buckets(addr, &[1; 100], &big)
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("--rlqs-max-bytes)"), "{status:?}");
+    assert_eq!(bystander.report("q", &bystanders).await.len(), 2);
+    // The refused stream's bytes are given back, then the bystander's.
+    crate::support::poll::wait_until_async("the refused stream's bytes back", || async {
+        bytes().await == held
+    })
+    .await;
+    drop(bystander);
+    crate::support::poll::wait_until_async("every byte back", || async { bytes().await == 0.0 })
+        .await;
+    assert!(new_buckets(addr, &[4], &big).await.is_ok());
+    s.stop().await;
+}

@@ -2,6 +2,12 @@
 //! gRPC with adversarial keys (many distinct keys of mixed lengths, every algorithm) well past
 //! `--memory-max-bytes`, must keep its resident set within 1.25 times the cap above the
 //! baseline it had before the fill (issue 14). Reads /proc/PID/status; Linux only.
+//! From a cold start (the high-water mark of a fresh process, as an operator sees it): short
+//! keys here, `rlqs.rs` RLQS buckets against `--rlqs-max-bytes` (with the memory per stream and
+//! bucket), `reservations.rs` unsettled reservations against `--memory-max-bytes`.
+
+mod reservations;
+mod rlqs;
 
 use crate::support;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,6 +141,8 @@ async fn rss_stays_within_the_byte_cap() {
         &[],
     );
     let pid = s.child.id();
+    // The operator's view: the high-water mark of a fresh process.
+    let cold = status_bytes(pid, "VmHWM");
     let client = RateLimitServiceClient::new(support::channel(s.grpc).await);
     // Warm up the request path (buffers, thread arenas), then take the baseline.
     let (mut seed, mut next) = (1u64, 0u64);
@@ -206,11 +214,99 @@ async fn rss_stays_within_the_byte_cap() {
         mib(hwm),
         (rss.max(peak) - baseline) as f64 / CAP as f64
     );
+    println!(
+        "cold VmHWM {:.1} MiB: VmHWM above it {:.2}x the cap",
+        mib(cold),
+        (hwm - cold) as f64 / CAP as f64
+    );
     let bound = baseline + CAP + CAP / 4;
     assert!(
         rss.max(peak) <= bound,
         "RSS {:.1} MiB over the bound {:.1} MiB",
         mib(rss.max(peak)),
         mib(bound)
+    );
+}
+
+/// One request of 60 short keys (the most bookkeeping per byte: tables dominate), spread over
+/// five algorithms, each key fresh.
+fn small_keys(next: &mut u64) -> RateLimitRequest {
+    let descriptors = (0..60)
+        .map(|i| {
+            *next += 1;
+            RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: ["fw", "sw", "tb", "lb", "gc"][i % 5].into(),
+                    value: next.to_string().into_bytes(),
+                }],
+                ..Default::default()
+            }
+        })
+        .collect();
+    RateLimitRequest {
+        domain: "m".into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+/// As an operator sees it (issue 34): a fresh process's high-water mark above its cold start,
+/// after 640k short keys of five algorithms (about twice what the cap holds), within 1.25
+/// times the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rss_from_a_cold_start_stays_within_the_byte_cap_under_short_keys() {
+    const KEYS: u64 = 640_000;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let cap = CAP.to_string();
+    #[rustfmt::skip]
+    let s = spawn_sluice(
+        &["serve", "--config", config.to_str().unwrap(), "--grpc-addr", "127.0.0.1:0",
+          "--http-addr", "127.0.0.1:0", "--backend", "memory", "--memory-max-bytes", &cap,
+          "--log-format", "json"],
+        &[],
+    );
+    let pid = s.child.id();
+    let cold = status_bytes(pid, "VmHWM");
+    let client = RateLimitServiceClient::new(support::channel(s.grpc).await);
+    let workers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut next = w * KEYS;
+                while next < w * KEYS + KEYS / 4 {
+                    let req = small_keys(&mut next);
+                    client
+                        .clone()
+                        .should_rate_limit(req)
+                        .await
+                        .expect("decided");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let hwm = status_bytes(pid, "VmHWM");
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let counted = metric(s.http, "sluice_store_memory_bytes").await;
+    let evictions = metric(s.http, "sluice_store_memory_evictions_total").await;
+    println!(
+        "{KEYS} short keys, cap {:.0} MiB: counted {:.1} MiB, {evictions} evictions; cold VmHWM \
+         {:.1} MiB, VmHWM after {:.1} MiB; {:.2}x the cap",
+        mib(CAP),
+        counted / f64::from(1 << 20),
+        mib(cold),
+        mib(hwm),
+        (hwm - cold) as f64 / CAP as f64
+    );
+    assert!(evictions > 0.0, "the store never filled");
+    assert!(
+        hwm - cold <= CAP + CAP / 4,
+        "VmHWM {:.1} MiB above the cold {:.1} MiB: more than 1.25x the cap",
+        mib(hwm),
+        mib(cold)
     );
 }

@@ -1,0 +1,168 @@
+//! The bytes RLQS buckets hold, and their two caps: `--rlqs-max-bytes-per-stream` and
+//! `--rlqs-max-bytes`. A bucket holds its id several times over: the stream's map key, the
+//! request it is assessed as, the storage keys of its limits (escaped, up to three bytes per id
+//! byte), its share key and its demand entry. Each of these heap blocks is counted as the
+//! allocator rounds it ([`allocated`], the in-memory store's rule), with the table slots.
+//!
+//! A new bucket is counted before it is kept, its storage keys as planned then (so a report
+//! cannot overshoot the caps by its keys); once assessed, by what it holds. A stream also keeps
+//! buffers as large as the largest report it read and answer it sent (tonic's decode and
+//! encode buffers, and the h2 frames): twice each is counted (measured: about that).
+
+use std::mem::size_of;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tonic::Status;
+
+use super::assign::{BucketState, Matched};
+use super::bucket::Id;
+use super::Shared;
+use crate::algorithm::Limit;
+use crate::metrics::RlqsMetrics;
+use crate::model::{Descriptor, Entry, Micros, Request};
+use crate::store::memory::size::allocated;
+
+/// A B-tree node of an id: 11 keys and 11 values of 24 bytes, a parent link and two counts,
+/// the edges of an internal node (std does not export the size).
+const ID_NODE_BYTES: usize = 640;
+/// A hash table keeps up to about twice as many slots as entries (it doubles when full).
+const SLOTS_PER_ENTRY: usize = 2;
+/// A demand list's first allocation (`Vec` starts at four elements).
+const DEMAND_LIST: usize = 4 * size_of::<(u64, u64, Micros)>();
+
+/// What `id` and its state `b` hold; `planned`: the storage keys' bytes of a bucket not yet
+/// assessed ([`keys_bytes`] of its plan).
+pub fn bucket_bytes(id: &Id, b: &BucketState, planned: usize) -> usize {
+    let slot = SLOTS_PER_ENTRY * (size_of::<(Id, BucketState)>() + 1);
+    let nodes = if id.len() <= 11 {
+        1
+    } else {
+        id.len().div_ceil(5)
+    };
+    let strings: usize = id
+        .iter()
+        .map(|(k, v)| allocated(k.len()) + allocated(v.len()))
+        .sum();
+    let keys = match &b.matched {
+        None => planned,
+        Some(m) => keys_bytes(m, b.share_key.as_ref().map_or(0, Vec::len)),
+    };
+    slot + nodes * allocated(ID_NODE_BYTES) + strings + request_bytes(&b.request) + keys
+}
+
+/// What a bucket that matched `m` holds for its keys: those of its limits, and its share key of
+/// `share` bytes twice (in the bucket and in the shared demands, with a slot and a list there).
+pub fn keys_bytes(m: &Matched, share: usize) -> usize {
+    let Matched::Limited { limits, keys, .. } = m else {
+        return 0;
+    };
+    let demand_slot = SLOTS_PER_ENTRY * (size_of::<(Vec<u8>, Vec<(u64, u64, Micros)>)>() + 1);
+    allocated(limits.capacity() * size_of::<Limit>())
+        + allocated(keys.capacity())
+        + 2 * allocated(share)
+        + demand_slot
+        + allocated(DEMAND_LIST)
+}
+
+fn request_bytes(r: &Request) -> usize {
+    let entry = |e: &Entry| allocated(e.key.capacity()) + allocated(e.value.capacity());
+    let descriptor = |d: &Descriptor| {
+        allocated(d.entries.capacity() * size_of::<Entry>())
+            + d.entries.iter().map(entry).sum::<usize>()
+    };
+    allocated(r.domain.capacity())
+        + allocated(r.descriptors.capacity() * size_of::<Descriptor>())
+        + r.descriptors.iter().map(descriptor).sum::<usize>()
+}
+
+/// One stream's bytes, taken from both caps; given back when it is dropped.
+pub struct Account {
+    shared: Arc<Shared>,
+    metrics: Arc<RlqsMetrics>,
+    per_stream: usize,
+    total: usize,
+    held: usize,
+    /// The largest encoded report read and answer sent.
+    largest: (usize, usize),
+}
+
+impl Account {
+    pub fn new(
+        shared: Arc<Shared>,
+        metrics: Arc<RlqsMetrics>,
+        per_stream: usize,
+        total: usize,
+    ) -> Self {
+        Account {
+            shared,
+            metrics,
+            per_stream,
+            total,
+            held: 0,
+            largest: (0, 0),
+        }
+    }
+
+    /// Counts the buffers of a report of `read` bytes or an answer of `sent` (0: none).
+    pub fn message(&mut self, read: usize, sent: usize) {
+        let before = 2 * (self.largest.0 + self.largest.1);
+        self.largest = (self.largest.0.max(read), self.largest.1.max(sent));
+        self.recount(before, 2 * (self.largest.0 + self.largest.1));
+    }
+
+    /// Takes `n` bytes for a new bucket, or refuses (RESOURCE_EXHAUSTED naming the cap's flag)
+    /// and takes nothing.
+    pub fn take(&mut self, n: usize) -> Result<(), Status> {
+        if self.held + n > self.per_stream {
+            return Err(Status::resource_exhausted(format!(
+                "the stream's buckets would hold {} bytes, more than {} (--rlqs-max-bytes-per-stream)",
+                self.held + n,
+                self.per_stream
+            )));
+        }
+        let before = self.shared.bytes.fetch_add(n, Ordering::SeqCst);
+        if before + n > self.total {
+            self.shared.bytes.fetch_sub(n, Ordering::SeqCst);
+            return Err(Status::resource_exhausted(format!(
+                "the buckets of every RLQS stream would hold more than {} bytes (--rlqs-max-bytes)",
+                self.total
+            )));
+        }
+        self.held += n;
+        self.metrics.bytes.add(n as i64, &[]);
+        Ok(())
+    }
+
+    /// Re-counts a bucket that held `from` bytes and holds `to` now (an assessed bucket is
+    /// counted by what it holds, even past a cap: the next new bucket is then refused).
+    pub fn recount(&mut self, from: usize, to: usize) {
+        if to >= from {
+            self.shared.bytes.fetch_add(to - from, Ordering::SeqCst);
+            self.held += to - from;
+        } else {
+            self.release(from - to);
+            return;
+        }
+        self.metrics.bytes.add((to - from) as i64, &[]);
+    }
+
+    /// Gives back `n` bytes (a bucket dropped).
+    pub fn release(&mut self, n: usize) {
+        let n = n.min(self.held);
+        self.held -= n;
+        self.shared.bytes.fetch_sub(n, Ordering::SeqCst);
+        self.metrics.bytes.add(-(n as i64), &[]);
+    }
+
+    /// What the stream's buckets hold.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+}
+
+impl Drop for Account {
+    fn drop(&mut self) {
+        self.release(self.held);
+    }
+}
