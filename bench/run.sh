@@ -465,19 +465,22 @@ scenario_envoy() {
     stop "$pid_floor" "$pid_filter" "$SLUICE_PID"
 }
 
-# A 10,000-rule config reloaded (SIGHUP) under open-loop load at half the memory maximum:
-# the time from SIGHUP to the new config generation in /metrics, and p99 during the reloads
-# against steady state.
+# A config of 10,000 exact values and 500 wildcards reloaded (SIGHUP) under open-loop load at
+# half the memory maximum: the time from SIGHUP to the new config generation in the log (the
+# file rewritten with other limits before each signal, so each reload is a full one), the same
+# for SIGHUPs with the file unchanged (recognised, nothing rebuilt), p99 during the reloads
+# against steady state; then the resident memory of a server holding 100,000 rules.
 scenario_reload() {
     mkdir -p "$WORK/reload"
-    python3 "$TOOLS" gen-rules 10000 "$WORK/reload/rules.yaml"
+    local rules="$WORK/reload/rules.yaml"
+    python3 "$TOOLS" gen-rules 10000 500 "$rules"
     local max=20000
     if [ -n "$(find "$OUT" -name "memory-1-key~sluice~c$HEAD~r*.json")" ]; then
         max=$(max_rps memory-1-key sluice "c$HEAD")
     fi
     # info: the reload timer watches the log for sluice's "config loaded" lines.
     SLUICE_LOG_LEVEL=info start_sluice reload --config "$WORK/reload"
-    log "reload of 10,000 rules under open-loop load (half of $max req/s)"
+    log "reload of 10,000 exact values + 500 wildcards under open-loop load (half of $max req/s)"
     local run
     for run in $(seq "$RUNS"); do
         open_loop reload-steady sluice 0.5 "$run" "$max" "$SLUICE_ADDR" "$SLUICE_PID" \
@@ -489,12 +492,35 @@ scenario_reload() {
         local load_pid=$!
         sleep "${WARMUP%s}"
         python3 "$TOOLS" reload "$SLUICE_PID" "$WORK/sluice-reload.log" "$RELOADS" 1 \
-            "$((${RELOAD_DURATION%s} - 2))" "$(result reload-time sluice sighup "$run")"
+            "$((${RELOAD_DURATION%s} - 2))" "$(result reload-time sluice sighup "$run")" \
+            "$rules:10000:500"
         wait "$load_pid" || die "load during reloads failed"
+        # SIGHUPs with nothing changed, under the same load.
+        LOAD_DURATION=$RELOAD_DURATION open_loop reload-unchanged-during sluice 0.5 "$run" "$max" \
+            "$SLUICE_ADDR" "$SLUICE_PID" --descriptor "tenant=t{i}" --keys 9000 &
+        load_pid=$!
+        sleep "${WARMUP%s}"
+        python3 "$TOOLS" reload "$SLUICE_PID" "$WORK/sluice-reload.log" "$RELOADS" 1 \
+            "$((${RELOAD_DURATION%s} - 2))" "$(result reload-time sluice unchanged "$run")"
+        wait "$load_pid" || die "load during unchanged reloads failed"
         # Let the last reload's aftermath (the old rule set dropped) pass before the next run.
         sleep 2
     done
     stop "$SLUICE_PID"
+    python3 "$TOOLS" reload-row "$OUT"
+    # Memory for 100,000 rules (95,000 exact values, 5,000 wildcards): resident set against a
+    # server on the 10-rule bench/config, both idle after their start-up load.
+    log "memory for 100,000 rules (resident set against bench/config's)"
+    mkdir -p "$WORK/rules-100k"
+    python3 "$TOOLS" gen-rules 95000 5000 "$WORK/rules-100k/rules.yaml"
+    start_sluice rules-100k --config "$WORK/rules-100k"
+    local big_pid=$SLUICE_PID
+    start_sluice rules-base --config bench/config
+    local base_pid=$SLUICE_PID
+    # Past jemalloc's 10 s decay, so the parse's freed pages are not counted.
+    sleep 12
+    python3 "$TOOLS" rules-memory 100000 "$big_pid" "$base_pid" "$(result rules-memory sluice 100k 1)"
+    stop "$big_pid" "$base_pid"
 }
 
 # Bytes per active key of the in-memory store, per algorithm (deterministic: one run).

@@ -9,6 +9,7 @@
 
 pub mod algorithm;
 pub mod app;
+pub mod background;
 pub mod client;
 pub mod clock;
 pub mod config;

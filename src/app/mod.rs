@@ -187,7 +187,7 @@ async fn run<S: Store + Reservations>(
         if let Err(e) = crate::watch::spawn(
             &args.config,
             Arc::new(move || {
-                r.reload_if_changed();
+                r.reload();
             }),
             stop_rx.clone(),
         ) {

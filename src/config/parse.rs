@@ -23,7 +23,8 @@ type Typed = Result<Option<RawFile>, serde_saphyr::Error>;
 pub type Parsed = (Typed, Vec<ConfigError>);
 
 /// Parses every file, in parallel (parsing is most of a load's time: about 100,000
-/// instructions per rule), on threads with [`PARSE_STACK`]; inline if no thread can start.
+/// instructions per rule), on threads with [`PARSE_STACK`] at the lowest priority (serving
+/// threads preempt them: `crate::background`); inline if no thread can start.
 /// The typed parse and the unknown-key walk of one file are separate jobs, so with two cores a
 /// one-file config takes no longer than one walk.
 pub fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
@@ -66,7 +67,11 @@ pub fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
                 std::thread::Builder::new()
                     .name("sluice-config-parse".into())
                     .stack_size(PARSE_STACK)
-                    .spawn_scoped(scope, work)
+                    .spawn_scoped(scope, || {
+                        // Serving threads preempt the parse (see `crate::background`).
+                        crate::background::lowest_priority();
+                        work()
+                    })
                     .is_ok()
             })
             .count();

@@ -1,6 +1,13 @@
 //! Reloads: reads the config files (or takes an xDS snapshot), compiles them, hands a good rule
 //! set to its target and records the outcome (the load metrics, the generation, `/rlconfig`'s
 //! status, one log line). A bad config changes nothing: the target keeps the rules it has.
+//!
+//! Every source ends in one place, [`Reloader::settle`], after the same compile. A source
+//! identical to the last attempt's is recognised before anything is compiled: nothing is
+//! rebuilt, the generation stays, and the attempt counts as `result="unchanged"` (Envoy Gateway
+//! re-sends its whole rule set on every change; a SIGHUP with nothing edited costs a read and a
+//! compare). Files are compared byte for byte; an xDS snapshot by each resource's name and
+//! content hash (the control plane decides the rules anyway, so it gains nothing by a collision).
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -9,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use opentelemetry::KeyValue;
 
 use super::compile::{compile_raw, RawDocument};
-use super::{files, load_files, ConfigErrors, LoadOptions};
+use super::{files, load_files, ConfigError, ConfigErrors, ConfigFile, LoadOptions};
 use crate::clock::{monotonic, Clock};
 use crate::metrics::Metrics;
 use crate::rules::{content_hash, RuleSet};
@@ -30,15 +37,54 @@ pub struct Reloader {
     state: Arc<ServiceState>,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
-    /// Fingerprint of the files at the last attempt (good or bad). The lock also keeps two
-    /// reloads (SIGHUP and the watcher) from running at once.
-    last: Mutex<Option<u64>>,
+    /// The last attempt (good or bad). The lock also keeps two reloads (SIGHUP, the watcher,
+    /// another source) from running at once.
+    last: Mutex<Option<Attempt>>,
+}
+
+/// What an attempt was given, kept whole so that "unchanged" means byte-identical (a hash
+/// alone could be collided on purpose and would skip a real change), and how it ended.
+struct Attempt {
+    files: Vec<ConfigFile>,
+    errors: Vec<String>,
+    /// An xDS snapshot's resources: name and content hash.
+    resources: Vec<(Arc<str>, u64)>,
+    accepted: bool,
+}
+
+impl Attempt {
+    fn same_snapshot(&self, docs: &[RawDocument]) -> bool {
+        self.files.is_empty()
+            && self.errors.is_empty()
+            && self.resources.len() == docs.len()
+            && self
+                .resources
+                .iter()
+                .zip(docs)
+                .all(|((name, hash), d)| *name == d.name && *hash == d.hash)
+    }
+
+    fn same_input(&self, files: &[ConfigFile], errors: &[ConfigError]) -> bool {
+        self.resources.is_empty()
+            && self.files.len() == files.len()
+            && self.errors.len() == errors.len()
+            && self
+                .files
+                .iter()
+                .zip(files)
+                .all(|(a, b)| a.path == b.path && a.content == b.content)
+            && self
+                .errors
+                .iter()
+                .zip(errors)
+                .all(|(a, b)| *a == b.to_string())
+    }
 }
 
 /// What one attempt did.
 enum Outcome {
-    /// The files are as at the last attempt (only when not forced).
-    Unchanged,
+    /// The input is the last attempt's: nothing rebuilt; whether that attempt was accepted.
+    Unchanged(bool),
     Loaded(RuleSet, u64),
     Rejected(ConfigErrors),
 }
@@ -63,21 +109,27 @@ impl Reloader {
         }
     }
 
-    /// Loads the config even when the files did not change (start-up, SIGHUP,
-    /// `Server::reload`); `false` when it was rejected and the running rules stay.
+    /// Reads the config files and applies them (start-up, SIGHUP, the watcher,
+    /// `Server::reload`); `false` when they are rejected and the running rules stay. Files
+    /// identical to the last attempt's are not rebuilt (see [`Reloader::apply`]).
     pub fn reload(&self) -> bool {
         if self.paths.is_empty() {
             // The rules come over xDS: there is nothing to re-read.
             tracing::info!("reload asked for, but the config comes over xDS; nothing to read");
             return true;
         }
-        self.attempt(true)
+        let started = monotonic();
+        let (files, errors) = files::read_all(&self.paths, self.opts);
+        self.apply_from(started, files, errors)
     }
 
-    /// Loads the config only when the files changed since the last attempt (the watcher,
-    /// which also fires on unrelated files); `true` when nothing changed.
-    pub fn reload_if_changed(&self) -> bool {
-        self.attempt(false)
+    /// The shared compile-and-swap entry point of every config source: compiles `files` (with
+    /// the `errors` met producing them, which reject the load) and swaps the rule set into the
+    /// target. When `files` and `errors` are byte-identical to the last attempt's, nothing is
+    /// parsed or swapped: the attempt is counted as `unchanged` and answers as that attempt
+    /// did. `false` when the config is rejected (the running rules stay).
+    pub fn apply(&self, files: Vec<ConfigFile>, errors: Vec<ConfigError>) -> bool {
+        self.apply_from(monotonic(), files, errors)
     }
 
     /// Compiles an xDS snapshot (its resources, already typed) and swaps it in whole, or
@@ -85,7 +137,18 @@ impl Reloader {
     /// `version_info`, for the log line.
     pub fn apply_snapshot(&self, docs: &[RawDocument], version: &str) -> Result<u64, ConfigErrors> {
         let started = monotonic();
-        let _serial = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(prev) = last.as_ref().filter(|l| l.same_snapshot(docs)) {
+            let accepted = prev.accepted;
+            self.settle(Outcome::Unchanged(accepted), started, Some(version));
+            return match accepted {
+                true => Ok(self.state.config_status().generation),
+                false => Err(ConfigErrors(vec![ConfigError::new(
+                    crate::config::Position::start_of(&"xds".into()),
+                    "the snapshot is the one rejected before",
+                )])),
+            };
+        }
         let mut fp = Vec::new();
         for d in docs {
             fp.extend_from_slice(d.name.as_bytes());
@@ -96,6 +159,12 @@ impl Reloader {
             Ok(rules) => Outcome::Loaded(rules, content_hash(&fp)),
             Err(errors) => Outcome::Rejected(errors),
         };
+        *last = Some(Attempt {
+            files: Vec::new(),
+            errors: Vec::new(),
+            resources: docs.iter().map(|d| (d.name.clone(), d.hash)).collect(),
+            accepted: matches!(outcome, Outcome::Loaded(..)),
+        });
         match outcome {
             Outcome::Rejected(errors) => {
                 self.settle(Outcome::Rejected(errors.clone()), started, Some(version));
@@ -108,13 +177,20 @@ impl Reloader {
         }
     }
 
-    fn attempt(&self, force: bool) -> bool {
-        let started = monotonic();
-        let outcome = self.load(force);
+    fn apply_from(
+        &self,
+        started: std::time::Instant,
+        files: Vec<ConfigFile>,
+        errors: Vec<ConfigError>,
+    ) -> bool {
+        // Held until the swap: of two attempts at once, the later one's rules are the ones left.
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let outcome = self.load(&mut last, files, errors);
         self.settle(outcome, started, None)
     }
 
-    /// Records what an attempt did; `xds_version` is set for an xDS snapshot.
+    /// Records what an attempt did (and swaps a good rule set in); `xds_version` is set for an
+    /// xDS snapshot.
     fn settle(
         &self,
         outcome: Outcome,
@@ -124,7 +200,12 @@ impl Reloader {
         let now = self.clock.now();
         let seconds = || started.elapsed().as_secs_f64();
         match outcome {
-            Outcome::Unchanged => true,
+            Outcome::Unchanged(accepted) => {
+                let seconds = seconds();
+                self.count("unchanged", seconds);
+                tracing::info!(seconds, accepted, xds_version, "config unchanged; nothing rebuilt");
+                accepted
+            }
             Outcome::Loaded(rules, hash) => {
                 let domains = rules.domains.len();
                 let files = rules.sources.len();
@@ -187,26 +268,111 @@ impl Reloader {
         self.metrics.config_loads.add(1, &attrs);
     }
 
-    fn load(&self, force: bool) -> Outcome {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let (files, errors) = files::read_all(&self.paths, self.opts);
+    fn load(
+        &self,
+        last: &mut Option<Attempt>,
+        files: Vec<ConfigFile>,
+        errors: Vec<ConfigError>,
+    ) -> Outcome {
+        if let Some(last) = last.as_ref().filter(|l| l.same_input(&files, &errors)) {
+            return Outcome::Unchanged(last.accepted);
+        }
         let mut fp = Vec::new();
         for f in &files {
             fp.extend_from_slice(f.path.as_bytes());
             fp.push(0);
             fp.extend_from_slice(&content_hash(f.content.as_bytes()).to_le_bytes());
         }
-        for e in &errors {
-            fp.extend_from_slice(e.to_string().as_bytes());
+        let error_texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        for e in &error_texts {
+            fp.extend_from_slice(e.as_bytes());
         }
         let fingerprint = content_hash(&fp);
-        if !force && *last == Some(fingerprint) {
-            return Outcome::Unchanged;
-        }
-        *last = Some(fingerprint);
-        match load_files(&files, errors, self.opts) {
+        let outcome = match load_files(&files, errors, self.opts) {
             Ok(rules) => Outcome::Loaded(rules, fingerprint),
             Err(errors) => Outcome::Rejected(errors),
+        };
+        *last = Some(Attempt {
+            files,
+            errors: error_texts,
+            resources: Vec::new(),
+            accepted: matches!(outcome, Outcome::Loaded(..)),
+        });
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::metrics::{MetricsOptions, StoreSources};
+
+    /// Counts the rule sets swapped in.
+    struct Swaps(AtomicUsize);
+
+    impl RuleTarget for Swaps {
+        fn set_rules(&self, _: Arc<RuleSet>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// A snapshot of one config "file", as a source other than files hands it over.
+    fn snapshot(content: &str) -> Vec<ConfigFile> {
+        vec![ConfigFile {
+            path: "snapshot".into(),
+            content: content.into(),
+        }]
+    }
+
+    fn limit(rpu: u32) -> String {
+        format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: {rpu}}}\n")
+    }
+
+    #[test]
+    fn apply_swaps_changed_snapshots_only() {
+        let swaps = Arc::new(Swaps(AtomicUsize::new(0)));
+        let (health, _) = tonic_health::server::health_reporter();
+        let state = Arc::new(ServiceState::new(health));
+        let opts = MetricsOptions {
+            otlp_endpoint: None,
+            max_dynamic_keys: 10,
+            near_limit_ratio: 0.8,
+        };
+        let metrics = Arc::new(Metrics::new(&opts, StoreSources::default()).unwrap());
+        let r = Reloader::new(
+            Vec::new(),
+            LoadOptions::default(),
+            swaps.clone(),
+            state.clone(),
+            metrics,
+            Arc::new(ManualClock::new(0)),
+        );
+        let swapped = || swaps.0.load(Ordering::SeqCst);
+        assert!(r.apply(snapshot(&limit(1)), Vec::new()));
+        assert_eq!((swapped(), state.config_status().generation), (1, 1));
+        // The same snapshot again: nothing swapped, the generation stays.
+        assert!(r.apply(snapshot(&limit(1)), Vec::new()));
+        assert_eq!((swapped(), state.config_status().generation), (1, 1));
+        // Another snapshot is applied.
+        assert!(r.apply(snapshot(&limit(2)), Vec::new()));
+        assert_eq!((swapped(), state.config_status().generation), (2, 2));
+        // The same content under another name is another source: applied.
+        let mut renamed = snapshot(&limit(2));
+        renamed[0].path = "other".into();
+        assert!(r.apply(renamed, Vec::new()));
+        assert_eq!(swapped(), 3);
+        // A rejected snapshot swaps nothing, and again unchanged is still rejected.
+        assert!(!r.apply(snapshot("domain: d\ndescriptors: [oops\n"), Vec::new()));
+        assert!(!r.apply(snapshot("domain: d\ndescriptors: [oops\n"), Vec::new()));
+        assert_eq!(swapped(), 3);
+        // Errors met producing the source are part of it: the same files with an error are
+        // another input, and rejected.
+        let error = ConfigError::new(crate::config::Position::start_of(&"x".into()), "gone");
+        assert!(!r.apply(snapshot(&limit(2)), vec![error]));
+        assert!(r.apply(snapshot(&limit(2)), Vec::new()));
+        assert_eq!(swapped(), 4);
     }
 }

@@ -245,6 +245,7 @@ fn retire(old: Arc<RuleSet>) {
     let _ = std::thread::Builder::new()
         .name("sluice-rules-drop".into())
         .spawn(move || {
+            crate::background::lowest_priority();
             let mut old = old;
             let mut wait = std::time::Duration::from_millis(1);
             // Requests hold the set for their lifetime (bounded by their deadline); other

@@ -41,6 +41,7 @@ mod redis_store;
 mod redis_tls_acl;
 mod reflection;
 mod reload;
+mod reload_unchanged;
 mod rlqs;
 mod slow_clients;
 mod telemetry;
