@@ -248,6 +248,7 @@ async fn run<S: Store + Reservations>(
             l,
             Port::new("debug", hard.http_max_connections, hard.http_idle_timeout),
             http::debug_router(cx.clone()),
+            gate.clone(),
             hard.http_header_read_timeout,
             stop_rx.clone(),
         )

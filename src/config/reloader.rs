@@ -203,7 +203,12 @@ impl Reloader {
             Outcome::Unchanged(accepted) => {
                 let seconds = seconds();
                 self.count("unchanged", seconds);
-                tracing::info!(seconds, accepted, xds_version, "config unchanged; nothing rebuilt");
+                tracing::info!(
+                    seconds,
+                    accepted,
+                    xds_version,
+                    "config unchanged; nothing rebuilt"
+                );
                 accepted
             }
             Outcome::Loaded(rules, hash) => {
