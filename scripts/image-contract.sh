@@ -55,7 +55,8 @@ for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
 done
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
-tar -C "$root" -c . | pm import - localhost/sluice-contract >/dev/null
+tar -C "$root" -c . | pm import - localhost/sluice-contract >"$work/import.log" 2>&1 ||
+    { cat "$work/import.log" >&2; exit 1; }
 
 # The volumes Envoy Gateway mounts: rules, certificates (made here), the statsd mapping.
 vol="$work/volumes"
@@ -122,7 +123,7 @@ grep -q $'^Gid:\t65534\t65534\t65534\t65534' "/proc/$pid/status" || fail "not ru
 [ "$(pm inspect -f '{{.HostConfig.ReadonlyRootfs}}' "$name")" = true ] || fail "root filesystem writable"
 echo "uid/gid 65534, read-only root filesystem, /bin/ratelimit with no arguments"
 
-"$VENV/bin/python" scripts/image-contract/check.py "$grpc" "$c/ca.crt" "$c/envoy.crt" "$c/envoy.key" \
+GRPC_VERBOSITY=NONE "$VENV/bin/python" scripts/image-contract/check.py "$grpc" "$c/ca.crt" "$c/envoy.crt" "$c/envoy.key" \
     || fail "RLS over mutual TLS"
 curl -sf "http://127.0.0.1:$debug/rlconfig" | grep -q masked_remote_address || fail "no /rlconfig on the debug port"
 echo "debug port: /rlconfig"

@@ -34,6 +34,9 @@ async fn upstream_environment_starts_a_working_server() {
         ("GRPC_PORT", "0"),
         ("HOST", "127.0.0.1"),
         ("PORT", "0"),
+        // The debug port (on by default here, 6070) on a free port too.
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
         ("BACKEND_TYPE", ""),
         ("LOG_FORMAT", "json"),
         ("LOG_LEVEL", "INFO"),

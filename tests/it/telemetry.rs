@@ -143,6 +143,7 @@ async fn envoyproxy_ratelimit_tracing_variables_name_the_spans() {
             ("GRPC_PORT", "0"),
             ("HOST", "127.0.0.1"),
             ("PORT", "0"),
+            ("DEBUG_HOST", "127.0.0.1"),
             ("DEBUG_PORT", "0"),
             ("LOG_FORMAT", "json"),
             ("TRACING_ENABLED", "true"),

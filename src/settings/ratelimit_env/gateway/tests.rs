@@ -67,6 +67,29 @@ fn envoy_gateway_environment_maps_whole() {
             .any(|n| n.contains("client certificates required")),
         "{notes:?}"
     );
+    // With Envoy Gateway's Redis backend over TLS with a client certificate.
+    let mut redis = EG.to_vec();
+    redis.extend([
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "redis.redis-system.svc.cluster.local:6379"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_CLIENT_CERT", "/redis-certs/tls.crt"),
+        ("REDIS_TLS_CLIENT_KEY", "/redis-certs/tls.key"),
+    ]);
+    let (a, _) = run(&[], &redis).unwrap();
+    assert_eq!(a.backend, crate::settings::Backend::Redis);
+    assert_eq!(
+        a.redis.redis_url,
+        "rediss://redis.redis-system.svc.cluster.local:6379"
+    );
+    assert_eq!(
+        a.redis.redis_tls_cert,
+        Some(PathBuf::from("/redis-certs/tls.crt"))
+    );
+    assert_eq!(
+        a.redis.redis_tls_key,
+        Some(PathBuf::from("/redis-certs/tls.key"))
+    );
 }
 
 #[test]
