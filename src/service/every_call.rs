@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 
 use http_body_util::BodyExt;
 use tonic::body::Body;
+use tonic::transport::server::TlsConnectInfo;
 
 use super::accept::ConnInfo;
 use crate::excerpt::{cut, MAX_MESSAGE_BYTES};
@@ -67,9 +68,11 @@ where
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let stream = req
-            .extensions()
+        // On TLS connections tonic wraps the connection's info in its own.
+        let ext = req.extensions();
+        let stream = ext
             .get::<ConnInfo>()
+            .or_else(|| ext.get::<TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()))
             .map(|c| c.streams.begin());
         if !is_grpc(req.headers()) {
             if let Some(m) = &self.metrics {
