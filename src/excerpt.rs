@@ -6,14 +6,22 @@ use std::borrow::Cow;
 
 /// The most bytes of an input an error message quotes.
 pub const MAX_EXCERPT_BYTES: usize = 128;
+/// The most bytes of a whole error message sent to a client: room for a few excerpts and the
+/// sentence around them, so only a message that quotes its input whole is ever cut to it.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// `s` itself when short; else its first [`MAX_EXCERPT_BYTES`] at most (cut on a character
 /// boundary) marked as cut with the bytes left out: `abc…(+99872 bytes)`.
 pub fn excerpt(s: &str) -> Cow<'_, str> {
-    if s.len() <= MAX_EXCERPT_BYTES {
+    cut(s, MAX_EXCERPT_BYTES)
+}
+
+/// [`excerpt`] to at most `max` bytes.
+pub fn cut(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
         return Cow::Borrowed(s);
     }
-    let mut end = MAX_EXCERPT_BYTES;
+    let mut end = max;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -26,6 +34,7 @@ mod tests {
 
     #[test]
     fn long_inputs_are_cut_and_marked() {
+        assert_eq!(cut("abcdef", 3), "abc…(+3 bytes)");
         assert_eq!(excerpt("short"), "short");
         let exact = "x".repeat(MAX_EXCERPT_BYTES);
         assert_eq!(excerpt(&exact), exact);

@@ -1,7 +1,7 @@
 //! What every call on the gRPC port passes, whatever its service (RLS, health, reflection,
 //! any added later), as one tower layer on the whole router: HTTP 415 for a content type other
 //! than `application/grpc*` (the gRPC spec's answer), counted in `sluice_rpc_requests_total`,
-//! `grpc-message`s cut to a bounded [`excerpt`], and the call reported as a request open on its connection (see [`super::accept`]) until its
+//! `grpc-message`s cut to [`MAX_MESSAGE_BYTES`], and the call reported as a request open on its connection (see [`super::accept`]) until its
 //! response body ends, so that a connection is idle only while no stream is open.
 
 use std::convert::Infallible;
@@ -12,9 +12,10 @@ use std::task::{Context, Poll};
 
 use http_body_util::BodyExt;
 use tonic::body::Body;
+use tonic::transport::server::TlsConnectInfo;
 
 use super::accept::ConnInfo;
-use crate::excerpt::{excerpt, MAX_EXCERPT_BYTES};
+use crate::excerpt::{cut, MAX_MESSAGE_BYTES};
 use crate::metrics::Metrics;
 
 /// The layer of [`EveryCall`], for `tonic::transport::Server::layer`.
@@ -67,9 +68,11 @@ where
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let stream = req
-            .extensions()
+        // On TLS connections tonic wraps the connection's info in its own.
+        let ext = req.extensions();
+        let stream = ext
             .get::<ConnInfo>()
+            .or_else(|| ext.get::<TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()))
             .map(|c| c.streams.begin());
         if !is_grpc(req.headers()) {
             if let Some(m) = &self.metrics {
@@ -99,14 +102,15 @@ where
     }
 }
 
-/// Cuts a long `grpc-message` to an [`excerpt`], whichever service wrote it (tonic-reflection
-/// echoes a symbol whole): a gRPC client refuses an oversized one as RESOURCE_EXHAUSTED and
-/// never sees the real code.
+/// Cuts a `grpc-message` longer than [`MAX_MESSAGE_BYTES`], whichever service wrote it
+/// (tonic-reflection echoes a symbol whole): a gRPC client refuses an oversized one as
+/// RESOURCE_EXHAUSTED and never sees the real code. Our own messages quote [`excerpt`]s, so
+/// they stay below it.
 fn bound_status_message(headers: &mut http::HeaderMap) {
     // Percent-encoding only lengthens a message, so a short header needs no decoding.
     let long = headers
         .get("grpc-message")
-        .is_some_and(|m| m.len() > MAX_EXCERPT_BYTES);
+        .is_some_and(|m| m.len() > MAX_MESSAGE_BYTES);
     let Some(status) = long
         .then(|| tonic::Status::from_header_map(headers))
         .flatten()
@@ -115,7 +119,7 @@ fn bound_status_message(headers: &mut http::HeaderMap) {
     };
     let short = tonic::Status::with_details(
         status.code(),
-        excerpt(status.message()).into_owned(),
+        cut(status.message(), MAX_MESSAGE_BYTES).into_owned(),
         status.details().to_vec().into(),
     );
     // Fails only for details that are not a valid header value: the long message stays then.

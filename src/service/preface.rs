@@ -3,7 +3,8 @@
 //! arrive within it, or the connection is closed. Without it a client that connects and sends
 //! nothing holds its place until the idle timeout (minutes), and enough of them lock the port.
 //!
-//! TLS connections have the handshake's own deadline ([`super::tls`]) for their first bytes.
+//! TLS connections have the handshake's own deadline ([`super::tls`]) for their first bytes;
+//! after a completed handshake, silence is left to the idle timeout.
 
 use std::future::Future;
 use std::pin::Pin;

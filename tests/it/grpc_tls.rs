@@ -300,3 +300,49 @@ async fn certificates_reload_without_dropping_connections() {
     server.shutdown();
     server.wait().await.unwrap();
 }
+
+/// A TLS connection carrying a request is not idle: a health Watch stream open on it outlives
+/// several `--grpc-idle-timeout`s (the server reports its streams through tonic's TLS connect
+/// info, as on plain connections).
+#[tokio::test]
+async fn a_tls_connection_with_an_open_stream_is_not_reaped() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("server CA");
+    let (cert, key) = ca
+        .issue(&["localhost", "127.0.0.1"], Usage::Server, false)
+        .write(dir.path(), "server");
+    let server = start(
+        dir.path(),
+        &[
+            "--grpc-tls-cert",
+            &path(&cert),
+            "--grpc-tls-key",
+            &path(&key),
+            "--grpc-idle-timeout",
+            "500ms",
+        ],
+    )
+    .await;
+    let channel = tls_channel(server.grpc_addr, &ca.pem, None)
+        .await
+        .expect("TLS channel");
+    let mut watch = HealthClient::new(channel)
+        .watch(HealthCheckRequest::default())
+        .await
+        .expect("watch")
+        .into_inner();
+    watch
+        .message()
+        .await
+        .expect("first status")
+        .expect("a status");
+    // Six idle timeouts: a reaped connection ends the stream with an error before then.
+    let more = tokio::time::timeout(std::time::Duration::from_secs(3), watch.message()).await;
+    assert!(more.is_err(), "the stream ended: {more:?}");
+    server.shutdown();
+    drop(watch);
+    server.wait().await.unwrap();
+}
