@@ -154,6 +154,12 @@ impl MemoryStore {
                 if !evict_one(&mut shard, now, self, None) {
                     break;
                 }
+                // The table is most of a shard of short keys: it must shrink too.
+                if shard.map.len() * 4 * SLOT_BYTES < shard.table {
+                    let len = shard.map.len();
+                    shard.map.shrink_to(len * 2);
+                    reread_table(&mut shard, &self.stats);
+                }
             }
         }
     }

@@ -187,3 +187,45 @@ fn the_byte_cap_counts_the_tables() {
     assert_eq!(s.sweep(60_000_000), n);
     assert_eq!(s.bytes(), 0);
 }
+
+/// Reservation records share the byte cap: holding them evicts keys so that keys and records
+/// together stay within it, and records past half of it are refused.
+#[test]
+fn records_share_the_byte_cap_with_the_keys() {
+    use crate::store::{ErrorKind, Reservations};
+    let cap = 4 << 20;
+    let s = MemoryStore::new(1_000_000).with_max_bytes(cap);
+    let l = Limit::fixed_window(5, 60_000_000);
+    for i in 0..200_000u32 {
+        take_one(&s, &i.to_be_bytes(), &l, 0);
+    }
+    let keys_before = s.len();
+    let hold = |i: u32| {
+        let key = i.to_be_bytes();
+        futures::executor::block_on(s.hold(&key, vec![0; 100_000], 1_000, 0, Deadline::NONE))
+    };
+    let mut held = 0;
+    let refused = loop {
+        match hold(held) {
+            Ok(()) => held += 1,
+            Err(e) => break e,
+        }
+        assert!(s.bytes() <= cap, "{} bytes with {held} records", s.bytes());
+    };
+    assert_eq!(refused.kind(), ErrorKind::Full);
+    assert!(
+        refused.to_string().contains("--memory-max-bytes"),
+        "{refused}"
+    );
+    assert!(s.records().bytes() <= cap / 2);
+    // Refused at the cap: another would not fit (a record is about 115 KiB as allocated).
+    assert!(s.records().bytes() > cap / 2 - 120_000, "only {held} held");
+    assert!(s.len() < keys_before, "no key made room");
+    // Settled, they give their bytes back.
+    for i in 0..held {
+        let key = i.to_be_bytes();
+        let claimed = futures::executor::block_on(s.claim(&key, 0, Deadline::NONE));
+        assert!(claimed.expect("claimed").is_some());
+    }
+    assert_eq!(s.records().bytes(), 0);
+}

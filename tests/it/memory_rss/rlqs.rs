@@ -44,6 +44,22 @@ async fn rlqs_memory_stays_within_its_byte_cap_from_a_cold_start() {
     let per_stream = status_bytes(pid, "VmRSS").saturating_sub(before) / STREAMS as u64;
     drop(open);
 
+    // 1,000 buckets of short ids on one stream: what a typical bucket costs.
+    let before = status_bytes(pid, "VmRSS");
+    let ids: Vec<String> = (0..1_000).map(|i| format!("user-{i}")).collect();
+    let pairs: Vec<[(&str, &str); 1]> = ids.iter().map(|v| [("k", v.as_str())]).collect();
+    let usages: Vec<Usage<'_>> = pairs.iter().map(|p| (&p[..], 1, 0)).collect();
+    let mut short = Quota::open(s.grpc).await.expect("open");
+    short.send("q", &usages).await;
+    short.next().await.expect("answered");
+    let short_counted = metric(s.http, "sluice_rlqs_bytes").await / 1_000.0;
+    let short_rss = status_bytes(pid, "VmRSS").saturating_sub(before) as f64 / 1_000.0;
+    drop(short);
+    println!(
+        "RLQS: 1,000 buckets of short ids: {short_counted:.0} bytes counted per bucket (its \
+         stream's buffers included), {short_rss:.0} bytes RSS"
+    );
+
     // Buckets of 60 KB ids, one report of them per stream (kept open), until the total cap
     // refuses one.
     let before = status_bytes(pid, "VmRSS");
