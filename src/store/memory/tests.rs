@@ -202,7 +202,7 @@ fn records_share_the_byte_cap_with_the_keys() {
     let keys_before = s.len();
     let hold = |i: u32| {
         let key = i.to_be_bytes();
-        futures::executor::block_on(s.hold(&key, vec![0; 100_000], 1_000, 0, Deadline::NONE))
+        futures::executor::block_on(s.hold(&key, vec![0; 100_000], &[], 1_000, 0, Deadline::NONE))
     };
     let mut held = 0;
     let refused = loop {
@@ -224,8 +224,8 @@ fn records_share_the_byte_cap_with_the_keys() {
     // Settled, they give their bytes back.
     for i in 0..held {
         let key = i.to_be_bytes();
-        let claimed = futures::executor::block_on(s.claim(&key, 0, Deadline::NONE));
-        assert!(claimed.expect("claimed").is_some());
+        let settled = futures::executor::block_on(s.settle(&key, &[], 0, Deadline::NONE));
+        assert!(settled.expect("settled"), "record {i} held");
     }
     assert_eq!(s.records().bytes(), 0);
 }
