@@ -27,6 +27,7 @@ use crate::service::http::{self, HttpContext};
 use crate::service::http_gate::HttpGate;
 use crate::service::http_serve;
 use crate::service::json_api;
+use crate::service::load_report::ServiceLoadReport;
 use crate::service::overload::InFlight;
 use crate::service::pipeline::Pipeline;
 use crate::service::ServiceState;
@@ -154,8 +155,10 @@ async fn run<S: Store + Reservations>(
             allow_empty: args.allow_empty_config,
         },
         limiter.clone(),
-        state.clone(),
-        metrics.clone(),
+        Arc::new(ServiceLoadReport {
+            state: state.clone(),
+            metrics: metrics.clone(),
+        }),
         clock.clone(),
     ));
     let xds = xds_options(&args.xds)?;
@@ -208,7 +211,7 @@ async fn run<S: Store + Reservations>(
     let grpc_server = GrpcServer::build(GrpcParts {
         pipeline: pipeline.clone(),
         metrics: metrics.clone(),
-        hardening: hard,
+        limits: options::grpc_limits(hard),
         health,
         tls: tls.clone(),
         rlqs: rlqs_options(&args.rlqs, hard),

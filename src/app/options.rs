@@ -10,6 +10,7 @@ use crate::clock::Clock;
 use crate::config::xds::{XdsOptions, XdsTls};
 use crate::limiter::{HeaderNames, LimiterOptions};
 use crate::metrics::{MemoryCounts, ReadMemory, ReadRedis};
+use crate::service::grpc::GrpcLimits;
 use crate::service::limits::RequestLimits;
 use crate::service::rlqs::RlqsOptions;
 use crate::service::tls::{ReloadingTls, TlsError, TlsFiles};
@@ -181,6 +182,21 @@ pub(super) fn xds_options(x: &XdsArgs) -> anyhow::Result<Option<XdsOptions>> {
         backoff_initial: x.xds_backoff_initial,
         backoff_max: x.xds_backoff_max,
     }))
+}
+
+/// The gRPC port's bounds from the hardening flags.
+pub fn grpc_limits(h: &HardeningArgs) -> GrpcLimits {
+    GrpcLimits {
+        request_read_timeout: h.grpc_request_read_timeout,
+        max_concurrent_streams: h.grpc_max_concurrent_streams,
+        keepalive_interval: h.grpc_keepalive_interval,
+        keepalive_timeout: h.grpc_keepalive_timeout,
+        max_connection_age: h.grpc_max_connection_age,
+        max_connection_age_grace: h.grpc_max_connection_age_grace,
+        max_connections: h.grpc_max_connections,
+        idle_timeout: h.grpc_idle_timeout,
+        preface_timeout: h.grpc_preface_timeout,
+    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub use compile::{compile, compile_raw, RawDocument};
 pub use error::{ConfigError, ConfigErrors, Position};
 pub use files::ConfigFile;
 pub use options::LoadOptions;
-pub use reloader::{Reloader, RuleTarget};
+pub use reloader::{LoadReport, Reloader, RuleTarget};
 
 use crate::rules::RuleSet;
 

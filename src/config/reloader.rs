@@ -10,17 +10,28 @@
 //! content hash (the control plane decides the rules anyway, so it gains nothing by a collision).
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-
-use opentelemetry::KeyValue;
 
 use super::compile::{compile_raw, RawDocument};
 use super::{files, load_files, ConfigError, ConfigErrors, ConfigFile, LoadOptions};
 use crate::clock::{monotonic, Clock};
-use crate::metrics::Metrics;
+use crate::model::Micros;
 use crate::rules::{content_hash, RuleSet};
-use crate::service::ServiceState;
+
+/// Where a reload reports what it did: readiness, the `/rlconfig` status and the load metrics,
+/// which live above `config/` (in `service/` and `metrics`) and are seen only through this seam.
+pub trait LoadReport: Send + Sync {
+    /// A rule set of content hash `hash` was swapped in at `now`; returns its generation.
+    fn loaded(&self, hash: &str, now: Micros) -> u64;
+    /// A load was rejected at `now`; `errors` holds every error.
+    fn rejected(&self, errors: &str, now: Micros);
+    /// How an attempt ended (`success`, `error` or `unchanged`) and how long it took.
+    fn counted(&self, result: &'static str, seconds: f64);
+    /// The generation of the running rules; 0 before the first good load.
+    fn generation(&self) -> u64;
+    /// Whether the service reports SERVING (it may without rules, when told to start so).
+    fn serving(&self) -> bool;
+}
 
 /// What a reload swaps rules into: the limiter, seen only through this seam.
 pub trait RuleTarget: Send + Sync {
@@ -34,8 +45,7 @@ pub struct Reloader {
     paths: Vec<PathBuf>,
     opts: LoadOptions,
     target: Arc<dyn RuleTarget>,
-    state: Arc<ServiceState>,
-    metrics: Arc<Metrics>,
+    report: Arc<dyn LoadReport>,
     clock: Arc<dyn Clock>,
     /// The last attempt (good or bad). The lock also keeps two reloads (SIGHUP, the watcher,
     /// another source) from running at once.
@@ -94,16 +104,14 @@ impl Reloader {
         paths: Vec<PathBuf>,
         opts: LoadOptions,
         target: Arc<dyn RuleTarget>,
-        state: Arc<ServiceState>,
-        metrics: Arc<Metrics>,
+        report: Arc<dyn LoadReport>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Reloader {
             paths,
             opts,
             target,
-            state,
-            metrics,
+            report,
             clock,
             last: Mutex::new(None),
         }
@@ -142,7 +150,7 @@ impl Reloader {
             let accepted = prev.accepted;
             self.settle(Outcome::Unchanged(accepted), started, Some(version));
             return match accepted {
-                true => Ok(self.state.config_status().generation),
+                true => Ok(self.report.generation()),
                 false => Err(ConfigErrors(vec![ConfigError::new(
                     crate::config::Position::start_of(&"xds".into()),
                     "the snapshot is the one rejected before",
@@ -172,7 +180,7 @@ impl Reloader {
             }
             loaded => {
                 self.settle(loaded, started, Some(version));
-                Ok(self.state.config_status().generation)
+                Ok(self.report.generation())
             }
         }
     }
@@ -217,16 +225,7 @@ impl Reloader {
                 self.target.set_rules(Arc::new(rules));
                 let seconds = seconds();
                 self.count("success", seconds);
-                let generation = self.state.record_load(format!("{hash:016x}"), now);
-                self.metrics
-                    .gauges
-                    .generation
-                    .store(generation, Ordering::Relaxed);
-                self.state.mark_config_loaded();
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    let state = self.state.clone();
-                    rt.spawn(async move { state.publish().await });
-                }
+                let generation = self.report.loaded(&format!("{hash:016x}"), now);
                 tracing::info!(
                     domains,
                     files,
@@ -241,8 +240,8 @@ impl Reloader {
             Outcome::Rejected(errors) => {
                 self.count("error", seconds());
                 // Read before recording the error: did a good load ever happen?
-                let running = self.state.config_status().generation > 0;
-                self.state.record_load_error(errors.to_string(), now);
+                let running = self.report.generation() > 0;
+                self.report.rejected(&errors.to_string(), now);
                 // One line per load, every error in it (each as file:line:column: message).
                 let errors = errors
                     .0
@@ -252,7 +251,7 @@ impl Reloader {
                     .join("; ");
                 if running {
                     tracing::error!(%errors, xds_version, "config rejected; keeping the running rules");
-                } else if self.state.is_serving() {
+                } else if self.report.serving() {
                     // Started without a config on purpose (FORCE_START_WITHOUT_INITIAL_CONFIG).
                     tracing::error!(%errors, xds_version, "config rejected; no rules loaded yet");
                 } else {
@@ -268,9 +267,7 @@ impl Reloader {
     }
 
     fn count(&self, result: &'static str, seconds: f64) {
-        let attrs = [KeyValue::new("result", result)];
-        self.metrics.config_load_duration.record(seconds, &attrs);
-        self.metrics.config_loads.add(1, &attrs);
+        self.report.counted(result, seconds);
     }
 
     fn load(
@@ -309,11 +306,28 @@ impl Reloader {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::metrics::{MetricsOptions, StoreSources};
+
+    /// Counts the generations, as the service's state does.
+    #[derive(Default)]
+    struct Generations(AtomicU64);
+
+    impl LoadReport for Generations {
+        fn loaded(&self, _: &str, _: Micros) -> u64 {
+            self.0.fetch_add(1, Ordering::SeqCst) + 1
+        }
+        fn rejected(&self, _: &str, _: Micros) {}
+        fn counted(&self, _: &'static str, _: f64) {}
+        fn generation(&self) -> u64 {
+            self.0.load(Ordering::SeqCst)
+        }
+        fn serving(&self) -> bool {
+            self.generation() > 0
+        }
+    }
 
     /// Counts the rule sets swapped in.
     struct Swaps(AtomicUsize);
@@ -339,31 +353,23 @@ mod tests {
     #[test]
     fn apply_swaps_changed_snapshots_only() {
         let swaps = Arc::new(Swaps(AtomicUsize::new(0)));
-        let (health, _) = tonic_health::server::health_reporter();
-        let state = Arc::new(ServiceState::new(health));
-        let opts = MetricsOptions {
-            otlp_endpoint: None,
-            max_dynamic_keys: 10,
-            near_limit_ratio: 0.8,
-        };
-        let metrics = Arc::new(Metrics::new(&opts, StoreSources::default()).unwrap());
+        let report = Arc::new(Generations::default());
         let r = Reloader::new(
             Vec::new(),
             LoadOptions::default(),
             swaps.clone(),
-            state.clone(),
-            metrics,
+            report.clone(),
             Arc::new(ManualClock::new(0)),
         );
         let swapped = || swaps.0.load(Ordering::SeqCst);
         assert!(r.apply(snapshot(&limit(1)), Vec::new()));
-        assert_eq!((swapped(), state.config_status().generation), (1, 1));
+        assert_eq!((swapped(), report.generation()), (1, 1));
         // The same snapshot again: nothing swapped, the generation stays.
         assert!(r.apply(snapshot(&limit(1)), Vec::new()));
-        assert_eq!((swapped(), state.config_status().generation), (1, 1));
+        assert_eq!((swapped(), report.generation()), (1, 1));
         // Another snapshot is applied.
         assert!(r.apply(snapshot(&limit(2)), Vec::new()));
-        assert_eq!((swapped(), state.config_status().generation), (2, 2));
+        assert_eq!((swapped(), report.generation()), (2, 2));
         // The same content under another name is another source: applied.
         let mut renamed = snapshot(&limit(2));
         renamed[0].path = "other".into();

@@ -24,15 +24,28 @@ use super::tls::{self, ReloadingTls};
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::sluice::v1::rate_limiter_server::RateLimiterServer;
-use crate::settings::hardening::HardeningArgs;
 use crate::store::{Reservations, Store};
 
+/// The gRPC port's bounds and HTTP/2 settings (the hardening flags, converted by `app/`).
+#[derive(Clone, Copy, Debug)]
+pub struct GrpcLimits {
+    pub request_read_timeout: Duration,
+    pub max_concurrent_streams: u32,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    pub max_connection_age: Duration,
+    pub max_connection_age_grace: Duration,
+    pub max_connections: usize,
+    pub idle_timeout: Duration,
+    pub preface_timeout: Duration,
+}
+
 /// What the gRPC server serves and how.
-pub struct GrpcParts<'a, S, H> {
+pub struct GrpcParts<S, H> {
     /// The one request pipeline (limits, in-flight slot, limiter), shared with `POST /json`.
     pub pipeline: Pipeline<S>,
     pub metrics: Arc<Metrics>,
-    pub hardening: &'a HardeningArgs,
+    pub limits: GrpcLimits,
     /// gRPC health, whose statuses the service state publishes.
     pub health: HealthServer<H>,
     pub tls: Option<Arc<ReloadingTls>>,
@@ -57,9 +70,9 @@ pub struct GrpcServer {
 impl GrpcServer {
     /// Builds the router; fails only if the reflection service cannot be built.
     pub fn build<S: Store + Reservations, H: Health>(
-        parts: GrpcParts<'_, S, H>,
+        parts: GrpcParts<S, H>,
     ) -> Result<GrpcServer, tonic_reflection::server::Error> {
-        let hard = parts.hardening;
+        let hard = parts.limits;
         let rls = RateLimitServiceServer::new(
             RlsService::new(parts.pipeline.clone()).with_metrics(parts.metrics.clone()),
         )
@@ -78,7 +91,7 @@ impl GrpcServer {
         .max_decoding_message_size(parts.pipeline.limits().max_request_bytes);
         let (max_bytes, read_timeout) = (
             parts.pipeline.limits().max_request_bytes,
-            hard.grpc_request_read_timeout,
+            hard.request_read_timeout,
         );
         // Server reflection, so grpcurl and similar tools need no .proto files.
         let reflection = || {
@@ -90,13 +103,13 @@ impl GrpcServer {
         let reflection_v1alpha = reflection().build_v1alpha()?;
         let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
         let mut builder = tonic::transport::Server::builder()
-            .max_concurrent_streams(hard.grpc_max_concurrent_streams)
-            .http2_keepalive_interval(nonzero(hard.grpc_keepalive_interval))
-            .http2_keepalive_timeout(nonzero(hard.grpc_keepalive_timeout));
-        if let Some(age) = nonzero(hard.grpc_max_connection_age) {
+            .max_concurrent_streams(hard.max_concurrent_streams)
+            .http2_keepalive_interval(nonzero(hard.keepalive_interval))
+            .http2_keepalive_timeout(nonzero(hard.keepalive_timeout));
+        if let Some(age) = nonzero(hard.max_connection_age) {
             builder = builder
                 .max_connection_age(age)
-                .max_connection_age_grace(hard.grpc_max_connection_age_grace);
+                .max_connection_age_grace(hard.max_connection_age_grace);
         }
         // 415 and idle reaping hold for every service of the port, so they wrap the router.
         let router = builder
@@ -118,8 +131,8 @@ impl GrpcServer {
         Ok(GrpcServer {
             router,
             tls: parts.tls,
-            port: Port::new("grpc", hard.grpc_max_connections, hard.grpc_idle_timeout),
-            preface: hard.grpc_preface_timeout,
+            port: Port::new("grpc", hard.max_connections, hard.idle_timeout),
+            preface: hard.preface_timeout,
             stop: parts.stop,
         })
     }

@@ -13,6 +13,7 @@ pub mod http_serve;
 pub mod json;
 pub mod json_api;
 pub mod limits;
+pub mod load_report;
 pub mod native;
 pub mod overload;
 pub mod pipeline;

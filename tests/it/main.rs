@@ -25,6 +25,7 @@ mod grpc_threads;
 mod grpc_tls;
 mod health_drain;
 mod hostile;
+mod house;
 mod http_bodies;
 mod in_flight;
 mod long_inputs;

@@ -58,20 +58,6 @@ impl BucketState {
     }
 }
 
-/// The bytes the storage keys of a new bucket's `request` will hold once it is assessed
-/// ([`budget::keys_bytes`](super::budget::keys_bytes) of its plan; 0 if it cannot be planned).
-pub fn planned_key_bytes<S: Store>(
-    limiter: &Limiter<S>,
-    rules: &RuleSet,
-    request: &Request,
-) -> usize {
-    let Ok(plan) = limiter.plan(rules, request, Deadline::NONE) else {
-        return 0;
-    };
-    let share = plan.planned.first().map_or(0, |p| plan.key(p).len());
-    super::budget::keys_bytes(&matched(&plan, false), share)
-}
-
 /// What an assessment needs besides the bucket.
 pub struct Context<'a, S> {
     pub limiter: &'a Limiter<S>,
@@ -196,7 +182,7 @@ pub async fn assess<S: Store>(
 }
 
 /// The plan's one descriptor, as far as assignments go.
-fn matched(plan: &Plan<'_>, global_shadow: bool) -> Matched {
+pub(super) fn matched(plan: &Plan<'_>, global_shadow: bool) -> Matched {
     match &plan.resolved[0] {
         Resolved::NoLimit | Resolved::Replaced(_) => Matched::Nothing,
         Resolved::Unlimited(_) => Matched::Unlimited,

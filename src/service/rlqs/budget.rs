@@ -15,13 +15,16 @@ use std::sync::Arc;
 
 use tonic::Status;
 
-use super::assign::{BucketState, Matched};
+use super::assign::{matched, BucketState, Matched};
 use super::bucket::Id;
 use super::Shared;
 use crate::algorithm::Limit;
+use crate::limiter::Limiter;
 use crate::metrics::RlqsMetrics;
 use crate::model::{Descriptor, Entry, Micros, Request};
+use crate::rules::RuleSet;
 use crate::store::memory::size::allocated;
+use crate::store::{Deadline, Store};
 
 /// A B-tree node of an id: 11 keys and 11 values of 24 bytes, a parent link and two counts,
 /// the edges of an internal node (std does not export the size).
@@ -49,6 +52,20 @@ pub fn bucket_bytes(id: &Id, b: &BucketState, planned: usize) -> usize {
         Some(m) => keys_bytes(m, b.share_key.as_ref().map_or(0, Vec::len)),
     };
     slot + nodes * allocated(ID_NODE_BYTES) + strings + request_bytes(&b.request) + keys
+}
+
+/// The bytes the storage keys of a new bucket's `request` will hold once it is assessed
+/// ([`keys_bytes`] of its plan; 0 if it cannot be planned).
+pub fn planned_key_bytes<S: Store>(
+    limiter: &Limiter<S>,
+    rules: &RuleSet,
+    request: &Request,
+) -> usize {
+    let Ok(plan) = limiter.plan(rules, request, Deadline::NONE) else {
+        return 0;
+    };
+    let share = plan.planned.first().map_or(0, |p| plan.key(p).len());
+    keys_bytes(&matched(&plan, false), share)
 }
 
 /// What a bucket that matched `m` holds for its keys: those of its limits, and its share key of

@@ -141,7 +141,7 @@ impl<S: Store> Stream<S> {
                     )));
                 }
                 let mut b = BucketState::new(request);
-                let keys = assign::planned_key_bytes(&self.rlqs.limiter, &rules, &b.request);
+                let keys = budget::planned_key_bytes(&self.rlqs.limiter, &rules, &b.request);
                 b.bytes = budget::bucket_bytes(&id, &b, keys);
                 self.account.take(b.bytes)?;
                 self.buckets.insert(id.clone(), b);
