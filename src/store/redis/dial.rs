@@ -258,9 +258,11 @@ impl Dial {
     /// leaves them, as before).
     async fn delete_other_libraries(&self, s: &mut Stream) {
         let mut out = Vec::new();
-        resp::encode_strs(&mut out, &[b"FUNCTION", b"LIST", b"LIBRARYNAME", b"sluice_*"]);
-        let Ok(Ok(replies)) = tokio::time::timeout(self.timeout, exchange(s, &out, 1)).await
-        else {
+        resp::encode_strs(
+            &mut out,
+            &[b"FUNCTION", b"LIST", b"LIBRARYNAME", b"sluice_*"],
+        );
+        let Ok(Ok(replies)) = tokio::time::timeout(self.timeout, exchange(s, &out, 1)).await else {
             return;
         };
         let others: Vec<Vec<u8>> = library_names(&replies[0])
