@@ -48,8 +48,12 @@ use super::script::{Call, FastCall, ScriptId};
 pub(super) enum CallError {
     /// The command was never written: safe to send elsewhere.
     NotSent,
-    /// The connection was lost after the command was written: it may have run.
-    Lost(String),
+    /// The connection was lost after the command was written: it may have run. With the
+    /// drop's id (every caller of one drop gets the same): one drop is one failure for the
+    /// breaker, however many calls it cut ([`Breaker::failure_of_drop`]).
+    ///
+    /// [`Breaker::failure_of_drop`]: super::breaker::Breaker::failure_of_drop
+    Lost(String, u64),
     /// No reply within the call's timeout (it may still run).
     Timeout,
     Argument(ArgumentError),
@@ -602,10 +606,16 @@ impl Link {
     }
 }
 
+/// A new id for a connection's drop (ids are unique in the process).
+fn new_drop() -> u64 {
+    static DROPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    DROPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The answer to a call (its deadline is kept by the connection's task, see [`Reply`]).
 async fn wait(rx: Answer) -> Result<Frame, CallError> {
     rx.await
-        .unwrap_or_else(|_| Err(CallError::Lost("connection task ended".into())))
+        .unwrap_or_else(|_| Err(CallError::Lost("connection task ended".into(), new_drop())))
 }
 
 impl Shared {
@@ -626,10 +636,11 @@ impl Shared {
         s.plain.clear();
         let unsent = std::mem::take(&mut s.unsent);
         let written = s.waiting.len() - unsent;
+        let drop = new_drop();
         for (i, w) in s.waiting.drain(..).enumerate() {
             let e = || {
                 if i < written {
-                    CallError::Lost(why.to_string())
+                    CallError::Lost(why.to_string(), drop)
                 } else {
                     CallError::NotSent
                 }
@@ -638,7 +649,7 @@ impl Shared {
                 Waiter::One(mut r)
                 | Waiter::Fcall(mut r, _)
                 | Waiter::Plain { reply: mut r, .. } => r.send(Err(e())),
-                Waiter::Mend(mut r) => r.send(Err(CallError::Lost(why.to_string()))),
+                Waiter::Mend(mut r) => r.send(Err(CallError::Lost(why.to_string(), drop))),
                 Waiter::Batch(rs) => rs.into_iter().for_each(|mut b| b.reply.send(Err(e()))),
                 Waiter::Time => {}
             }
@@ -1193,7 +1204,7 @@ mod tests {
         // again elsewhere would count twice).
         shared.close("killed");
         for rx in &mut rxs[..2] {
-            assert!(matches!(rx.try_recv(), Ok(Err(CallError::Lost(_)))));
+            assert!(matches!(rx.try_recv(), Ok(Err(CallError::Lost(_, _)))));
         }
     }
 
