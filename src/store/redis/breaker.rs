@@ -8,7 +8,7 @@
 //! Redis answering again. A stall shorter than the command timeout fails no call, so it
 //! opens nothing.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Breaker settings.
@@ -35,6 +35,8 @@ pub struct Breaker {
     threshold: u32,
     failures: AtomicU32,
     open: AtomicBool,
+    /// The connection drop counted last ([`Breaker::failure_of_drop`]).
+    last_drop: AtomicU64,
 }
 
 impl Breaker {
@@ -43,6 +45,7 @@ impl Breaker {
             threshold: opts.threshold.max(1),
             failures: AtomicU32::new(0),
             open: AtomicBool::new(false),
+            last_drop: AtomicU64::new(0),
         }
     }
 
@@ -66,6 +69,15 @@ impl Breaker {
     }
 
     /// Records a call that failed for want of the server (an outage, not a script error).
+    /// Records a call cut by connection drop `drop`: one failure per drop, not one per call
+    /// it cut (a thread's connection carries many calls; one drop must not open the breaker
+    /// for every thread).
+    pub fn failure_of_drop(&self, drop: u64) {
+        if self.last_drop.swap(drop, Ordering::Relaxed) != drop {
+            self.failure();
+        }
+    }
+
     pub fn failure(&self) {
         let failures = self
             .failures
@@ -104,5 +116,19 @@ mod tests {
         assert!(b.allows() && !b.is_open());
         b.failure();
         assert!(b.allows(), "closing resets the count");
+    }
+
+    #[test]
+    fn the_calls_of_one_connection_drop_count_once() {
+        let b = Breaker::new(BreakerOptions {
+            threshold: 2,
+            probe_every: Duration::from_millis(20),
+        });
+        for _ in 0..16 {
+            b.failure_of_drop(7);
+        }
+        assert!(b.allows(), "one drop");
+        b.failure_of_drop(8);
+        assert!(b.is_open(), "two drops");
     }
 }

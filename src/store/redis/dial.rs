@@ -247,9 +247,59 @@ impl Dial {
                 });
                 Ok(false)
             }
-            _ => Ok(true),
+            _ => {
+                self.delete_other_libraries(s).await;
+                Ok(true)
+            }
         }
     }
+
+    /// Deletes every `sluice_*` function library but this build's (best effort: a failure
+    /// leaves them, as before).
+    async fn delete_other_libraries(&self, s: &mut Stream) {
+        let mut out = Vec::new();
+        resp::encode_strs(
+            &mut out,
+            &[b"FUNCTION", b"LIST", b"LIBRARYNAME", b"sluice_*"],
+        );
+        let Ok(Ok(replies)) = tokio::time::timeout(self.timeout, exchange(s, &out, 1)).await else {
+            return;
+        };
+        let others: Vec<Vec<u8>> = library_names(&replies[0])
+            .into_iter()
+            .filter(|n| n.starts_with(b"sluice_") && n != LIBRARY.name.as_bytes())
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        let mut out = Vec::new();
+        for name in &others {
+            resp::encode_strs(&mut out, &[b"FUNCTION", b"DELETE", name]);
+        }
+        let _ = tokio::time::timeout(self.timeout, exchange(s, &out, others.len())).await;
+    }
+}
+
+/// The library names in a `FUNCTION LIST` reply (each library a flat array of name/value
+/// pairs in RESP2).
+fn library_names(reply: &Frame) -> Vec<Vec<u8>> {
+    let Frame::Array(Some(libraries)) = reply else {
+        return Vec::new();
+    };
+    libraries
+        .iter()
+        .filter_map(|lib| {
+            let Frame::Array(Some(fields)) = lib else {
+                return None;
+            };
+            fields.chunks_exact(2).find_map(|kv| match kv {
+                [Frame::Bulk(Some(k)), Frame::Bulk(Some(v))] if k == b"library_name" => {
+                    Some(v.clone())
+                }
+                _ => None,
+            })
+        })
+        .collect()
 }
 
 fn auth(out: &mut Vec<u8>, username: Option<&str>, password: &Secret) {

@@ -58,7 +58,7 @@ pub(super) fn from_call(e: CallError) -> StoreError {
     match e {
         CallError::Timeout => error(ErrorKind::Timeout, "redis call timed out"),
         CallError::NotSent => error(ErrorKind::Connection, "not connected"),
-        CallError::Lost(why) => error(ErrorKind::Connection, format!("connection lost: {why}")),
+        CallError::Lost(why, _) => error(ErrorKind::Connection, format!("connection lost: {why}")),
         CallError::Argument(e) => error(ErrorKind::Script, e.to_string()),
     }
 }

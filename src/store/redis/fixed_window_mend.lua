@@ -7,7 +7,9 @@
 --             window's edge): its hit is given back, then it is decided as fixed_window.lua
 --             would. 'settle': it found its window's field absent and made it (count + 1 = 1,
 --             nothing counted; takes since may have counted on it): what a window's first take
---             does (earlier windows dropped, the expiry set), then it is decided.
+--             does (earlier windows dropped, the expiry set), then it is decided. 'forget':
+--             settle's housekeeping alone (a settle cut off by a dropped connection, sent on
+--             the next one so that no key is left without an expiry).
 --   ARGV[2]   the window start it was sent for (the field)
 --   ARGV[3]   limit      ARGV[4] window (us)
 --
@@ -17,6 +19,12 @@ local function fixed_window_mend(KEYS, ARGV)
   local key, what, field = KEYS[1], ARGV[1], ARGV[2]
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- 'forget': a settle whose caller was told its call may have run (its connection dropped
+  -- first, link.rs `carry`): the housekeeping only (the expiry set), no decision.
+  local decide = true
+  if what == 'forget' then
+    what, decide = 'settle', false
+  end
   if what == 'retake' then
     if redis.call('HINCRBY', key, field, -1) <= 0 then
       redis.call('HDEL', key, field)
@@ -45,6 +53,9 @@ local function fixed_window_mend(KEYS, ARGV)
     end
   else
     return { err = 'ERR sluice: unknown mend ' .. tostring(what) }
+  end
+  if not decide then
+    return { now, 0, 0, 0 }
   end
   return { now, fixed_window(key, now, ARGV[3], ARGV[4], '1', '0', nil) }
 end

@@ -11,7 +11,9 @@
 //! top level) and the per-call body (the `decide` function); each fast path wrapped whole as
 //! a function of `(KEYS, ARGV)`; `functions.lua` (`batch`) last. Its name carries a hash of
 //! its source, so sluice versions sharing one Redis each call their own code, and loading is
-//! "load unless already there": never `REPLACE`.
+//! "load unless already there": never `REPLACE`. A connection that loads it (it was not
+//! there) deletes the other `sluice_*` libraries, so builds do not pile up in Redis; an older
+//! sluice still running meanwhile finds its function gone, reconnects and loads it again.
 
 use std::sync::LazyLock;
 
@@ -22,6 +24,8 @@ const BATCH_LUA: &str = include_str!("functions.lua");
 
 /// The library: its source for `FUNCTION LOAD`, and the names to `FCALL`.
 pub struct Library {
+    /// `sluice_<hash of the source>`.
+    pub name: String,
     pub source: String,
     /// Indexed by [`ScriptId::code`] - 1.
     functions: Vec<String>,
@@ -122,6 +126,7 @@ fn build() -> Library {
         "redis.register_function('{mend}', fixed_window_mend)\n"
     ));
     Library {
+        name,
         source,
         functions,
         batch,

@@ -48,8 +48,12 @@ use super::script::{Call, FastCall, ScriptId};
 pub(super) enum CallError {
     /// The command was never written: safe to send elsewhere.
     NotSent,
-    /// The connection was lost after the command was written: it may have run.
-    Lost(String),
+    /// The connection was lost after the command was written: it may have run. With the
+    /// drop's id (every caller of one drop gets the same): one drop is one failure for the
+    /// breaker, however many calls it cut ([`Breaker::failure_of_drop`]).
+    ///
+    /// [`Breaker::failure_of_drop`]: super::breaker::Breaker::failure_of_drop
+    Lost(String, u64),
     /// No reply within the call's timeout (it may still run).
     Timeout,
     Argument(ArgumentError),
@@ -132,10 +136,13 @@ enum Waiter {
         take: Take,
         last: bool,
     },
-    /// A plain take's `fixed_window_mend`: the take's hit is in Redis already, so if the
-    /// connection drops before it is written, its caller learns that its call may have run
-    /// (never "not sent": deciding it again elsewhere would count the hit twice).
-    Mend(Reply),
+    /// A plain take's `fixed_window_mend` (`what`): the take's hit is in Redis already, so if
+    /// the connection drops before it is written, its caller learns that its call may have
+    /// run (never "not sent": deciding it again elsewhere would count the hit twice), and a
+    /// `settle`'s housekeeping is carried to the next connection ([`State::carry`]).
+    Mend(Reply, Take, &'static str),
+    /// A carried mend's housekeeping, which nobody waits for.
+    Carried(Take),
 }
 
 /// A decision in a `batch` call: who waits for it, and how `batch` answers it.
@@ -172,9 +179,32 @@ struct State {
     timer: Option<Instant>,
     /// Redis' clock and the keys charged in their window, for plain takes.
     plain: Plain,
+    /// Plain takes that made a fresh field whose `settle` never left a dropped connection:
+    /// the next connection sends their housekeeping (`forget`: the key's expiry set, earlier
+    /// windows dropped), so no key is left without a TTL. (A `retake`'s give-back is not
+    /// carried: on another server after a failover it could give back a hit never counted
+    /// there; its hit stays counted, the safe side.)
+    carry: Vec<Take>,
 }
 
+/// The most mends [`State::carry`] keeps.
+const MAX_CARRY: usize = 4096;
+
 impl State {
+    /// Queues the carried mends' housekeeping first on a new connection (with the library:
+    /// without it they cannot run, and are dropped).
+    fn send_carried(&mut self) {
+        if !self.functions {
+            self.carry.clear();
+            return;
+        }
+        for take in std::mem::take(&mut self.carry) {
+            Plain::encode_mend(&mut self.out, LIBRARY.mend(), &take, "forget");
+            self.waiting.push_back(Waiter::Carried(take));
+            self.unsent += 1;
+        }
+    }
+
     /// Adds a caller with `deadline`: whether the task must set its timer again.
     fn arm(&mut self, deadline: Instant) -> bool {
         let earlier = self.timer.is_none_or(|t| deadline < t);
@@ -197,11 +227,11 @@ impl State {
         for w in &mut self.waiting {
             match w {
                 Waiter::One(r)
-                | Waiter::Mend(r)
+                | Waiter::Mend(r, ..)
                 | Waiter::Fcall(r, _)
                 | Waiter::Plain { reply: r, .. } => keep(r.expire(now)),
                 Waiter::Batch(rs) => rs.iter_mut().for_each(|b| keep(b.reply.expire(now))),
-                Waiter::Time => {}
+                Waiter::Time | Waiter::Carried(_) => {}
             }
         }
         for e in &mut self.queued.entries {
@@ -602,10 +632,16 @@ impl Link {
     }
 }
 
+/// A new id for a connection's drop (ids are unique in the process).
+fn new_drop() -> u64 {
+    static DROPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    DROPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The answer to a call (its deadline is kept by the connection's task, see [`Reply`]).
 async fn wait(rx: Answer) -> Result<Frame, CallError> {
     rx.await
-        .unwrap_or_else(|_| Err(CallError::Lost("connection task ended".into())))
+        .unwrap_or_else(|_| Err(CallError::Lost("connection task ended".into(), new_drop())))
 }
 
 impl Shared {
@@ -626,10 +662,12 @@ impl Shared {
         s.plain.clear();
         let unsent = std::mem::take(&mut s.unsent);
         let written = s.waiting.len() - unsent;
+        let drop = new_drop();
+        let mut carry = std::mem::take(&mut s.carry);
         for (i, w) in s.waiting.drain(..).enumerate() {
             let e = || {
                 if i < written {
-                    CallError::Lost(why.to_string())
+                    CallError::Lost(why.to_string(), drop)
                 } else {
                     CallError::NotSent
                 }
@@ -638,11 +676,24 @@ impl Shared {
                 Waiter::One(mut r)
                 | Waiter::Fcall(mut r, _)
                 | Waiter::Plain { reply: mut r, .. } => r.send(Err(e())),
-                Waiter::Mend(mut r) => r.send(Err(CallError::Lost(why.to_string()))),
+                Waiter::Mend(mut r, take, what) => {
+                    r.send(Err(CallError::Lost(why.to_string(), drop)));
+                    if i >= written && what == "settle" {
+                        carry.push(take);
+                    }
+                }
+                Waiter::Carried(take) => {
+                    if i >= written {
+                        carry.push(take);
+                    }
+                }
                 Waiter::Batch(rs) => rs.into_iter().for_each(|mut b| b.reply.send(Err(e()))),
                 Waiter::Time => {}
             }
         }
+        // Bounded, should the link never come back with the library.
+        carry.truncate(MAX_CARRY);
+        s.carry = carry;
         for mut e in s.queued.entries.drain(..) {
             e.reply.send(Err(CallError::NotSent));
         }
@@ -684,6 +735,7 @@ async fn run(shared: Arc<Shared>, dial: Dial, stall: Duration) {
                     s.up = true;
                     s.functions = functions;
                     s.redial = false;
+                    s.send_carried();
                 }
                 tracing::debug!(target: "sluice::store::redis", "thread connection up");
                 let why = serve(&shared, stream, stall).await;
@@ -896,7 +948,8 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
         at += used;
         // A caller that gave up (timeout) is simply gone.
         match s.waiting.pop_front() {
-            Some(Waiter::One(mut w) | Waiter::Mend(mut w)) => w.send(Ok(frame)),
+            Some(Waiter::One(mut w) | Waiter::Mend(mut w, ..)) => w.send(Ok(frame)),
+            Some(Waiter::Carried(_)) => {}
             Some(Waiter::Fcall(mut w, plain)) => {
                 s.fcall_in_flight = false;
                 if fcall_refused(&mut s, &frame) {
@@ -931,7 +984,7 @@ fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String> {
                     // Sent even when its caller has gone: the take's hit is in Redis.
                     Outcome::Mend(what) => {
                         Plain::encode_mend(&mut s.out, LIBRARY.mend(), &take, what);
-                        s.waiting.push_back(Waiter::Mend(reply));
+                        s.waiting.push_back(Waiter::Mend(reply, take, what));
                         s.unsent += 1;
                     }
                 }
@@ -1185,7 +1238,7 @@ mod tests {
         // Still waiting: the batch (c and d), then the two mends.
         assert!(matches!(
             s.waiting.iter().collect::<Vec<_>>()[..],
-            [Waiter::Batch(_), Waiter::Mend(_), Waiter::Mend(_)]
+            [Waiter::Batch(_), Waiter::Mend(..), Waiter::Mend(..)]
         ));
         drop(s);
         // The connection drops before the mends leave: their takes' hits are in Redis, so
@@ -1193,8 +1246,31 @@ mod tests {
         // again elsewhere would count twice).
         shared.close("killed");
         for rx in &mut rxs[..2] {
-            assert!(matches!(rx.try_recv(), Ok(Err(CallError::Lost(_)))));
+            assert!(matches!(rx.try_recv(), Ok(Err(CallError::Lost(_, _)))));
         }
+        // `b`'s settle (the key's expiry) goes on the next connection, before anything else;
+        // `a`'s give-back does not (its hit stays counted).
+        let mut s = shared.lock();
+        s.functions = true;
+        s.send_carried();
+        assert_eq!(
+            commands(&s.out),
+            vec![vec![
+                "FCALL",
+                LIBRARY.mend(),
+                "1",
+                "b",
+                "forget",
+                &ws,
+                "3",
+                "60000000"
+            ]]
+        );
+        assert!(matches!(
+            s.waiting.iter().collect::<Vec<_>>()[..],
+            [Waiter::Carried(_)]
+        ));
+        assert!(s.carry.is_empty());
     }
 
     #[test]

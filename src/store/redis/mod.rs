@@ -369,16 +369,18 @@ impl RedisStore {
                     Some(link) => inner.decide_on_link(&link, checks, now, timeout).await,
                     None => None,
                 };
-                let result = match on_link {
+                match on_link {
+                    // Told to the breaker there (a drop counts once, not once per call).
                     Some(r) => r,
                     // No own connection up, or the command never left it: the shared pool.
                     None => {
-                        Box::pin(inner.decide_one(pool.next_connected(), checks, now, timeout))
-                            .await
+                        let result =
+                            Box::pin(inner.decide_one(pool.next_connected(), checks, now, timeout))
+                                .await;
+                        record(&inner.breaker, &result);
+                        result
                     }
-                };
-                record(&inner.breaker, &result);
-                result
+                }
             }
         }
     }
@@ -488,7 +490,8 @@ impl Inner {
     }
 
     /// Standalone and Sentinel on this thread's own connection: the whole request in one
-    /// `EVALSHA`, loading the scripts on `NOSCRIPT`. `None`: it was not run (the command
+    /// `EVALSHA`, loading the scripts on `NOSCRIPT`, the outcome told to the breaker (a
+    /// dropped connection once, however many calls it cut). `None`: it was not run (the command
     /// never left the connection, or the server turned out to be a replica, which refuses
     /// every write), so the caller sends it on the shared pool.
     async fn decide_on_link(
@@ -504,6 +507,9 @@ impl Inner {
             // Rare: boxed, so it does not enlarge every request's future.
             let load = load_timeout(timeout, now.deadline);
             if let Err(e) = Box::pin(load_on_link(link, load)).await {
+                if let Some(result) = &e {
+                    record(&self.breaker, result);
+                }
                 return e;
             }
             reply = Box::pin(link.call(EVALSHA, &call.evalsha(), timeout)).await;
@@ -517,13 +523,17 @@ impl Inner {
             Ok(Frame::Error(e)) => Err(from_reply(&e)),
             Ok(frame) => resp::integers(frame).map_err(|m| error(ErrorKind::Script, m)),
             Err(CallError::NotSent) => return None,
+            Err(CallError::Lost(why, drop)) => {
+                self.breaker.failure_of_drop(drop);
+                return Some(Err(from_call(CallError::Lost(why, drop))));
+            }
             Err(e) => Err(from_call(e)),
         };
-        Some(
-            reply
-                .and_then(|r| script::decode(r, checks.len()))
-                .map(script::Reply::verdicts),
-        )
+        let result = reply
+            .and_then(|r| script::decode(r, checks.len()))
+            .map(script::Reply::verdicts);
+        record(&self.breaker, &result);
+        Some(result)
     }
 
     /// One `EVALSHA` of the script over `checks` on `client`, loading the script on

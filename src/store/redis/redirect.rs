@@ -54,10 +54,11 @@ impl Inner {
             let left = timeout.saturating_sub(started.elapsed()).max(MIN_TIMEOUT);
             // This thread's own connection to the node when up (not for ASK: `ASKING` must
             // precede the call on its connection), else the node's pool.
+            let mut dropped = None;
             let own = match self.node_link(&node).filter(|_| !asking) {
                 Some(link) => {
                     let call = script::call(&self.sha, checks, scope, now.script, now.local);
-                    on_link(&link, &call, left).await
+                    on_link(&link, &call, left, &mut dropped).await
                 }
                 None => None,
             };
@@ -80,10 +81,10 @@ impl Inner {
                 let result = result
                     .map_err(|e| from_fred(&e))
                     .and_then(|r| script::decode(r, checks.len()));
-                if down {
-                    node.breaker.success();
-                } else {
-                    record(&node.breaker, &result);
+                match (down, dropped) {
+                    (true, _) => node.breaker.success(),
+                    (false, Some(drop)) => node.breaker.failure_of_drop(drop),
+                    (false, None) => record(&node.breaker, &result),
                 }
                 return result;
             };
@@ -109,10 +110,12 @@ impl Inner {
 /// A slot's call on this thread's own connection to its node, its outcome as the pool's
 /// would be (so redirections, `CLUSTERDOWN` and outages are read alike). `None`: it did not
 /// run (never written, the function library refused, `NOSCRIPT`), so the pool sends it.
+/// `dropped`: set to the drop's id when the connection dropped under the call.
 async fn on_link(
     link: &Link,
     call: &script::Call<'_>,
     timeout: Duration,
+    dropped: &mut Option<u64>,
 ) -> Option<Result<Vec<i64>, fred::error::Error>> {
     use fred::error::{Error, ErrorKind as F};
     Some(match link.decide(call, timeout).await {
@@ -122,7 +125,10 @@ async fn on_link(
         Ok(frame) => resp::integers(frame).map_err(|m| Error::new(F::Parse, m)),
         Err(CallError::NotSent) => return None,
         Err(CallError::Timeout) => Err(Error::new(F::Timeout, "redis call timed out")),
-        Err(CallError::Lost(why)) => Err(Error::new(F::IO, format!("connection lost: {why}"))),
+        Err(CallError::Lost(why, drop)) => {
+            *dropped = Some(drop);
+            Err(Error::new(F::IO, format!("connection lost: {why}")))
+        }
         Err(CallError::Argument(e)) => Err(Error::new(F::InvalidArgument, e.to_string())),
     })
 }

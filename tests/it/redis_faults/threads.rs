@@ -323,3 +323,38 @@ async fn with_fcall_refused_the_own_connections_fall_back_to_evalsha() {
     server.shutdown();
     server.wait().await.unwrap();
 }
+
+/// A new build's function library replaces the previous builds' (`sluice_*` libraries other
+/// than its own are deleted when it loads its own); other libraries stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_library_replaces_the_previous_builds() {
+    let redis = RedisNode::start();
+    let load = |name: &str| {
+        let lib = format!(
+            "#!lua name={name}\nredis.register_function('{name}_f', function() return 1 end)"
+        );
+        let out = redis.cli(&["FUNCTION", "LOAD", &lib]);
+        assert_eq!(out.trim(), name, "{out}");
+    };
+    load("sluice_0ld0ld0ld0ld");
+    load("theirs");
+    let (server, _dir) = serve(&redis.url(), &[]).await;
+    let ours = &sluice::store::redis::library::LIBRARY.name;
+    let names = || -> Vec<String> {
+        let list = redis.cli(&["FUNCTION", "LIST"]);
+        let lines: Vec<&str> = list.lines().map(str::trim).collect();
+        let mut names: Vec<String> = lines
+            .windows(2)
+            .filter(|w| w[0] == "library_name")
+            .map(|w| w[1].to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    wait_until("only this build's sluice library, beside theirs", || {
+        names() == [ours.clone(), "theirs".to_string()]
+    });
+    burst(server.grpc_addr, 200, "replaced").await.unwrap();
+    server.shutdown();
+    server.wait().await.unwrap();
+}

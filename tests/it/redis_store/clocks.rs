@@ -40,10 +40,12 @@ fn a_window_replaced_mid_way_by_an_instance_ahead_admits_at_most_the_limit() {
     let limit = Limit::fixed_window(LIMIT, window);
     let key = key_of("replaced:", "x", &limit);
     let checks = [take(&key, &limit, 1, 0)];
-    // Early in a window by Redis' clock, so that everything below happens in it.
-    wait_until("early in a window", || {
+    // Early in a window by Redis' clock, so that everything below happens in it. Waited for
+    // on the runtime, which drives the thread's connection (left undriven for seconds, its
+    // stall check would take it for dead on the next call).
+    rt.block_on(wait_until_async("early in a window", || async {
         redis_now(&redis) % window < window / 4
-    });
+    }));
     let ws = redis_now(&redis) / window * window;
 
     // Two hits in Redis' window: the script's, then a plain take (the key learnt charged).

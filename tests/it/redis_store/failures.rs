@@ -258,3 +258,55 @@ async fn failure_policies_per_domain_and_rule_with_redis_down() {
     server.shutdown();
     server.wait().await.unwrap();
 }
+
+/// A serving thread's connection dropped under 16 calls counts once toward the breaker (a
+/// threshold of 5, no probe to close it meanwhile): it stays closed, and the other threads'
+/// requests are not refused for one connection's drop.
+#[test]
+fn one_dropped_connection_counts_once_toward_the_breaker() {
+    let redis = RedisNode::start();
+    let mut opts = options(&redis.url(), ClockSource::Redis);
+    opts.breaker = BreakerOptions {
+        threshold: 5,
+        probe_every: Duration::from_secs(600),
+    };
+    let (rt, store) = redis_support::on_a_serving_thread(&redis, opts);
+    let limit = Limit::fixed_window(1_000_000, 3_600 * SEC);
+    let k = key_of("one-drop:", "x", &limit);
+    let c = [take(&k, &limit, 1, 0)];
+    assert!(
+        rt.block_on(store.decide_checks(&c, 0, Deadline::NONE))
+            .unwrap()[0]
+            .allowed
+    );
+    // Writes wait: the 16 calls are written, then their connection is killed.
+    redis.cli(&["CLIENT", "PAUSE", "30000", "WRITE"]);
+    let own = || {
+        redis
+            .cli(&["CLIENT", "LIST"])
+            .lines()
+            .find(|l| l.contains("name=sluice-thread"))
+            .map(str::to_string)
+    };
+    let got = rt.block_on(async {
+        let calls =
+            futures::future::join_all((0..16).map(|_| store.decide_checks(&c, 0, Deadline::NONE)));
+        let kill = async {
+            wait_until_async("the calls waiting on the pause", || async {
+                own().is_some_and(|l| l.contains(" flags=b "))
+            })
+            .await;
+            let line = own().unwrap();
+            let id = line.split(' ').find_map(|f| f.strip_prefix("id=")).unwrap();
+            redis.cli(&["CLIENT", "KILL", "ID", id]);
+        };
+        futures::future::join(calls, kill).await.0
+    });
+    redis.cli(&["CLIENT", "UNPAUSE"]);
+    let lost = got.iter().filter(|r| r.is_err()).count();
+    assert!(lost > 1, "calls cut by the drop: {lost}");
+    assert!(
+        !store.status().breaker_open,
+        "{lost} calls, one drop, one failure"
+    );
+}

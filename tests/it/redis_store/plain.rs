@@ -274,6 +274,21 @@ fn mend_gives_back_or_settles_then_decides_as_the_script() {
         vec![((ws + day).to_string(), "4".to_string())]
     );
 
+    // forget: a settle cut off by a dropped connection, sent on the next one: settle's
+    // housekeeping alone (the earlier window dropped, the expiry set), nothing decided.
+    let k = "mend:forget";
+    redis.cli(&["HSET", k, &(ws - day).to_string(), "4"]);
+    redis.cli(&["HSET", k, &ws.to_string(), "3"]);
+    assert_eq!(redis.cli(&["PTTL", k]).trim(), "-1", "no expiry yet");
+    let r = mend(k, "forget", ws);
+    assert_eq!(r[1..], [0, 0, 0], "{r:?}");
+    assert_eq!(
+        fields(&redis, k.as_bytes()),
+        vec![(ws.to_string(), "3".to_string())]
+    );
+    let ttl: i64 = redis.cli(&["PTTL", k]).parse().unwrap();
+    assert!(ttl > 0 && ttl <= 86_401_000, "{ttl}");
+
     // Anything else is refused, not guessed at.
     let e = redis.cli(&[
         "FCALL",
