@@ -528,17 +528,18 @@ scenario_reload() {
 # demand, on the memory store: server CPU per bucket report, resident memory per stream and
 # per bucket, report-to-answer latency.
 scenario_rlqs() {
-    start_sluice rlqs --config bench/config --rlqs-max-streams 20000
     log "RLQS: 10,000 streams x 100 buckets every 5 s (memory store)"
     local run
     for run in $(seq "$RUNS"); do
+        # A fresh server per run: its resident memory grows from its idle start.
+        start_sluice rlqs --config bench/config --rlqs-max-streams 20000
         "$BENCH" rlqs --target "$SLUICE_ADDR" --server-pid "$SLUICE_PID" --streams 10000 \
             --buckets 100 --interval 5s --duration "$RLQS_DURATION" --connections 100 \
             --json "$(result rlqs sluice s10000-b100 "$run")" 2>>"$WORK/rlqs.log" ||
             { tail -n 20 "$WORK/rlqs.log" >&2; die "sluice-bench rlqs failed"; }
         tail -n 1 "$WORK/rlqs.log" >&2
+        stop "$SLUICE_PID"
     done
-    stop "$SLUICE_PID"
 }
 
 # Bytes per active key of the in-memory store, per algorithm (deterministic: one run).

@@ -145,8 +145,12 @@ pub async fn run(plan: Plan) -> anyhow::Result<RlqsReport> {
             RateLimitQuotaServiceClient::new(channels[s as usize % channels.len()].clone());
         tasks.push(tokio::spawn(stream(plan.clone(), s, client, tally.clone())));
     }
-    // Warm-up: every stream has reported each of its buckets once (so they all exist).
-    let deadline = Instant::now() + plan.interval * 3 + Duration::from_secs(30);
+    // Warm-up: every stream has reported each of its buckets once (so they all exist). Opening
+    // thousands of streams takes a while on a busy machine: a bound on a broken server only.
+    let deadline = Instant::now()
+        + plan.interval * 4
+        + Duration::from_millis(u64::from(plan.streams) * 20)
+        + Duration::from_secs(30);
     while tally.ready.load(Ordering::Relaxed) < u64::from(plan.streams) {
         if Instant::now() > deadline {
             anyhow::bail!(
