@@ -225,6 +225,12 @@ class Report:
         row("No p99 spike above 2 ms during reloads (open loop, half the max throughput)",
             self.stat(("reload-during", "sluice", "f0.5"), "latency_us.p99"), 2000, True, " µs",
             "{:.0f}", 0)
+        rlqs = ("rlqs", "sluice", "s10000-b100")
+        row("RLQS: 10,000 streams of 100 buckets held in < 1 GiB (server resident memory)",
+            Stat([v["server_rss_bytes"] / 2**20 for v in self.runs(rlqs).values()])
+            if self.runs(rlqs) else None, 1024, True, " MiB", "{:.0f}", 0)
+        row("RLQS: ≥ 100,000 bucket reports per second per core (memory store)",
+            self.stat(rlqs, "bucket_reports_per_core_s"), 100000, False, "", "{:.0f}", 0)
         report_redis_cost.target_rows(self, row)
         report_redis_cost.through_target_rows(self, row)
         report_redis_cost.instruction_target_rows(self, row)
@@ -541,6 +547,30 @@ class Report:
             rows.append(["the same, bytes per rule", self.stat(("rules-memory", "sluice", "100k"), "bytes_per_rule").fmt(0)])
         self.table(["figure", "value"], rows)
 
+    def rlqs(self):
+        key = ("rlqs", "sluice", "s10000-b100")
+        if not self.runs(key):
+            return
+        self.p("## RLQS at fleet scale (memory store)")
+        self.p()
+        self.p("`sluice-bench rlqs`: 10,000 streams (simulated Envoys, 100 per HTTP/2 connection) "
+               "of 100 buckets each, every bucket reported every 5 s with demand; after every "
+               "bucket was reported once, the server's CPU time over the measured interval per "
+               "bucket report, its resident memory grown since before the streams opened, per "
+               "stream and per bucket, and each report's time to its answer.")
+        self.p()
+        self.table(["figure", "value"], [
+            ["bucket reports/s offered and answered", self.stat(key, "bucket_reports_per_s").fmt(0)],
+            ["server CPU µs per bucket report", self.stat(key, "server_cpu_us_per_bucket_report").fmt(2)],
+            ["bucket reports per second per core", self.stat(key, "bucket_reports_per_core_s").fmt(0)],
+            ["resident memory, MiB", Stat([v["server_rss_bytes"] / 2**20 for v in self.runs(key).values()]).fmt(0)],
+            ["resident memory per stream, bytes", self.stat(key, "rss_bytes_per_stream").fmt(0)],
+            ["resident memory per bucket, bytes", self.stat(key, "rss_bytes_per_bucket").fmt(0)],
+            ["assignment latency p50 / p99, µs",
+             f"{self.stat(key, 'assignment_latency_us.p50').fmt(0)} / {self.stat(key, 'assignment_latency_us.p99').fmt(0)}"],
+            ["errors", self.stat(key, "errors").fmt(0)],
+        ])
+
     def memory_per_key(self):
         runs = self.runs(("memory-bytes", "store", "keys"))
         if not runs:
@@ -574,6 +604,7 @@ class Report:
         self.two_instances()
         self.envoy()
         self.reload()
+        self.rlqs()
         self.memory_per_key()
         self.matching()
         why = os.path.join(os.path.dirname(os.path.abspath(__file__)), "why.md")

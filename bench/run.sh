@@ -11,7 +11,7 @@
 # server itself on free 127.0.0.1 ports (never 6379) and stops them on exit. Writes one JSON per
 # measurement to bench/results/MODE/, then bench/report.py writes BENCHMARKS.md and
 # bench/plots/*.png. SCENARIOS="memory redis ..." runs a subset (names: memory open-memory
-# redis two-instances cluster envoy reload memory-bytes matching peers); the report then shows what was measured.
+# redis two-instances cluster envoy reload rlqs memory-bytes matching peers); the report then shows what was measured.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,18 +20,18 @@ case "$MODE" in
     quick)
         RUNS=3 DURATION=3s WARMUP=1s SWEEP="1 4 16 64" FRACTIONS="0.25 0.5 0.9"
         ALGORITHMS="fixed_window sliding_window sliding_log token_bucket leaky_bucket gcra distinct"
-        RELOADS=3 RELOAD_DURATION=8s REDIS_FLOOR_REQUESTS=200000
+        RELOADS=3 RELOAD_DURATION=8s REDIS_FLOOR_REQUESTS=200000 RLQS_DURATION=10s
         INSTR_ROUNDS=1 INSTR_POINTS="fixed_window,fixed_window x5" ;;
     full)
         RUNS=5 DURATION=10s WARMUP=2s SWEEP="1 4 16 64" FRACTIONS="0.1 0.25 0.5 0.75 0.9"
         ALGORITHMS="fixed_window sliding_window sliding_log token_bucket leaky_bucket gcra distinct"
-        RELOADS=6 RELOAD_DURATION=15s REDIS_FLOOR_REQUESTS=1000000 INSTR_ROUNDS=2
+        RELOADS=6 RELOAD_DURATION=15s REDIS_FLOOR_REQUESTS=1000000 INSTR_ROUNDS=2 RLQS_DURATION=30s
         INSTR_POINTS="fixed_window,fixed_window x5,sliding_window,sliding_log,token_bucket,leaky_bucket,gcra" ;;
     *) echo "usage: $0 quick|full" >&2; exit 2 ;;
 esac
 # peers (sluice against Kuadrant/limitador on one Redis) runs when LIMITADOR_BIN names a
 # limitador-server built from its public source: this suite does not build it (bench/peers.py).
-SCENARIOS=${SCENARIOS:-"memory open-memory redis two-instances cluster envoy reload memory-bytes matching${LIMITADOR_BIN:+ peers}"}
+SCENARIOS=${SCENARIOS:-"memory open-memory redis two-instances cluster envoy reload rlqs memory-bytes matching${LIMITADOR_BIN:+ peers}"}
 # The concurrency of every headline table: requests in flight, over 2 HTTP/2 connections.
 HEAD=16
 # Requests in flight that the open loop allows before it counts a request as late.
@@ -523,6 +523,25 @@ scenario_reload() {
     stop "$big_pid" "$base_pid"
 }
 
+# RLQS at fleet scale (sluice-bench rlqs): 10,000 streams (simulated Envoys, 100 per HTTP/2
+# connection) of 100 buckets each, every bucket reported every 5 s (Envoy's interval) with
+# demand, on the memory store: server CPU per bucket report, resident memory per stream and
+# per bucket, report-to-answer latency.
+scenario_rlqs() {
+    log "RLQS: 10,000 streams x 100 buckets every 5 s (memory store)"
+    local run
+    for run in $(seq "$RUNS"); do
+        # A fresh server per run: its resident memory grows from its idle start.
+        start_sluice rlqs --config bench/config --rlqs-max-streams 20000
+        "$BENCH" rlqs --target "$SLUICE_ADDR" --server-pid "$SLUICE_PID" --streams 10000 \
+            --buckets 100 --interval 5s --duration "$RLQS_DURATION" --connections 100 \
+            --json "$(result rlqs sluice s10000-b100 "$run")" 2>>"$WORK/rlqs.log" ||
+            { tail -n 20 "$WORK/rlqs.log" >&2; die "sluice-bench rlqs failed"; }
+        tail -n 1 "$WORK/rlqs.log" >&2
+        stop "$SLUICE_PID"
+    done
+}
+
 # Bytes per active key of the in-memory store, per algorithm (deterministic: one run).
 scenario_memory_bytes() {
     log "memory per key (sluice-bench memory)"
@@ -577,6 +596,7 @@ for s in $SCENARIOS; do
         cluster) scenario_cluster ;;
         envoy) scenario_envoy ;;
         reload) scenario_reload ;;
+        rlqs) scenario_rlqs ;;
         memory-bytes) scenario_memory_bytes ;;
         matching) scenario_matching ;;
         peers) scenario_peers ;;

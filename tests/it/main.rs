@@ -5,6 +5,7 @@ mod support;
 
 mod admin_api;
 mod algorithms;
+mod bench_rlqs;
 mod bench_tool;
 mod concurrency;
 mod config_errors;

@@ -13,6 +13,7 @@ mod noop;
 mod redis_floor;
 mod redis_info;
 mod report;
+mod rlqs;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -49,6 +50,8 @@ enum Cmd {
     RedisFloor(RedisFloorArgs),
     /// Bytes per active key of the in-memory store, per algorithm.
     Memory(MemoryArgs),
+    /// RLQS at fleet scale: N streams of B buckets reporting each interval.
+    Rlqs(rlqs::RlqsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -195,6 +198,7 @@ fn main() -> ExitCode {
         }
         Cmd::RedisFloor(a) => redis_floor_command(a),
         Cmd::Memory(a) => memory_command(a),
+        Cmd::Rlqs(a) => rlqs::command(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

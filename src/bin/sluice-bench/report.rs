@@ -69,7 +69,10 @@ pub fn per_request(x: f64, answered: u64) -> Option<f64> {
 
 impl Latency {
     pub fn from_tally(t: &Tally) -> Latency {
-        let h = &t.latency_us;
+        Latency::from_histogram(&t.latency_us)
+    }
+
+    pub fn from_histogram(h: &hdrhistogram::Histogram<u64>) -> Latency {
         if h.is_empty() {
             return Latency {
                 p50: 0,
