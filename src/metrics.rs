@@ -123,15 +123,25 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// Why the metrics pipeline could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot build the Prometheus exporter: {0}")]
+    Prometheus(String),
+    #[error("cannot build the OTLP metrics exporter: {0}")]
+    Otlp(String),
+}
+
 impl Metrics {
     /// Builds the pipeline; with an OTLP endpoint, must run inside a Tokio runtime.
-    pub fn new(opts: &MetricsOptions, stores: StoreSources) -> anyhow::Result<Metrics> {
+    pub fn new(opts: &MetricsOptions, stores: StoreSources) -> Result<Metrics, MetricsError> {
         let registry = prometheus::Registry::new();
         let prom = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())
             .without_target_info()
             .scope_info_enabled(false)
-            .build()?;
+            .build()
+            .map_err(|e| MetricsError::Prometheus(e.to_string()))?;
         let stats = Arc::new(StatsRegistry::new(
             opts.near_limit_ratio,
             opts.max_dynamic_keys,
@@ -158,7 +168,8 @@ impl Metrics {
             let exporter = opentelemetry_otlp::MetricExporter::builder()
                 .with_tonic()
                 .with_endpoint(endpoint.clone())
-                .build()?;
+                .build()
+                .map_err(|e| MetricsError::Otlp(e.to_string()))?;
             // OTEL_METRIC_EXPORT_INTERVAL sets the interval (default 60 s).
             builder = builder.with_reader(PeriodicReader::builder(exporter).build());
         }

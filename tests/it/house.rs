@@ -134,6 +134,17 @@ fn folders_do_not_know_what_the_map_says_they_must_not() {
                 }
             }
         }
+        // One error enum per layer: anyhow only where a failure ends the process.
+        let ends_process = rel == "main.rs" || rel.starts_with("app/") || rel.starts_with("bin/");
+        if !ends_process
+            && tokens
+                .split(' ')
+                .any(|t| t == "anyhow" || t.starts_with("anyhow::"))
+        {
+            wrong.push(format!(
+                "{rel} names anyhow (only main.rs, app/ and bin/ may)"
+            ));
+        }
         // Config types are not model types: the serde layer stays inside config/.
         if !rel.starts_with("config/") && tokens.contains("config::raw") {
             wrong.push(format!(
