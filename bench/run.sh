@@ -3,7 +3,7 @@
 # script of each algorithm under redis-benchmark and served by a no-op RLS server, Envoy
 # without the rate limit filter, and the peers), measured in the same run.
 #
-#     bash bench/run.sh quick    # the headline scenarios, 3 runs each, under 10 minutes
+#     bash bench/run.sh quick    # the headline scenarios, 3 runs each, about 20 minutes
 #     bash bench/run.sh full     # every scenario, 5 runs each, longer runs
 #
 # Builds the release binaries, installs what is missing (redis-server, redis-tools, wrk from
