@@ -248,35 +248,39 @@ impl Dial {
                 Ok(false)
             }
             _ => {
-                self.delete_other_libraries(s).await;
+                self.delete_other_libraries(s).await?;
                 Ok(true)
             }
         }
     }
 
-    /// Deletes every `sluice_*` function library but this build's (best effort: a failure
-    /// leaves them, as before).
-    async fn delete_other_libraries(&self, s: &mut Stream) {
+    /// Deletes every `sluice_*` function library but this build's. A refusal (an ACL without
+    /// `FUNCTION DELETE`) leaves them, as before; a reply that does not come fails the
+    /// connection, since a late one would be read as the reply to its first decision.
+    async fn delete_other_libraries(&self, s: &mut Stream) -> Result<(), String> {
         let mut out = Vec::new();
         resp::encode_strs(
             &mut out,
             &[b"FUNCTION", b"LIST", b"LIBRARYNAME", b"sluice_*"],
         );
-        let Ok(Ok(replies)) = tokio::time::timeout(self.timeout, exchange(s, &out, 1)).await else {
-            return;
-        };
+        let replies = tokio::time::timeout(self.timeout, exchange(s, &out, 1))
+            .await
+            .map_err(|_| format!("FUNCTION LIST: no reply within {:?}", self.timeout))??;
         let others: Vec<Vec<u8>> = library_names(&replies[0])
             .into_iter()
             .filter(|n| n.starts_with(b"sluice_") && n != LIBRARY.name.as_bytes())
             .collect();
         if others.is_empty() {
-            return;
+            return Ok(());
         }
         let mut out = Vec::new();
         for name in &others {
             resp::encode_strs(&mut out, &[b"FUNCTION", b"DELETE", name]);
         }
-        let _ = tokio::time::timeout(self.timeout, exchange(s, &out, others.len())).await;
+        tokio::time::timeout(self.timeout, exchange(s, &out, others.len()))
+            .await
+            .map_err(|_| format!("FUNCTION DELETE: no reply within {:?}", self.timeout))??;
+        Ok(())
     }
 }
 
