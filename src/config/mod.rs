@@ -18,9 +18,6 @@ pub mod synthetic;
 mod validate;
 pub mod xds;
 
-#[cfg(test)]
-mod algorithm_errors;
-
 use std::path::PathBuf;
 
 pub use compile::{compile, compile_raw, RawDocument};
