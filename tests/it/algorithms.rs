@@ -13,7 +13,6 @@ use sluice::proto::rate_limit_response::rate_limit::Unit;
 use sluice::proto::rate_limit_response::{Code, DescriptorStatus};
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::settings::{Cli, Command};
 use tonic::transport::Channel;
 
 const SEC: Micros = 1_000_000;
@@ -32,20 +31,7 @@ impl Sluice {
         let dir = std::env::temp_dir().join(format!("sluice-alg-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.yaml"), yaml).unwrap();
-        let argv = [
-            "sluice",
-            "serve",
-            "--config",
-            dir.to_str().unwrap(),
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-        ];
-        let Command::Serve(args) = <Cli as clap::Parser>::try_parse_from(argv).unwrap().command
-        else {
-            unreachable!("argv starts with `serve`")
-        };
+        let args = crate::support::parse_serve(&dir, &[]);
         let clock = ManualClock::new(now);
         let server = sluice::app::start(args, Arc::new(clock.clone()))
             .await

@@ -8,29 +8,12 @@ use crate::support;
 use std::time::Duration;
 
 use bytes::Bytes;
-use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use support::*;
 
 pub(crate) const CONFIG: &str =
     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
 pub(crate) const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
-
-/// A normal client's request, answered OK under [`CONFIG`].
-pub(crate) fn request() -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: b"k".to_vec(),
-                value: b"normal".to_vec(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-}
 
 /// A raw HTTP/2 connection to `addr`, its driver spawned.
 async fn raw(addr: std::net::SocketAddr) -> h2::client::SendRequest<Bytes> {
@@ -71,10 +54,13 @@ async fn unfinished_streams_hold_no_slot() {
     }
     // While they are open, a normal client is served, every time.
     for _ in 0..20 {
-        let r = tokio::time::timeout(Duration::from_secs(5), s.call(request()))
-            .await
-            .expect("answered in time")
-            .expect("served, not locked out");
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            s.call(req_k(&["normal"]).to_proto()),
+        )
+        .await
+        .expect("answered in time")
+        .expect("served, not locked out");
         assert_eq!(r.overall_code, Code::Ok as i32);
     }
     // The unfinished streams end with DEADLINE_EXCEEDED once the read timeout passes.
@@ -123,7 +109,10 @@ async fn a_non_grpc_content_type_gets_415_and_is_counted() {
         assert_eq!(answer.status(), ::http::StatusCode::UNSUPPORTED_MEDIA_TYPE);
         // A normal client alongside is served.
         assert_eq!(
-            s.call(request()).await.expect("served").overall_code,
+            s.call(req_k(&["normal"]).to_proto())
+                .await
+                .expect("served")
+                .overall_code,
             Code::Ok as i32
         );
     }
@@ -171,7 +160,10 @@ async fn idle_grpc_connections_are_reaped_while_clients_are_served() {
     // A client that keeps asking keeps its connection.
     for _ in 0..15 {
         assert_eq!(
-            s.call(request()).await.expect("served").overall_code,
+            s.call(req_k(&["normal"]).to_proto())
+                .await
+                .expect("served")
+                .overall_code,
             Code::Ok as i32
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -224,7 +216,7 @@ async fn connections_beyond_the_cap_are_closed_at_once() {
     )
     .await;
     // The test client holds one place; seven more fill the port.
-    s.call(request()).await.expect("served");
+    s.call(req_k(&["normal"]).to_proto()).await.expect("served");
     let mut held = Vec::new();
     for _ in 0..7 {
         held.push(
@@ -242,7 +234,10 @@ async fn connections_beyond_the_cap_are_closed_at_once() {
             "beyond the cap"
         );
         assert_eq!(
-            s.call(request()).await.expect("served").overall_code,
+            s.call(req_k(&["normal"]).to_proto())
+                .await
+                .expect("served")
+                .overall_code,
             Code::Ok as i32
         );
     }
@@ -274,7 +269,10 @@ async fn out_of_file_descriptors_backs_off_logs_once_and_recovers() {
     let mut client = sluice::proto::rate_limit_service_client::RateLimitServiceClient::new(
         channel(bin.grpc_addr).await,
     );
-    client.should_rate_limit(request()).await.expect("served");
+    client
+        .should_rate_limit(req_k(&["normal"]).to_proto())
+        .await
+        .expect("served");
     // Far more connections than descriptors: the listener runs out.
     let mut flood = Vec::new();
     for _ in 0..150 {
@@ -292,7 +290,7 @@ async fn out_of_file_descriptors_backs_off_logs_once_and_recovers() {
     // While out of descriptors, the open connection is still served.
     for _ in 0..10 {
         client
-            .should_rate_limit(request())
+            .should_rate_limit(req_k(&["normal"]).to_proto())
             .await
             .expect("served while out of fds");
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -325,7 +323,7 @@ async fn out_of_file_descriptors_backs_off_logs_once_and_recovers() {
                     .await
                     .map_err(|e| e.to_string())?;
             sluice::proto::rate_limit_service_client::RateLimitServiceClient::new(channel)
-                .should_rate_limit(request())
+                .should_rate_limit(req_k(&["normal"]).to_proto())
                 .await
                 .map_err(|e| e.to_string())
         };
@@ -380,7 +378,7 @@ async fn rapid_reset_reconnects_do_not_flood_the_log() {
         }
     }
     client
-        .should_rate_limit(request())
+        .should_rate_limit(req_k(&["normal"]).to_proto())
         .await
         .expect("served after the flood");
     let log = |what: &str| -> Vec<String> {
@@ -409,7 +407,7 @@ async fn rapid_reset_reconnects_do_not_flood_the_log() {
 #[tokio::test]
 async fn hundreds_of_concurrent_streams_on_one_connection_are_served() {
     let s = Sluice::start(StoreKind::Memory, Some(CONFIG), &["--grpc-threads", "0"]).await;
-    let calls = (0..500).map(|_| s.call(request()));
+    let calls = (0..500).map(|_| s.call(req_k(&["normal"]).to_proto()));
     let answers = futures::future::join_all(calls).await;
     for a in answers {
         assert_eq!(a.expect("served").overall_code, Code::Ok as i32);

@@ -8,9 +8,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use support::*;
 
 fn config() -> String {
@@ -27,28 +25,11 @@ fn config() -> String {
     c
 }
 
-fn request(values: &[Vec<u8>]) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: values
-            .iter()
-            .map(|v| RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: b"k".to_vec(),
-                    value: v.clone(),
-                }],
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: 0,
-    }
-}
-
 #[tokio::test]
 async fn costly_matching_gives_up_at_the_deadline_and_frees_the_thread() {
     let s = Sluice::start(StoreKind::Memory, Some(&config()), &["--grpc-threads", "1"]).await;
     // Three 64 KiB values of `a`: about 40 million occurrence reports, seconds of CPU.
-    let costly = request(&vec![vec![b'a'; 65_536]; 3]);
+    let costly = req_k(&vec![vec![b'a'; 65_536]; 3]).to_proto();
     let hostile = (0..4).map(|_| {
         let mut client = s.client.clone();
         let mut req = tonic::Request::new(costly.clone());
@@ -59,7 +40,7 @@ async fn costly_matching_gives_up_at_the_deadline_and_frees_the_thread() {
         for _ in 0..5 {
             let r = tokio::time::timeout(
                 Duration::from_secs(3),
-                s.call(request(&[b"normal".to_vec()])),
+                s.call(req_k(&[b"normal".to_vec()]).to_proto()),
             )
             .await
             .expect("the normal client is answered while costly requests run")

@@ -16,7 +16,8 @@ use support::*;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use crate::connections::{request, CONFIG, PATH};
+use crate::connections::{CONFIG, PATH};
+use crate::support::req_k;
 
 /// Whether the server closes `tcp` (EOF or an error) within 20 s, a failure bound; what it
 /// sends first (its own SETTINGS) is read past.
@@ -54,7 +55,7 @@ async fn silent_connections_are_closed_after_the_preface_deadline() {
     }
     let served = async {
         for _ in 0..10 {
-            s.call(request())
+            s.call(req_k(&["normal"]).to_proto())
                 .await
                 .expect("the normal client is served");
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -72,7 +73,7 @@ async fn silent_connections_are_closed_after_the_preface_deadline() {
     let mut fresh =
         sluice::proto::rate_limit_service_client::RateLimitServiceClient::new(channel(addr).await);
     fresh
-        .should_rate_limit(request())
+        .should_rate_limit(req_k(&["normal"]).to_proto())
         .await
         .expect("a new client is served");
     s.stop().await;
@@ -89,7 +90,7 @@ async fn a_client_gone_mid_request_is_counted_as_cancelled() {
     let driver = tokio::spawn(async move {
         let _ = conn.await;
     });
-    let msg = request().encode_to_vec();
+    let msg = req_k(&["normal"]).to_proto().encode_to_vec();
     let mut framed = vec![0u8];
     framed.extend_from_slice(&(msg.len() as u32).to_be_bytes());
     framed.extend_from_slice(&msg);

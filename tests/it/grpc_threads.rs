@@ -5,14 +5,13 @@
 
 use crate::support;
 use crate::support::redis as redis_support;
+use crate::support::req_k;
 
 use std::time::Duration;
 
 use redis_support::RedisNode;
-use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
 use support::poll::wait_until_async;
 use support::*;
 use tonic::transport::Channel;
@@ -23,20 +22,6 @@ descriptors:
   - key: k
     rate_limit: {unit: hour, requests_per_unit: 37}
 "#;
-
-fn request(value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: b"k".to_vec(),
-                value: value.as_bytes().to_vec(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-}
 
 /// `n` clients, each on its own HTTP/2 connection (so the kernel spreads them over the
 /// listeners).
@@ -59,7 +44,7 @@ async fn flood(clients: &[RateLimitServiceClient<Channel>], per_client: usize) -
                 tokio::spawn(async move {
                     tokio::time::timeout(
                         Duration::from_secs(60),
-                        c.should_rate_limit(request("shared")),
+                        c.should_rate_limit(req_k(&["shared"]).to_proto()),
                     )
                     .await
                 })
@@ -124,7 +109,7 @@ async fn the_drain_finishes_requests_in_flight_and_closes_every_listener() {
         .iter()
         .map(|c| {
             let mut c = c.clone();
-            tokio::spawn(async move { c.should_rate_limit(request("drain")).await })
+            tokio::spawn(async move { c.should_rate_limit(req_k(&["drain"]).to_proto()).await })
         })
         .collect();
     wait_until_async("12 requests in flight", || {
@@ -163,7 +148,7 @@ async fn the_in_flight_bound_holds_across_threads() {
     for c in &cs {
         let r = c
             .clone()
-            .should_rate_limit(request("warm-up"))
+            .should_rate_limit(req_k(&["warm-up"]).to_proto())
             .await
             .unwrap();
         assert_eq!(r.into_inner().overall_code, Code::Ok as i32);
@@ -175,7 +160,10 @@ async fn the_in_flight_bound_holds_across_threads() {
         .enumerate()
         .map(|(i, c)| {
             let mut c = c.clone();
-            tokio::spawn(async move { c.should_rate_limit(request(&format!("c{i}"))).await })
+            tokio::spawn(async move {
+                c.should_rate_limit(req_k(&[&format!("c{i}")]).to_proto())
+                    .await
+            })
         })
         .collect();
     wait_until_async("16 refusals and 4 requests waiting", || {

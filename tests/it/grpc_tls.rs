@@ -4,86 +4,35 @@
 
 use crate::support;
 use crate::support::certs;
+use crate::support::req_k;
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use certs::{Ca, Leaf, Usage};
-use clap::Parser;
+use certs::{tls_channel, Ca, Leaf, Usage};
 use sluice::clock::ManualClock;
-use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::settings::{Cli, Command};
 use support::poll::wait_until_async;
 use support::T0;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use tonic::transport::Channel;
 
 const CONFIG: &str =
     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
 
-fn request() -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: b"k".to_vec(),
-                value: b"v".to_vec(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-}
-
 async fn start(dir: &Path, flags: &[&str]) -> sluice::app::Server {
     let config = dir.join("config.yaml");
     std::fs::write(&config, CONFIG).unwrap();
-    let config = config.display().to_string();
-    let mut argv = vec![
-        "sluice",
-        "serve",
-        "--config",
-        &config,
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-    ];
-    argv.extend_from_slice(flags);
-    let Command::Serve(args) = Cli::try_parse_from(&argv).expect("flags").command else {
-        panic!("serve");
-    };
+    let args = support::parse_serve(&config, flags);
     sluice::app::start(args, Arc::new(ManualClock::new(T0)))
         .await
         .expect("starts")
 }
 
-async fn tls_channel(
-    addr: SocketAddr,
-    ca: &str,
-    identity: Option<&Leaf>,
-) -> Result<Channel, String> {
-    let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca))
-        .domain_name("localhost");
-    if let Some(id) = identity {
-        tls = tls.identity(Identity::from_pem(&id.cert, &id.key));
-    }
-    Channel::from_shared(format!("https://{addr}"))
-        .unwrap()
-        .tls_config(tls)
-        .map_err(|e| format!("{e:?}"))?
-        .connect()
-        .await
-        .map_err(|e| format!("{e:?}"))
-}
-
 async fn call(channel: Channel) -> Result<(), String> {
     let r = RateLimitServiceClient::new(channel)
-        .should_rate_limit(request())
+        .should_rate_limit(req_k(&["v"]).to_proto())
         .await
         .map_err(|e| format!("{e:?}"))?;
     assert_eq!(r.into_inner().overall_code, Code::Ok as i32);

@@ -5,9 +5,8 @@
 
 use crate::support;
 
-use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use sluice::proto::{RateLimitRequest, RateLimitResponse};
 use support::*;
 
 const CONFIG: &str = r#"
@@ -25,25 +24,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
 "#;
 
-fn request(domain: &str, descriptors: Vec<Vec<(Vec<u8>, Vec<u8>)>>) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors: descriptors
-            .into_iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries
-                    .into_iter()
-                    .map(|(key, value)| Entry { key, value })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: 0,
-    }
-}
-
 fn one(key: &[u8], value: &[u8]) -> RateLimitRequest {
-    request("h", vec![vec![(key.to_vec(), value.to_vec())]])
+    raw_request("h", vec![vec![(key.to_vec(), value.to_vec())]])
 }
 
 async fn invalid(s: &Sluice, req: RateLimitRequest, flag: &str) {
@@ -80,10 +62,10 @@ async fn each_limit_is_enforced_and_named() {
     .await;
     let e = |k: &str, v: &[u8]| (k.as_bytes().to_vec(), v.to_vec());
     // Exactly at every limit: accepted.
-    s.call(request("hhhh", vec![vec![e("k", b"")]]))
+    s.call(raw_request("hhhh", vec![vec![e("k", b"")]]))
         .await
         .expect("a domain at its limit");
-    let at_limits = request(
+    let at_limits = raw_request(
         "h",
         vec![
             vec![e("kkkkkkkk", &[b'v'; 16]), e("k2", b"")],
@@ -95,13 +77,13 @@ async fn each_limit_is_enforced_and_named() {
 
     invalid(
         &s,
-        request("h", vec![vec![e("k", b"1")]; 4]),
+        raw_request("h", vec![vec![e("k", b"1")]; 4]),
         "--max-descriptors",
     )
     .await;
     invalid(
         &s,
-        request("h", vec![vec![e("a", b""), e("b", b""), e("c", b"")]]),
+        raw_request("h", vec![vec![e("a", b""), e("b", b""), e("c", b"")]]),
         "--max-entries",
     )
     .await;
@@ -109,7 +91,7 @@ async fn each_limit_is_enforced_and_named() {
     invalid(&s, one(b"k", &[0xff; 17]), "--max-value-bytes").await;
     invalid(
         &s,
-        request("hhhhh", vec![vec![e("k", b"")]]),
+        raw_request("hhhhh", vec![vec![e("k", b"")]]),
         "--max-domain-bytes",
     )
     .await;
@@ -117,7 +99,7 @@ async fn each_limit_is_enforced_and_named() {
     // 16-byte values are above it, and are refused by size before their count is looked at.
     invalid(
         &s,
-        request("h", vec![vec![e("k", &[7; 16])]; 200]),
+        raw_request("h", vec![vec![e("k", &[7; 16])]; 200]),
         "--max-request-bytes",
     )
     .await;
@@ -147,12 +129,17 @@ async fn the_defaults_hold_and_admit_envoy_sized_values() {
     let e = (b"k".to_vec(), b"v".to_vec());
     invalid(
         &s,
-        request("h", vec![vec![e.clone()]; 65]),
+        raw_request("h", vec![vec![e.clone()]; 65]),
         "--max-descriptors",
     )
     .await;
-    invalid(&s, request("h", vec![vec![e; 33]]), "--max-entries").await;
-    invalid(&s, request(&"d".repeat(257), vec![]), "--max-domain-bytes").await;
+    invalid(&s, raw_request("h", vec![vec![e; 33]]), "--max-entries").await;
+    invalid(
+        &s,
+        raw_request(&"d".repeat(257), vec![]),
+        "--max-domain-bytes",
+    )
+    .await;
     s.stop().await;
 }
 
@@ -161,7 +148,7 @@ async fn the_defaults_hold_and_admit_envoy_sized_values() {
 #[tokio::test]
 async fn a_million_entries_are_refused_cheaply() {
     let million = || {
-        request(
+        raw_request(
             "h",
             vec![(0..1_000_000)
                 .map(|_| (b"k".to_vec(), Vec::new()))
@@ -235,17 +222,17 @@ async fn odd_values_are_counted_as_bytes_without_colliding() {
     // `a="x|b=y"` is one entry, not `a=x, b=y`; and odd keys simply have no rule.
     let e = |k: &[u8], v: &[u8]| (k.to_vec(), v.to_vec());
     let r = s
-        .call(request("h", vec![vec![e(b"a", b"x|b=y")]]))
+        .call(raw_request("h", vec![vec![e(b"a", b"x|b=y")]]))
         .await
         .unwrap();
     assert_eq!(codes(&r), vec![Code::Ok as i32]);
     let r = s
-        .call(request("h", vec![vec![e(b"a", b"x"), e(b"b", b"y")]]))
+        .call(raw_request("h", vec![vec![e(b"a", b"x"), e(b"b", b"y")]]))
         .await
         .unwrap();
     assert_eq!(codes(&r), vec![Code::Ok as i32], "a separate counter");
     let r = s
-        .call(request(
+        .call(raw_request(
             "h",
             vec![vec![e(b"\xff:{}", b"v")], vec![e(b"k\n", b"v")]],
         ))
@@ -325,7 +312,7 @@ async fn a_flood_of_new_keys_does_not_free_a_limited_client() {
         &["--memory-max-entries", "640"],
     )
     .await;
-    let ask = |v: &[u8]| request("m", vec![vec![(b"c".to_vec(), v.to_vec())]]);
+    let ask = |v: &[u8]| raw_request("m", vec![vec![(b"c".to_vec(), v.to_vec())]]);
     for _ in 0..5 {
         s.call(ask(b"attacker")).await.unwrap();
     }
@@ -338,7 +325,7 @@ async fn a_flood_of_new_keys_does_not_free_a_limited_client() {
                 for i in 0..625u32 {
                     let v = format!("flood-{w}-{i}").into_bytes();
                     let r = client
-                        .should_rate_limit(request("m", vec![vec![(b"c".to_vec(), v)]]))
+                        .should_rate_limit(raw_request("m", vec![vec![(b"c".to_vec(), v)]]))
                         .await
                         .unwrap();
                     assert_eq!(r.into_inner().overall_code, Code::Ok as i32);

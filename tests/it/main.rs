@@ -1,5 +1,6 @@
 //! The integration tests: one crate, one module per topic, sharing `support` (one binary to
-//! link instead of one per topic). Run one topic with `cargo test --test it redis_store::`.
+//! link instead of one per topic). Run one topic with `cargo test --test it redis::store::`.
+//! Redis tests are under `redis/`, Envoy end-to-end tests under `envoy/`.
 
 mod support;
 
@@ -13,13 +14,7 @@ mod conformance;
 mod connections;
 mod costly_matching;
 mod drop_in_env;
-mod envoy_algorithms;
-mod envoy_concurrency;
-mod envoy_failure_modes;
-mod envoy_gateway;
-mod envoy_http;
-mod envoy_ietf_headers;
-mod envoy_redis;
+mod envoy;
 mod fuzz_replay;
 mod grpc_first_bytes;
 mod grpc_threads;
@@ -33,14 +28,9 @@ mod long_inputs;
 mod memory_rss;
 mod metrics;
 mod native_api;
-mod ops_redis;
 mod overload;
 mod raw_bytes;
-mod redis_cluster;
-mod redis_faults;
-mod redis_sentinel;
-mod redis_store;
-mod redis_tls_acl;
+mod redis;
 mod reflection;
 mod reload;
 mod reload_unchanged;

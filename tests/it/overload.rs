@@ -5,52 +5,26 @@
 
 use crate::support;
 use crate::support::redis as redis_support;
+use crate::support::req_k;
 
 use std::sync::Arc;
 
-use clap::Parser;
 use redis_support::RedisNode;
 use sluice::clock::ManualClock;
-use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::settings::{Cli, Command};
 use support::poll::wait_until_async;
 use support::{channel, T0};
 
 const CONFIG: &str =
     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
 
-fn request(i: usize) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: b"k".to_vec(),
-                value: format!("client-{i}").into_bytes(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-}
-
 async fn start(redis: &RedisNode, flags: &[&str]) -> (sluice::app::Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
     std::fs::write(&config, CONFIG).unwrap();
     let url = redis.url();
-    let config = config.display().to_string();
-    let mut argv = vec![
-        "sluice",
-        "serve",
-        "--config",
-        &config,
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
+    let mut all = vec![
         "--backend",
         "redis",
         "--redis-url",
@@ -58,10 +32,8 @@ async fn start(redis: &RedisNode, flags: &[&str]) -> (sluice::app::Server, tempf
         "--clock",
         "local",
     ];
-    argv.extend_from_slice(flags);
-    let Command::Serve(args) = Cli::try_parse_from(&argv).expect("flags").command else {
-        panic!("serve");
-    };
+    all.extend_from_slice(flags);
+    let args = crate::support::parse_serve(&config, &all);
     let server = sluice::app::start(args, Arc::new(ManualClock::new(T0)))
         .await
         .expect("starts");
@@ -99,7 +71,11 @@ async fn start_patient(
 async fn ready(client: &RateLimitServiceClient<tonic::transport::Channel>) {
     wait_until_async("Redis to be connected", || {
         let mut c = client.clone();
-        async move { c.should_rate_limit(request(0)).await.is_ok() }
+        async move {
+            c.should_rate_limit(req_k(&[format!("client-{}", 0)]).to_proto())
+                .await
+                .is_ok()
+        }
     })
     .await;
 }
@@ -113,7 +89,10 @@ async fn a_flood_beyond_the_bound_is_refused_at_once_and_recovers() {
     let calls: Vec<_> = (1..=20)
         .map(|i| {
             let mut c = client.clone();
-            tokio::spawn(async move { c.should_rate_limit(request(i)).await })
+            tokio::spawn(async move {
+                c.should_rate_limit(req_k(&[format!("client-{i}")]).to_proto())
+                    .await
+            })
         })
         .collect();
     wait_until_async("16 refusals and 4 requests waiting", || {
@@ -144,7 +123,10 @@ async fn a_flood_beyond_the_bound_is_refused_at_once_and_recovers() {
     }
     assert_eq!(server.in_flight().current(), 0);
     let mut c = client.clone();
-    let r = c.should_rate_limit(request(99)).await.expect("recovered");
+    let r = c
+        .should_rate_limit(req_k(&[format!("client-{}", 99)]).to_proto())
+        .await
+        .expect("recovered");
     assert_eq!(r.into_inner().overall_code, Code::Ok as i32);
     server.shutdown();
     server.wait().await.unwrap();
@@ -166,7 +148,10 @@ async fn a_store_slower_than_its_timeout_leaves_nothing_waiting() {
         let calls: Vec<_> = (0..40)
             .map(|i| {
                 let mut c = client.clone();
-                tokio::spawn(async move { c.should_rate_limit(request(wave * 100 + i)).await })
+                tokio::spawn(async move {
+                    c.should_rate_limit(req_k(&[format!("client-{}", wave * 100 + i)]).to_proto())
+                        .await
+                })
             })
             .collect();
         for call in calls {
@@ -215,7 +200,10 @@ async fn json_requests_share_the_in_flight_bound() {
     })
     .await;
     let mut c = client.clone();
-    let e = c.should_rate_limit(request(1)).await.expect_err("no slot");
+    let e = c
+        .should_rate_limit(req_k(&[format!("client-{}", 1)]).to_proto())
+        .await
+        .expect_err("no slot");
     assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
     let (code, reply) = support::http::http_post(http, "/json", &body(9)).await;
     assert_eq!(code, 503, "{reply}");

@@ -15,7 +15,8 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 // The same server and normal client as the connection tests.
-use crate::connections::{request, CONFIG, PATH};
+use crate::connections::{CONFIG, PATH};
+use crate::support::req_k;
 
 /// Drips `GET` headers one byte per 50 ms; whether the server closes the connection within
 /// `within` (a read gives EOF or an error, or a write fails).
@@ -80,9 +81,9 @@ async fn raw(
     h2::client::handshake(tcp).await.expect("h2 handshake")
 }
 
-/// A gRPC-framed `request()`.
+/// A gRPC-framed request (`k=normal`).
 fn grpc_body() -> Bytes {
-    let msg = request().encode_to_vec();
+    let msg = req_k(&["normal"]).to_proto().encode_to_vec();
     let mut b = vec![0u8];
     b.extend_from_slice(&(msg.len() as u32).to_be_bytes());
     b.extend_from_slice(&msg);
@@ -155,7 +156,10 @@ async fn a_connection_with_no_stream_is_reaped_though_it_pings() {
         .expect("driver");
     pings.abort();
     assert_eq!(
-        s.call(request()).await.expect("served").overall_code,
+        s.call(req_k(&["normal"]).to_proto())
+            .await
+            .expect("served")
+            .overall_code,
         Code::Ok as i32
     );
     s.stop().await;
@@ -193,7 +197,10 @@ async fn every_service_of_the_grpc_port_answers_415_to_other_content_types() {
             "{path}"
         );
         assert_eq!(
-            s.call(request()).await.expect("served").overall_code,
+            s.call(req_k(&["normal"]).to_proto())
+                .await
+                .expect("served")
+                .overall_code,
             Code::Ok as i32
         );
     }

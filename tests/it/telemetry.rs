@@ -192,24 +192,10 @@ async fn envoyproxy_ratelimit_tracing_variables_name_the_spans() {
 async fn otlp_receives_metrics_and_traces_with_the_callers_parent() {
     let (collector, endpoint) = start_collector().await;
 
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(&config, CONFIG).unwrap();
-    let config = config.display().to_string();
-    let mut sluice = support::process::spawn_sluice(
-        &[
-            "serve",
-            "--config",
-            &config,
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--otlp-endpoint",
-            &endpoint,
-        ],
+    let (_dir, config) = support::config_file(CONFIG);
+    let mut sluice = support::process::spawn_serve(
+        &config,
+        &["--log-format", "json", "--otlp-endpoint", &endpoint],
         // Export often, so the test sees data while the server runs.
         &[
             ("OTEL_METRIC_EXPORT_INTERVAL", "200"),

@@ -13,7 +13,7 @@ use crate::support;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::process::spawn_sluice;
+use support::process::spawn_serve;
 
 use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
@@ -84,8 +84,9 @@ fn value(seed: &mut u64, n: u64) -> Vec<u8> {
     v
 }
 
-/// One request of 60 descriptors, spread over every algorithm, each a fresh key.
-fn request(seed: &mut u64, next: &mut u64) -> (RateLimitRequest, u64) {
+/// One request of 60 descriptors, spread over every algorithm, each a fresh key; and the bytes
+/// of its values.
+fn workload_request(seed: &mut u64, next: &mut u64) -> (RateLimitRequest, u64) {
     let mut bytes = 0;
     let descriptors = (0..60)
         .map(|i| {
@@ -96,41 +97,19 @@ fn request(seed: &mut u64, next: &mut u64) -> (RateLimitRequest, u64) {
                 6 => vec![("u", v), ("ip", b"1.2.3.4".to_vec())],
                 k => vec![(["fw", "sw", "sl", "tb", "lb", "gc"][k], v)],
             };
-            RateLimitDescriptor {
-                entries: entries
-                    .into_iter()
-                    .map(|(k, value)| Entry {
-                        key: k.into(),
-                        value,
-                    })
-                    .collect(),
-                ..Default::default()
-            }
+            support::d_raw(entries.into_iter().map(|(k, v)| (k.into(), v)).collect())
         })
         .collect();
-    let req = RateLimitRequest {
-        domain: "m".into(),
-        descriptors,
-        hits_addend: 0,
-    };
-    (req, bytes)
+    (support::req("m", descriptors).to_proto(), bytes)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rss_stays_within_the_byte_cap() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(&config, CONFIG).unwrap();
+    let (_dir, config) = support::config_file(CONFIG);
     let cap = CAP.to_string();
-    let s = spawn_sluice(
+    let s = spawn_serve(
+        &config,
         &[
-            "serve",
-            "--config",
-            config.to_str().unwrap(),
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
             "--backend",
             "memory",
             "--memory-max-bytes",
@@ -147,7 +126,7 @@ async fn rss_stays_within_the_byte_cap() {
     // Warm up the request path (buffers, thread arenas), then take the baseline.
     let (mut seed, mut next) = (1u64, 0u64);
     for _ in 0..20 {
-        let (req, _) = request(&mut seed, &mut next);
+        let (req, _) = workload_request(&mut seed, &mut next);
         client
             .clone()
             .should_rate_limit(req)
@@ -167,7 +146,7 @@ async fn rss_stays_within_the_byte_cap() {
                 let (mut seed, mut next) = (w + 7, (w + 1) << 40);
                 let mut peak = 0;
                 while sent.load(Ordering::Relaxed) < target.load(Ordering::Relaxed) {
-                    let (req, bytes) = request(&mut seed, &mut next);
+                    let (req, bytes) = workload_request(&mut seed, &mut next);
                     client
                         .clone()
                         .should_rate_limit(req)
@@ -256,15 +235,12 @@ fn small_keys(next: &mut u64) -> RateLimitRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rss_from_a_cold_start_stays_within_the_byte_cap_under_short_keys() {
     const KEYS: u64 = 640_000;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(&config, CONFIG).unwrap();
+    let (_dir, config) = crate::support::config_file(CONFIG);
     let cap = CAP.to_string();
     #[rustfmt::skip]
-    let s = spawn_sluice(
-        &["serve", "--config", config.to_str().unwrap(), "--grpc-addr", "127.0.0.1:0",
-          "--http-addr", "127.0.0.1:0", "--backend", "memory", "--memory-max-bytes", &cap,
-          "--log-format", "json"],
+    let s = spawn_serve(
+        &config,
+        &["--backend", "memory", "--memory-max-bytes", &cap, "--log-format", "json"],
         &[],
     );
     let pid = s.child.id();

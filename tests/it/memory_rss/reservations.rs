@@ -9,21 +9,18 @@ use tonic::Code;
 
 use super::{metric, status_bytes};
 use crate::native_api::{descriptor, ttl_ms, CONFIG};
-use crate::support::process::spawn_sluice;
+use crate::support::process::spawn_serve;
 
 const CAP: u64 = 32 << 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsettled_reservations_stay_within_the_byte_cap_from_a_cold_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(&config, CONFIG).unwrap();
+    let (_dir, config) = crate::support::config_file(CONFIG);
     let cap = CAP.to_string();
     #[rustfmt::skip]
-    let s = spawn_sluice(
-        &["serve", "--config", config.to_str().unwrap(), "--grpc-addr", "127.0.0.1:0",
-          "--http-addr", "127.0.0.1:0", "--backend", "memory", "--memory-max-bytes", &cap,
-          "--max-reservation-bytes", "1048576", "--log-format", "json"],
+    let s = spawn_serve(
+        &config,
+        &["--backend", "memory", "--memory-max-bytes", &cap, "--max-reservation-bytes", "1048576", "--log-format", "json"],
         &[],
     );
     let pid = s.child.id();

@@ -8,7 +8,7 @@ use tonic::Code;
 
 use super::{metric, status_bytes};
 use crate::rlqs::{Quota, Usage};
-use crate::support::process::spawn_sluice;
+use crate::support::process::spawn_serve;
 
 const CAP: u64 = 96 << 20;
 /// Buckets per report: 12 ids of 60 KB stay under the 1 MiB report cap.
@@ -20,15 +20,12 @@ const CONFIG: &str =
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlqs_memory_stays_within_its_byte_cap_from_a_cold_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(&config, CONFIG).unwrap();
+    let (_dir, config) = crate::support::config_file(CONFIG);
     let cap = CAP.to_string();
     #[rustfmt::skip]
-    let s = spawn_sluice(
-        &["serve", "--config", config.to_str().unwrap(), "--grpc-addr", "127.0.0.1:0",
-          "--http-addr", "127.0.0.1:0", "--backend", "memory", "--rlqs-max-bytes", &cap,
-          "--log-format", "json"],
+    let s = spawn_serve(
+        &config,
+        &["--backend", "memory", "--rlqs-max-bytes", &cap, "--log-format", "json"],
         &[],
     );
     let pid = s.child.id();

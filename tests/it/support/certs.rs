@@ -1,12 +1,14 @@
 //! Certificates generated inside the tests with rcgen (ring): a CA, and server and client
-//! certificates it signs, written as PEM files.
+//! certificates it signs, written as PEM files; a gRPC client channel over TLS.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 /// A certificate authority.
 pub struct Ca {
@@ -82,4 +84,26 @@ impl Ca {
         std::fs::write(&path, &self.pem).expect("write CA");
         path
     }
+}
+
+/// A gRPC channel over TLS to `addr` (named `localhost`), trusting the PEM `ca`, presenting
+/// `identity` when given; the error as text, for tests that expect a refusal.
+pub async fn tls_channel(
+    addr: SocketAddr,
+    ca: &str,
+    identity: Option<&Leaf>,
+) -> Result<Channel, String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .domain_name("localhost");
+    if let Some(id) = identity {
+        tls = tls.identity(Identity::from_pem(&id.cert, &id.key));
+    }
+    Channel::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls)
+        .map_err(|e| format!("{e:?}"))?
+        .connect()
+        .await
+        .map_err(|e| format!("{e:?}"))
 }

@@ -51,6 +51,15 @@ pub fn d(entries: &[(&str, &str)]) -> Desc {
     }
 }
 
+/// A descriptor from raw byte entries (invalid UTF-8, long or hostile input).
+pub fn d_raw(entries: Vec<(Vec<u8>, Vec<u8>)>) -> Desc {
+    Desc {
+        entries,
+        hits: None,
+        limit: None,
+    }
+}
+
 impl Desc {
     /// Per-descriptor `hits_addend`.
     pub fn hits(mut self, n: u64) -> Self {
@@ -82,6 +91,21 @@ pub fn req(domain: &str, descriptors: Vec<Desc>) -> Req {
         descriptors,
         hits_addend: 0,
     }
+}
+
+/// Domain `d` with one descriptor `k=<value>` per value: the request of every test whose rule
+/// is one key.
+pub fn req_k<V: AsRef<[u8]>>(values: &[V]) -> Req {
+    let descriptors = values
+        .iter()
+        .map(|v| d_raw(vec![(b"k".to_vec(), v.as_ref().to_vec())]))
+        .collect();
+    req("d", descriptors)
+}
+
+/// A request of raw descriptors, each a list of byte entries, as protobuf.
+pub fn raw_request(domain: &str, descriptors: Vec<Vec<(Vec<u8>, Vec<u8>)>>) -> RateLimitRequest {
+    req(domain, descriptors.into_iter().map(d_raw).collect()).to_proto()
 }
 
 impl Req {

@@ -5,7 +5,7 @@
 //! The store is a parameter ([`StoreKind`]) so the same conformance tables run against every
 //! backend: the in-memory store, and Redis (standalone or Cluster) at a URL the test started
 //! ([`redis`]). [`envoy`] puts a real Envoy in front of the server for the end-to-end tests
-//! (`envoy_*.rs`).
+//! (`envoy/`).
 
 pub mod certs;
 pub mod dsl;

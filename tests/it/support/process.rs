@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 
+use super::server::serve_argv;
+
 /// Every stderr line of a child so far, collected by a thread.
 pub type Log = Arc<Mutex<Vec<String>>>;
 
@@ -132,16 +134,7 @@ impl Binary {
                 c
             }
         };
-        cmd.args(["serve", "--config"])
-            .arg(config)
-            .args([
-                "--grpc-addr",
-                "127.0.0.1:0",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-            ])
+        cmd.args(serve_argv(config, &["--log-format", "json"]))
             .args(flags)
             .env_remove("RUST_LOG");
         let (child, (grpc, http, _, _), log) = spawn_serving(&mut cmd);
@@ -187,6 +180,13 @@ pub fn spawn_sluice(args: &[&str], envs: &[(&str, &str)]) -> Spawned {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
     cmd.args(args).env_clear().envs(envs.iter().copied());
     spawned(&mut cmd)
+}
+
+/// [`spawn_sluice`] with [`serve_argv`]`(config, flags)`.
+pub fn spawn_serve(config: &Path, flags: &[&str], envs: &[(&str, &str)]) -> Spawned {
+    let argv = serve_argv(config, flags);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    spawn_sluice(&argv, envs)
 }
 
 /// Starts sluice as Envoy Gateway runs envoyproxy/ratelimit: through a link named

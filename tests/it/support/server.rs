@@ -63,10 +63,10 @@ impl StoreKind {
     }
 }
 
-/// Parses `sluice serve` flags exactly as the binary does.
-pub fn serve_args(config: &Path, store: StoreKind, flags: &[&str]) -> ServeArgs {
+/// The argv (after the program name) of every server the tests start, in this process or as a
+/// child: `serve --config <config>` on free ports of 127.0.0.1, then `flags`.
+pub fn serve_argv(config: &Path, flags: &[&str]) -> Vec<String> {
     let mut argv: Vec<String> = vec![
-        "sluice".into(),
         "serve".into(),
         "--config".into(),
         config.display().to_string(),
@@ -75,14 +75,40 @@ pub fn serve_args(config: &Path, store: StoreKind, flags: &[&str]) -> ServeArgs 
         "--http-addr".into(),
         "127.0.0.1:0".into(),
     ];
-    argv.extend(store.flags());
     argv.extend(flags.iter().map(|s| s.to_string()));
-    let cli = <Cli as clap::Parser>::try_parse_from(&argv)
-        .unwrap_or_else(|e| panic!("bad test flags {argv:?}: {e}"));
+    argv
+}
+
+/// Parses [`serve_argv`] exactly as the binary does (no store flags: the default backend unless
+/// `flags` choose one).
+pub fn parse_serve(config: &Path, flags: &[&str]) -> ServeArgs {
+    let argv = std::iter::once("sluice".to_string()).chain(serve_argv(config, flags));
+    let cli = <Cli as clap::Parser>::try_parse_from(argv)
+        .unwrap_or_else(|e| panic!("bad test flags {flags:?}: {e}"));
     match cli.command {
         Command::Serve(args) => args,
         Command::Check(_) => unreachable!("argv starts with `serve`"),
     }
+}
+
+/// [`parse_serve`] with the flags of `store` before `flags`.
+pub fn serve_args(config: &Path, store: StoreKind, flags: &[&str]) -> ServeArgs {
+    let store = store.flags();
+    let all: Vec<&str> = store
+        .iter()
+        .map(String::as_str)
+        .chain(flags.iter().copied())
+        .collect();
+    parse_serve(config, &all)
+}
+
+/// `yaml` written as `config.yaml` in a new temporary directory (removed when the returned
+/// guard is dropped), and the file's path.
+pub fn config_file(yaml: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, yaml).expect("write config");
+    (dir, path)
 }
 
 /// A sluice running in this process.

@@ -59,6 +59,49 @@ pub fn bootstrap_rls(
     if let Some(code) = filter.status_on_error {
         ratelimit["status_on_error"] = json!({ "code": code });
     }
+    let filters = vec![
+        json!({
+            "name": "envoy.filters.http.header_to_metadata",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+                "request_rules": [{
+                    "header": "x-limit-override",
+                    "on_header_present": {
+                        "metadata_namespace": "sluice.override",
+                        "key": "limit",
+                        "type": "PROTOBUF_VALUE",
+                        "encode": "BASE64"
+                    },
+                    "remove": true
+                }]
+            }
+        }),
+        json!({"name": "envoy.filters.http.ratelimit", "typed_config": ratelimit}),
+    ];
+    let mut config = front_listener(
+        filters,
+        routes,
+        vec![
+            cluster("upstream", &[upstream], false),
+            cluster("sluice", rls, true),
+        ],
+    );
+    // The client address is the last x-forwarded-for entry, so a test can play several
+    // clients from 127.0.0.1.
+    config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+        ["use_remote_address"] = json!(false);
+    config
+}
+
+/// The skeleton of every bootstrap the tests write: the admin port and one listener, `front`,
+/// on free loopback ports; its HTTP connection manager runs `http_filters` then the router over
+/// one virtual host of `routes`; the static `clusters`.
+pub fn front_listener(http_filters: Vec<Json>, routes: Json, clusters: Vec<Json>) -> Json {
+    let mut http_filters = http_filters;
+    http_filters.push(json!({
+        "name": "envoy.filters.http.router",
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}
+    }));
     json!({
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
         "static_resources": {
@@ -70,44 +113,16 @@ pub fn bootstrap_rls(
                     "typed_config": {
                         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                         "stat_prefix": "front",
-                        // The client address is the last x-forwarded-for entry, so a test can
-                        // play several clients from 127.0.0.1.
-                        "use_remote_address": false,
                         "route_config": {"virtual_hosts": [{
                             "name": "all",
                             "domains": ["*"],
                             "routes": routes
                         }]},
-                        "http_filters": [
-                            {
-                                "name": "envoy.filters.http.header_to_metadata",
-                                "typed_config": {
-                                    "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
-                                    "request_rules": [{
-                                        "header": "x-limit-override",
-                                        "on_header_present": {
-                                            "metadata_namespace": "sluice.override",
-                                            "key": "limit",
-                                            "type": "PROTOBUF_VALUE",
-                                            "encode": "BASE64"
-                                        },
-                                        "remove": true
-                                    }]
-                                }
-                            },
-                            {"name": "envoy.filters.http.ratelimit", "typed_config": ratelimit},
-                            {
-                                "name": "envoy.filters.http.router",
-                                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}
-                            }
-                        ]
+                        "http_filters": http_filters
                     }
                 }]}]
             }],
-            "clusters": [
-                cluster("upstream", &[upstream], false),
-                cluster("sluice", rls, true),
-            ]
+            "clusters": clusters
         }
     })
 }

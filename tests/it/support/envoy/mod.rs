@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 
-pub use config::{bootstrap, bootstrap_rls, cluster, route, route_per_filter, Filter};
+pub use config::{
+    bootstrap, bootstrap_rls, cluster, front_listener, route, route_per_filter, Filter,
+};
 pub use rlqs::{bootstrap_rlqs, RLQS_APPLIED};
 
 use super::http::HttpResponse;

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use serde_json::{json, Value as Json};
 
-use super::config::cluster;
+use super::config::{cluster, front_listener};
 use super::DOMAIN;
 
 /// Envoy's log line (component `rate_limit_quota` at debug) once an assignment from the RLQS
@@ -52,36 +52,12 @@ pub fn bootstrap_rlqs(rlqs: &[SocketAddr], upstream: SocketAddr) -> Json {
             }]}}
         }
     });
-    json!({
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
-        "static_resources": {
-            "listeners": [{
-                "name": "front",
-                "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
-                "filter_chains": [{"filters": [{
-                    "name": "envoy.filters.network.http_connection_manager",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                        "stat_prefix": "front",
-                        "route_config": {"virtual_hosts": [{
-                            "name": "all",
-                            "domains": ["*"],
-                            "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "upstream"}}]
-                        }]},
-                        "http_filters": [
-                            filter,
-                            {
-                                "name": "envoy.filters.http.router",
-                                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}
-                            }
-                        ]
-                    }
-                }]}]
-            }],
-            "clusters": [
-                cluster("upstream", &[upstream], false),
-                cluster("sluice", rlqs, true),
-            ]
-        }
-    })
+    front_listener(
+        vec![filter],
+        json!([{"match": {"prefix": "/"}, "route": {"cluster": "upstream"}}]),
+        vec![
+            cluster("upstream", &[upstream], false),
+            cluster("sluice", rlqs, true),
+        ],
+    )
 }

@@ -3,7 +3,8 @@
 //! envoyproxy/ratelimit sanitises them; the HTTP port keeps sluice's names. A mapping file that
 //! cannot be honoured stops start-up.
 
-use super::{pairs, tls_channel, Pod, CIDR_ROUTE, DOMAIN, USAGE_CONFIG};
+use super::{pairs, Pod, CIDR_ROUTE, DOMAIN, USAGE_CONFIG};
+use crate::support::certs::tls_channel;
 use crate::support::http::http_get;
 use crate::support::process::spawn_as_ratelimit;
 use crate::support::prom_text::{parse_prometheus, sample};

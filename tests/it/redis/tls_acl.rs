@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::poll::{wait_until, wait_until_async};
+use crate::support::serve_argv;
 use certs::{Ca, Usage};
 use sluice::algorithm::{Ask, Limit};
 use sluice::model::Micros;
@@ -213,9 +214,10 @@ async fn the_binary_reads_the_password_from_the_environment_and_never_logs_it() 
     .unwrap();
     let p = |p: &Path| p.display().to_string();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--config", &p(&config)])
-        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-        .args(["--log-format", "json", "--log-level", "trace"])
+        .args(serve_argv(
+            &config,
+            &["--log-format", "json", "--log-level", "trace"],
+        ))
         .args(["--backend", "redis", "--redis-url", &redis.url()])
         .args(["--redis-tls-ca", &p(&redis.ca)])
         .args(["--redis-tls-cert", &p(&redis.client_cert)])

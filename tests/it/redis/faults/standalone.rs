@@ -133,7 +133,10 @@ async fn requests_sent_the_moment_health_says_serving_all_succeed() {
     let burst = (0..300).map(|i| {
         let mut c = client.clone();
         async move {
-            match c.should_rate_limit(request(&format!("v{}", i % 30))).await {
+            match c
+                .should_rate_limit(req_k(&[&format!("v{}", i % 30)]).addend(1).to_proto())
+                .await
+            {
                 Ok(r) => r.into_inner().overall_code == Code::Ok as i32,
                 Err(_) => false,
             }

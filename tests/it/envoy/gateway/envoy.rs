@@ -11,7 +11,7 @@
 use serde_json::{json, Value as Json};
 
 use super::{pairs, Pod, DOMAIN, ROUTE, USAGE_CONFIG};
-use crate::support::envoy::{http, Envoy, Upstream};
+use crate::support::envoy::{cluster, front_listener, http, Envoy, Upstream};
 use crate::support::process::spawn_as_ratelimit;
 
 const AI_CONFIG: &str = r#"
@@ -126,7 +126,7 @@ fn ai_route() -> Json {
 
 fn bootstrap(pod: &Pod, rls: std::net::SocketAddr, upstream: std::net::SocketAddr) -> Json {
     let file = |p: &str| json!({"filename": pod.path(p).display().to_string()});
-    let mut rls_cluster = crate::support::envoy::cluster("ratelimit_cluster", &[rls], true);
+    let mut rls_cluster = cluster("ratelimit_cluster", &[rls], true);
     // Envoy Gateway's ratelimit_cluster: TLS 1.3 at most, its client certificate, the CA.
     rls_cluster["transport_socket"] = json!({
         "name": "envoy.transport_sockets.tls",
@@ -142,40 +142,18 @@ fn bootstrap(pod: &Pod, rls: std::net::SocketAddr, upstream: std::net::SocketAdd
             }
         }
     });
-    json!({
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
-        "static_resources": {
-            "listeners": [{
-                "name": "front",
-                "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
-                "filter_chains": [{"filters": [{
-                    "name": "envoy.filters.network.http_connection_manager",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                        "stat_prefix": "front",
-                        "route_config": {"virtual_hosts": [{
-                            "name": "all",
-                            "domains": ["*"],
-                            "routes": [usage_route(), ai_route()]
-                        }]},
-                        "http_filters": [
-                            metadata_filter(),
-                            ratelimit_filter("envoy.filters.http.ratelimit", DOMAIN),
-                            ratelimit_filter("envoy.filters.http.ratelimit/ai-gateway-quota", "ai-gateway-quota"),
-                            {
-                                "name": "envoy.filters.http.router",
-                                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}
-                            }
-                        ]
-                    }
-                }]}]
-            }],
-            "clusters": [
-                crate::support::envoy::cluster("upstream", &[upstream], false),
-                rls_cluster
-            ]
-        }
-    })
+    front_listener(
+        vec![
+            metadata_filter(),
+            ratelimit_filter("envoy.filters.http.ratelimit", DOMAIN),
+            ratelimit_filter(
+                "envoy.filters.http.ratelimit/ai-gateway-quota",
+                "ai-gateway-quota",
+            ),
+        ],
+        json!([usage_route(), ai_route()]),
+        vec![cluster("upstream", &[upstream], false), rls_cluster],
+    )
 }
 
 /// Waits (bounded) until Envoy has seen `want` calls to sluice answered: the stream-end call

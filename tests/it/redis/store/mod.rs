@@ -18,12 +18,12 @@ mod plain;
 mod server;
 
 use crate::support::redis as redis_support;
+use crate::support::req_k;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
 use fred::prelude::{ClientLike, KeysInterface};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
@@ -38,7 +38,7 @@ use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::settings::{Cli, Command, ServeArgs};
+use sluice::settings::ServeArgs;
 use sluice::store::batch;
 use sluice::store::key::{self, Part};
 use sluice::store::redis::breaker::BreakerOptions;
@@ -83,41 +83,7 @@ fn take<'a>(key: &'a [u8], limit: &'a Limit, hits: u64, group: u32) -> Check<'a>
 
 /// `sluice serve` on the Redis at `url` with `config`, on free ports, plus `extra` flags.
 fn serve_on_redis(config: &std::path::Path, url: &str, extra: &[&str]) -> ServeArgs {
-    let config = config.to_str().unwrap();
-    let mut argv = vec![
-        "sluice",
-        "serve",
-        "--config",
-        config,
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--backend",
-        "redis",
-        "--redis-url",
-        url,
-    ];
-    argv.extend_from_slice(extra);
-    let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("serve")
-    };
-    args
-}
-
-fn request(values: &[&str], hits: u32) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: values
-            .iter()
-            .map(|v| RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: b"k".to_vec(),
-                    value: v.as_bytes().to_vec(),
-                }],
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: hits,
-    }
+    let mut flags = vec!["--backend", "redis", "--redis-url", url];
+    flags.extend_from_slice(extra);
+    crate::support::parse_serve(config, &flags)
 }

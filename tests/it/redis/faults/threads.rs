@@ -52,7 +52,7 @@ async fn burst(addr: std::net::SocketAddr, n: usize, tag: &str) -> Result<(), St
     let calls = (0..n).map(|i| {
         let mut c = clients[i % clients.len()].clone();
         let hits = (i % 50 + 1) as u32;
-        let mut req = request(&format!("{tag}-{i}"));
+        let mut req = req_k(&[&format!("{tag}-{i}")]).addend(1).to_proto();
         req.hits_addend = hits;
         async move {
             let r = c

@@ -2,9 +2,10 @@
 //! the debug port, and usage costs (`cost.response`) counted as envoyproxy/ratelimit counts
 //! them, so the e2e `UsageRateLimit` sequence comes out 200, 200, 200, 429.
 
-use super::{pairs, tls_channel, Pod, DOMAIN, ROUTE, USAGE_CONFIG};
+use super::{pairs, Pod, DOMAIN, ROUTE, USAGE_CONFIG};
+use crate::support::certs::tls_channel;
 use crate::support::http::http_get;
-use crate::support::process::{spawn_as_ratelimit, spawn_sluice};
+use crate::support::process::{spawn_as_ratelimit, spawn_serve};
 use crate::support::*;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
@@ -85,21 +86,8 @@ async fn sluices_own_default_drops_a_charge_past_the_limit() {
     // third stream-end charge (20 + 10 > 21) is dropped and the fourth request passes. This is
     // why standing in for envoyproxy/ratelimit turns --charge-rejected on.
     let pod = Pod::new(USAGE_CONFIG);
-    let config = pod.path("data/ratelimit/config").display().to_string();
-    let mut sluice = spawn_sluice(
-        &[
-            "serve",
-            "--config",
-            &config,
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ],
-        &[],
-    );
+    let config = pod.path("data/ratelimit/config");
+    let mut sluice = spawn_serve(&config, &["--log-format", "json"], &[]);
     let mut client = RateLimitServiceClient::new(channel(sluice.grpc).await);
     let mut codes = Vec::new();
     for _ in 0..4 {

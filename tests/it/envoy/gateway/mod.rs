@@ -8,10 +8,7 @@ mod envoy;
 mod metrics;
 mod rls;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 use crate::support::certs::{Ca, Leaf, Usage};
 
@@ -100,7 +97,7 @@ impl Pod {
         std::fs::create_dir_all(&mapper).unwrap();
         std::fs::write(
             mapper.join("conf.yaml"),
-            include_str!("../../fixtures/envoy-gateway-statsd-mapper.yaml"),
+            include_str!("../../../fixtures/envoy-gateway-statsd-mapper.yaml"),
         )
         .unwrap();
         Pod { dir, ca, envoy }
@@ -146,25 +143,4 @@ impl Pod {
 /// Borrowed pairs for `Command::envs`.
 pub fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-}
-
-/// A gRPC channel over TLS trusting `ca`, presenting `identity` if any.
-pub async fn tls_channel(
-    addr: SocketAddr,
-    ca: &str,
-    identity: Option<&Leaf>,
-) -> Result<Channel, String> {
-    let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca))
-        .domain_name("localhost");
-    if let Some(id) = identity {
-        tls = tls.identity(Identity::from_pem(&id.cert, &id.key));
-    }
-    Channel::from_shared(format!("https://{addr}"))
-        .unwrap()
-        .tls_config(tls)
-        .map_err(|e| format!("{e:?}"))?
-        .connect()
-        .await
-        .map_err(|e| format!("{e:?}"))
 }

@@ -36,7 +36,7 @@ async fn server_starts_with_redis_down_then_decides_in_redis() {
     let status = server.redis_status().unwrap();
     assert!(!status.connected);
     // Three hits against a limit of two: only the allow policy says OK.
-    let over = request(&["a"], 3);
+    let over = req_k(&["a"]).addend(3).to_proto();
     let r = client.should_rate_limit(over.clone()).await.unwrap();
     assert_eq!(r.into_inner().overall_code, Code::Ok as i32);
 
@@ -56,7 +56,7 @@ async fn server_starts_with_redis_down_then_decides_in_redis() {
     })
     .await;
 
-    let five = request(&["1", "2", "3", "4", "5"], 1);
+    let five = req_k(&["1", "2", "3", "4", "5"]).addend(1).to_proto();
     let before = redis.decision_calls();
     let r = client
         .should_rate_limit(five.clone())
@@ -144,24 +144,7 @@ async fn every_algorithm_serves_on_redis_as_in_memory() {
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/algorithms.yaml");
     let clock = Arc::new(ManualClock::new(T0));
     let start = |backend: &[&str]| {
-        let argv: Vec<String> = [
-            "sluice",
-            "serve",
-            "--config",
-            config,
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-        ]
-        .iter()
-        .chain(backend)
-        .map(|s| s.to_string())
-        .collect();
-        let cli = Cli::try_parse_from(argv).unwrap();
-        let Command::Serve(args) = cli.command else {
-            panic!("serve")
-        };
+        let args = crate::support::parse_serve(std::path::Path::new(config), backend);
         sluice::app::start(args, clock.clone())
     };
     let url = redis.url();
@@ -287,7 +270,7 @@ async fn a_short_grpc_deadline_caps_the_command_timeout() {
         .await
         .unwrap();
     // Three hits against a limit of two: only the allow policy says OK.
-    let over = request(&["a"], 3);
+    let over = req_k(&["a"]).addend(3).to_proto();
     let with_deadline = || {
         let mut r = tonic::Request::new(over.clone());
         r.set_timeout(Duration::from_millis(1_500));
@@ -382,7 +365,7 @@ async fn known_over_limit_keys_are_answered_without_redis_until_their_retry_time
                 .overall_code
         }
     };
-    let one = request(&["a"], 1);
+    let one = req_k(&["a"]).addend(1).to_proto();
     assert_eq!(code(one.clone()).await, Code::Ok as i32);
     assert_eq!(code(one.clone()).await, Code::Ok as i32);
     let before = redis.decision_calls();
@@ -399,7 +382,10 @@ async fn known_over_limit_keys_are_answered_without_redis_until_their_retry_time
     assert_eq!(redis.decision_calls(), before + 1, "no round trip");
     assert_eq!(with_local_cache(&server), 6);
     // Another descriptor in the request, not known over: the request goes to Redis whole.
-    assert_eq!(code(request(&["a", "b"], 1)).await, Code::OverLimit as i32);
+    assert_eq!(
+        code(req_k(&["a", "b"]).addend(1).to_proto()).await,
+        Code::OverLimit as i32
+    );
     assert_eq!(redis.decision_calls(), before + 2);
 
     // A limit override is another limit: not blocked by the entry.

@@ -18,6 +18,7 @@ mod sentinel;
 mod standalone;
 mod threads;
 
+use crate::support::req_k;
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,16 +27,12 @@ use std::time::{Duration, Instant};
 
 use crate::support::poll::{wait_until, wait_until_async};
 use crate::support::redis::{self as redis_support, ping, RedisCluster, RedisNode};
-use clap::Parser;
 use redis_support::{connected, key_of};
 use sluice::algorithm::{Ask, Limit};
 use sluice::clock::ManualClock;
 use sluice::model::Micros;
-use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::settings::{Cli, Command as Sub};
 use sluice::store::redis::{ClockSource, RedisOptions, RedisStore};
 use sluice::store::{Check, Deadline};
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -257,29 +254,10 @@ async fn debug_sleep(port: u16, secs: &str) -> Instant {
 }
 
 fn serve_args(config: &std::path::Path, url: &str, extra: &[&str]) -> sluice::settings::ServeArgs {
-    let mut argv = vec![
-        "sluice",
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--backend",
-        "redis",
-        "--redis-url",
-        url,
-        "--redis-command-timeout",
-        "1s",
-        "--grpc-threads",
-        "2",
-    ];
-    argv.extend_from_slice(extra);
-    let Sub::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("serve")
-    };
-    args
+    let mut flags = vec!["--backend", "redis", "--redis-url", url];
+    flags.extend_from_slice(&["--redis-command-timeout", "1s", "--grpc-threads", "2"]);
+    flags.extend_from_slice(extra);
+    crate::support::parse_serve(config, &flags)
 }
 
 async fn health(addr: std::net::SocketAddr) -> i32 {
@@ -296,20 +274,6 @@ async fn health(addr: std::net::SocketAddr) -> i32 {
         .expect("health answers")
         .into_inner()
         .status
-}
-
-fn request(value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: b"k".to_vec(),
-                value: value.as_bytes().to_vec(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 1,
-    }
 }
 
 /// A Sentinel setup with one synced replica that the sentinel knows, ready to fail over a second
