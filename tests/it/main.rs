@@ -30,6 +30,7 @@ mod metrics;
 mod native_api;
 mod overload;
 mod raw_bytes;
+mod readme;
 mod redis;
 mod reflection;
 mod reload;
