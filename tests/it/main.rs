@@ -20,6 +20,7 @@ mod grpc_first_bytes;
 mod grpc_threads;
 mod grpc_tls;
 mod health_drain;
+mod helpers_once;
 mod hostile;
 mod house;
 mod http_bodies;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::support::poll::{wait_until, wait_until_async};
 use crate::support::serve_argv;
-use certs::{Ca, Usage};
+use certs::MutualTls;
 use sluice::algorithm::{Ask, Limit};
 use sluice::model::Micros;
 use sluice::proto::rate_limit_descriptor::Entry;
@@ -40,14 +40,19 @@ struct TlsRedis {
 impl TlsRedis {
     fn start() -> TlsRedis {
         let mut dir = tempfile::tempdir().unwrap();
-        let ca = Ca::new("redis CA");
-        let (server_cert, server_key) = ca
-            .issue(&["127.0.0.1", "localhost"], Usage::Server, false)
-            .write(dir.path(), "redis");
-        let (client_cert, client_key) = ca
-            .issue(&["sluice.internal"], Usage::Client, false)
-            .write(dir.path(), "client");
-        let ca_path = ca.write(dir.path(), "ca");
+        let MutualTls {
+            ca_file: ca_path,
+            server_cert,
+            server_key,
+            client_cert,
+            client_key,
+            ..
+        } = MutualTls::write(
+            dir.path(),
+            "redis CA",
+            ("redis", &["127.0.0.1", "localhost"]),
+            ("client", &["sluice.internal"]),
+        );
         for _ in 0..10 {
             let port = {
                 let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

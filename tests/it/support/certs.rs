@@ -1,5 +1,6 @@
 //! Certificates generated inside the tests with rcgen (ring): a CA, and server and client
-//! certificates it signs, written as PEM files; a gRPC client channel over TLS.
+//! certificates it signs, written as PEM files ([`MutualTls`]: the files of a mutual-TLS
+//! set-up); a gRPC client channel over TLS.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -83,6 +84,43 @@ impl Ca {
         let path = dir.join(format!("{name}.crt"));
         std::fs::write(&path, &self.pem).expect("write CA");
         path
+    }
+}
+
+/// The files of a mutual-TLS set-up, written into one directory: a CA (`ca.crt`), a server
+/// certificate it signs and a client certificate it signs.
+pub struct MutualTls {
+    pub ca_file: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl MutualTls {
+    /// A CA named `ca_name`; `server` and `client` are each (file name, subject alternative
+    /// names), written as `<name>.crt` and `<name>.key` into `dir`.
+    pub fn write(
+        dir: &Path,
+        ca_name: &str,
+        server: (&str, &[&str]),
+        client: (&str, &[&str]),
+    ) -> MutualTls {
+        let ca = Ca::new(ca_name);
+        let ca_file = ca.write(dir, "ca");
+        let (server_cert, server_key) = ca
+            .issue(server.1, Usage::Server, false)
+            .write(dir, server.0);
+        let (client_cert, client_key) = ca
+            .issue(client.1, Usage::Client, false)
+            .write(dir, client.0);
+        MutualTls {
+            ca_file,
+            server_cert,
+            server_key,
+            client_cert,
+            client_key,
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use sluice::proto::rls_conf::{
 use tonic::transport::Channel;
 
 use crate::support;
-use support::certs::{Ca, Usage};
+use support::certs::{Ca, MutualTls, Usage};
 use support::poll::eventually;
 use support::process::{spawn_sluice, Spawned};
 use support::prom_text::{parse_prometheus, sample};
@@ -121,14 +121,19 @@ const LISTENER: &str = "default/eg/http";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateway_environment_takes_rules_over_mutual_tls_ads() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new("envoy-gateway CA");
-    let ca_file = ca.write(dir.path(), "ca");
-    let (server_cert, server_key) = ca
-        .issue(&["127.0.0.1"], Usage::Server, false)
-        .write(dir.path(), "server");
-    let (client_cert, client_key) = ca
-        .issue(&["envoy-ratelimit"], Usage::Client, false)
-        .write(dir.path(), "tls");
+    let MutualTls {
+        ca_file,
+        server_cert,
+        server_key,
+        client_cert,
+        client_key,
+        ..
+    } = MutualTls::write(
+        dir.path(),
+        "envoy-gateway CA",
+        ("server", &["127.0.0.1"]),
+        ("tls", &["envoy-ratelimit"]),
+    );
     let tls = || ServerTls {
         cert: &server_cert,
         key: &server_key,
