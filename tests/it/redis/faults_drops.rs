@@ -189,8 +189,9 @@ impl Settle {
 }
 
 /// Settles `id` until an answer is final: OK (applied now), or NOT_FOUND after an error (an
-/// earlier try was applied). Returns the number of failed tries.
-async fn settle(c: &mut RateLimiterClient<Channel>, id: &str, how: Settle) -> u32 {
+/// earlier try was applied, its answer lost). Returns the failed tries, and whether it ended
+/// on NOT_FOUND.
+async fn settle(c: &mut RateLimiterClient<Channel>, id: &str, how: Settle) -> (u32, bool) {
     let mut failed = 0;
     let start = sluice::clock::monotonic();
     loop {
@@ -210,8 +211,8 @@ async fn settle(c: &mut RateLimiterClient<Channel>, id: &str, how: Settle) -> u3
                 .map(drop),
         };
         match r {
-            Ok(()) => return failed,
-            Err(e) if e.code() == Code::NotFound && failed > 0 => return failed,
+            Ok(()) => return (failed, false),
+            Err(e) if e.code() == Code::NotFound && failed > 0 => return (failed, true),
             Err(e) => {
                 assert_ne!(e.code(), Code::NotFound, "settled before it was: {e:?}");
                 failed += 1;
@@ -258,7 +259,7 @@ async fn connections_killed_every_few_ms_lose_no_hit_and_charge_none_twice() {
             }
         };
         let mut settler = c.clone();
-        let (checks, failed, refunded) =
+        let (checks, (failed, _), refunded) =
             futures::join!(checks, settle(&mut settler, &id, how), refunded);
         killer.set(false);
         retried += failed;
@@ -287,6 +288,43 @@ async fn connections_killed_every_few_ms_lose_no_hit_and_charge_none_twice() {
     let kills = killer.kills.load(Ordering::Relaxed);
     eprintln!("connections killed: {kills}, settlements retried: {retried}");
     assert!(kills > 0, "connections were killed");
+    drop(killer);
+    s.stop().await;
+}
+
+/// Issue 32 item 2, strictly: a Commit or Cancel answered with an error leaves the reservation
+/// settleable, so its retry succeeds. Under connections killed every few ms, settlement after
+/// settlement; each round's count is exact (nothing else touches the key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_answered_an_error_is_retried_to_success_under_dropped_connections() {
+    let redis = RedisNode::start();
+    let url: &'static str = Box::leak(redis.url().into_boxed_str());
+    let s = Sluice::start(StoreKind::Redis(url), Some(CONFIG), &[]).await;
+    let mut c = RateLimiterClient::new(channel(s.server.grpc_addr).await);
+    let killer = Killer::start(redis.port);
+    let (mut retried, mut applied_but_failed) = (0, 0);
+    for round in 0..30 {
+        let id = hold(&s, &mut c, &redis).await;
+        let how = [Settle::Cancel, Settle::Commit(2)][round % 2];
+        killer.set(true);
+        let (failed, not_found) = settle(&mut c, &id, how).await;
+        killer.set(false);
+        retried += u64::from(failed > 0);
+        applied_but_failed += u64::from(not_found);
+        assert_eq!(
+            count(&redis),
+            LIMIT - how.gives_back(),
+            "round {round}: {how:?} given back exactly once"
+        );
+    }
+    eprintln!(
+        "settlements retried after an error: {retried}; of them, answered NOT_FOUND because \
+         the failed try had been applied: {applied_but_failed}"
+    );
+    assert_eq!(
+        applied_but_failed, 0,
+        "a settlement answered with an error had been applied: its retry answered NOT_FOUND"
+    );
     drop(killer);
     s.stop().await;
 }
