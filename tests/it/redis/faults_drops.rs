@@ -148,7 +148,7 @@ async fn settle_count_to(s: &Sluice, c: &RateLimiterClient<Channel>, redis: &Red
 
 /// With kills off: a reservation of [`HELD`] on a key counting `LIMIT - HELD`; its id.
 async fn hold(s: &Sluice, c: &mut RateLimiterClient<Channel>, redis: &RedisNode) -> String {
-    loop {
+    for _ in 0..100 {
         settle_count_to(s, c, redis, LIMIT - HELD).await;
         let r = c
             .reserve(pb::ReserveRequest {
@@ -170,6 +170,7 @@ async fn hold(s: &Sluice, c: &mut RateLimiterClient<Channel>, redis: &RedisNode)
             return r.reservation_id;
         }
     }
+    panic!("a reservation within 100 tries (nothing killed)");
 }
 
 /// How a reservation is settled, and the hits it gives back.
