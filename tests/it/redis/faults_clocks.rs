@@ -3,6 +3,8 @@
 //! at most its limit, and between bursts (nothing in flight) the stored count equals what was
 //! admitted in the stored window.
 
+use futures::StreamExt;
+
 use super::faults_support::*;
 use crate::support::poll::wait_until;
 use crate::support::redis::RedisNode;
@@ -51,39 +53,53 @@ async fn redis_clock_beside_a_local_clock_300_ms_ahead_admits_the_limit_per_wind
 /// window admits its limit once, counted exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_holding_a_later_window_than_the_deciding_clock_admits_the_limit_once() {
-    const WINDOW: Micros = 2 * SEC;
     let redis = RedisNode::start();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), LIMIT, "2s");
-    let ahead = Instance::start(&config, &redis.url(), "local", WINDOW).await;
+    let ahead = Instance::start(&config, &redis.url(), "local", 2 * SEC).await;
     let behind = Instance::start(&config, &redis.url(), "redis", 0).await;
+    // A machine so slow that Redis' window ends before the case does tests nothing new (the
+    // instance behind catches up with the key's window): try again on a fresh key.
+    let ran = futures::stream::iter(0..3)
+        .any(|i| later_window(&redis, &ahead, &behind, format!("x{i}")))
+        .await;
+    assert!(ran, "the case ran within Redis' window once in three tries");
+}
+
+/// The case on key `k=value`; false when Redis' window ended before it did (its assertions
+/// held all the same).
+async fn later_window(
+    redis: &RedisNode,
+    ahead: &Instance,
+    behind: &Instance,
+    value: String,
+) -> bool {
+    const WINDOW: Micros = 2 * SEC;
+    let value = value.as_str();
     let ws = early_in_a_window(redis.port, WINDOW);
     let mut tally = Tally::default();
 
     // Two hits in Redis' window, one at a time (the key learnt charged).
     for _ in 0..2 {
-        let a = behind.burst("x", 1, WINDOW).await;
+        let a = behind.burst(value, 1, WINDOW).await;
         assert!(a[0].allowed, "{a:?}");
         tally.add(&a);
     }
-    tally.assert_stored(stored(redis.port, "x"), WINDOW);
+    tally.assert_stored(stored(redis.port, value), WINDOW);
     // The instance ahead takes one in the next window: a later window wins, from 0.
-    let a = ahead.burst("x", 1, WINDOW).await;
+    let a = ahead.burst(value, 1, WINDOW).await;
     assert!(a[0].allowed, "{a:?}");
     tally.add(&a);
-    let (start, _) = stored(redis.port, "x").expect("the key");
+    let (start, _) = stored(redis.port, value).expect("the key");
     assert_eq!(start, ws + WINDOW, "the key holds the next window");
 
     // 16 in flight on the instance behind, twice, while Redis' clock is still in its window.
     for _ in 0..2 {
-        let got = behind.burst("x", 16, WINDOW).await;
+        let got = behind.burst(value, 16, WINDOW).await;
         tally.add(&got);
-        tally.assert_stored(stored(redis.port, "x"), WINDOW);
+        tally.assert_stored(stored(redis.port, value), WINDOW);
     }
-    assert!(
-        redis_now(redis.port) < ws + WINDOW,
-        "the test ran in Redis' window (a slow machine: rerun)"
-    );
+    let in_time = redis_now(redis.port) < ws + WINDOW;
     tally.assert_at_most(LIMIT);
     let later = (ws + 2 * WINDOW) / WINDOW;
     assert_eq!(
@@ -91,7 +107,8 @@ async fn a_key_holding_a_later_window_than_the_deciding_clock_admits_the_limit_o
         Some(&LIMIT),
         "the later window admits its limit, once: {tally:?}"
     );
-    assert_eq!(stored(redis.port, "x"), Some((ws + WINDOW, LIMIT)));
+    assert_eq!(stored(redis.port, value), Some((ws + WINDOW, LIMIT)));
+    in_time
 }
 
 /// Waits until Redis' clock is early in a `window` (its first fifth), and returns its start.
