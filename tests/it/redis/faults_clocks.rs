@@ -11,13 +11,13 @@ use crate::support::redis::RedisNode;
 
 const LIMIT: u64 = 5;
 
-/// 8 requests in flight on each instance at once, burst after burst over 6 window edges.
-async fn two_instances_apart(other_clock: &str) {
-    const SKEW: Micros = 300_000;
+/// 8 requests in flight on each instance at once, burst after burst over 7 window edges; one
+/// instance on `--clock local` `skew` ahead, the other on `--clock other_clock`.
+async fn two_instances_apart(other_clock: &str, skew: Micros) {
     let redis = RedisNode::start();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), LIMIT, "1s");
-    let ahead = Instance::start(&config, &redis.url(), "local", SKEW).await;
+    let ahead = Instance::start(&config, &redis.url(), "local", skew).await;
     let other = Instance::start(&config, &redis.url(), other_clock, 0).await;
     let mut tally = Tally::default();
     let start = sluice::clock::monotonic();
@@ -31,7 +31,7 @@ async fn two_instances_apart(other_clock: &str) {
         tally.add(&b);
         tally.assert_stored(stored(redis.port, "x"), SEC);
     }
-    eprintln!("--clock local 300 ms ahead beside --clock {other_clock}: {tally:?}");
+    eprintln!("--clock local {skew} µs ahead beside --clock {other_clock}: {tally:?}");
     tally.assert_at_most(LIMIT);
     let full = tally.admitted.values().filter(|&&n| n == LIMIT).count();
     assert!(full >= 4, "most windows reach the limit: {tally:?}");
@@ -39,12 +39,18 @@ async fn two_instances_apart(other_clock: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_local_clocks_300_ms_apart_admit_the_limit_per_window_counted_exactly() {
-    two_instances_apart("local").await;
+    two_instances_apart("local", 300_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_clock_beside_a_local_clock_300_ms_ahead_admits_the_limit_per_window_exactly() {
-    two_instances_apart("redis").await;
+    two_instances_apart("redis", 300_000).await;
+}
+
+/// The case (it saw windows of 10 with a limit of 5 before the fix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_clock_beside_a_local_clock_700_ms_ahead_admits_the_limit_per_window_exactly() {
+    two_instances_apart("redis", 700_000).await;
 }
 
 /// A clock that steps back, as the key sees it: mid-window by Redis' clock, an instance whose
