@@ -24,12 +24,14 @@ use crate::support::{channel, Sluice, StoreKind};
 const LIMIT: u64 = 10;
 const HELD: u64 = 5;
 
+/// An hour's window: the server's test clock stands still, but Redis expires the key in real
+/// time at the window's end (half an hour after the test clock's time).
 const CONFIG: &str = "domain: native
 allow_reservations: true
 allow_refunds: true
 descriptors:
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 10}
+    rate_limit: {unit: hour, requests_per_unit: 10}
 ";
 
 /// A thread killing every normal client connection of Redis every few ms while on; turning it
