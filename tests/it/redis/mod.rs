@@ -1,10 +1,12 @@
 //! Redis tests, against real `redis-server` processes the tests start (standalone, Cluster,
 //! Sentinel; `scripts/test.sh` runs them again on valkey-server with the filter `redis::`):
 //! `store` (the store and its scripts), `faults` (what failures cost under load), `cluster`,
-//! `sentinel`, `tls_acl` (TLS and ACL users, not on Valkey), `ops` (an outage shown in metrics,
+//! `exact` (admitted ≤ limit and counted exactly under clock skew, failovers and dropped
+//! connections), `sentinel`, `tls_acl` (TLS and ACL users, not on Valkey), `ops` (an outage shown in metrics,
 //! health kept up). Envoy in front of Redis-backed servers is in `envoy::redis`.
 
 mod cluster;
+mod exact;
 mod faults;
 mod ops;
 mod sentinel;
