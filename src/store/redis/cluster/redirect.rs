@@ -20,17 +20,17 @@ use std::time::Duration;
 use fred::prelude::{Client, ClientLike};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::connect::ConfigError;
-use super::link::{CallError, Link};
 use super::nodes::{self, Nodes};
-use super::resp::{self, Frame};
-use super::script::{self, Scope};
-use super::{breaker_open, error, from_fred, record, Inner, When, MIN_TIMEOUT};
+use crate::store::redis::connect::ConfigError;
+use crate::store::redis::link::{CallError, Link};
+use crate::store::redis::resp::{self, Frame};
+use crate::store::redis::script::{self, Scope};
+use crate::store::redis::{breaker_open, error, from_fred, record, Inner, When, MIN_TIMEOUT};
 use crate::store::{Check, ErrorKind, StoreError};
 
 /// How one attempt of a call on a slot is to be sent.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Route {
+pub(in crate::store::redis) struct Route {
     /// `ASKING` first, on one connection: the slot is being imported by this node.
     pub asking: bool,
     /// Redirected by `ASK` or `TRYAGAIN` before: not in a batch with other requests.
@@ -39,13 +39,13 @@ pub(super) struct Route {
 
 /// What an attempt gave: the outcome as fred's would be, and the drop's id when a thread's own
 /// connection dropped under it (a drop counts once toward the breaker).
-pub(super) type Sent<T> = (Result<T, fred::error::Error>, Option<u64>);
+pub(in crate::store::redis) type Sent<T> = (Result<T, fred::error::Error>, Option<u64>);
 
 impl Inner {
     /// The one redirect loop: `send` on the primary owning `slot` (or the node an `ASK` names),
     /// behind its breaker, until it is not redirected; bounded by [`MAX_REDIRECTS`] and
     /// `timeout`. The outcome is told to the node's breaker (see the module docs).
-    pub(super) async fn follow<T, F, Fut>(
+    pub(in crate::store::redis) async fn follow<T, F, Fut>(
         &self,
         nodes: &Nodes,
         slot: u16,
@@ -132,7 +132,7 @@ impl Inner {
     /// Cluster: one script call on the primary owning `slot` (an `FCALL` on this thread's own
     /// connection to it when up, in a batch with other requests of the slot, else an
     /// `EVALSHA` on its pool), through [`Inner::follow`].
-    pub(super) async fn run_slot<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
+    pub(in crate::store::redis) async fn run_slot<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
         &self,
         nodes: &Nodes,
         slot: u16,
@@ -200,14 +200,14 @@ async fn on_link(
 }
 
 /// A Cluster redirection: the call did not run where it was sent.
-pub(super) enum Redirect {
+pub(in crate::store::redis) enum Redirect {
     Moved(String),
     Ask(String),
     TryAgain,
 }
 
 impl Redirect {
-    pub(super) fn of(e: &fred::error::Error) -> Option<Redirect> {
+    pub(in crate::store::redis) fn of(e: &fred::error::Error) -> Option<Redirect> {
         let mut words = e.details().split_whitespace();
         match words.next()? {
             "MOVED" => Some(Redirect::Moved(words.nth(1)?.to_string())),
@@ -228,7 +228,7 @@ const TRYAGAIN_PAUSE_MAX: Duration = Duration::from_millis(50);
 
 /// `ASKING` then `name args..` on one connection, back to back (a pipeline is never
 /// interleaved with other callers' commands): how a slot being imported is reached.
-pub(super) async fn asking(
+pub(in crate::store::redis) async fn asking(
     client: &Client,
     name: &'static str,
     args: Vec<Value>,
@@ -254,7 +254,7 @@ pub(super) async fn asking(
 }
 
 /// `ASKING` then `EVALSHA` ([`asking`]), its reply as integers.
-pub(super) async fn eval_asking(
+pub(in crate::store::redis) async fn eval_asking(
     client: &Client,
     args: Vec<Value>,
     timeout: Duration,
