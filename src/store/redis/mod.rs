@@ -60,11 +60,12 @@
 //!   whose own connection is not up uses the pool, and so does a command that never left it.
 //!   The breaker, readiness and status are the store's, over all of them. Cluster: sluice routes by slot
 //!   itself ([`nodes`]): a pool and a breaker per primary, shared by every thread, so a dead
-//!   primary or a reshard costs only the slots concerned (`redirect.rs` follows `MOVED`, `ASK`
+//!   primary or a reshard costs only the slots concerned (`cluster/redirect.rs` follows `MOVED`, `ASK`
 //!   and `TRYAGAIN`: a redirected call did not run, so it is sent again); and a serving
 //!   thread's own connection per primary ([`Inner::node_link`], opened on its first call
 //!   there), on which the calls of a tick leave in one write, one `FCALL` per hash slot (a
-//!   call may touch one slot only), with the pool for what it cannot carry (not up yet, `ASK`).
+//!   call may touch one slot only), with the pool for what it cannot carry (not up yet, a
+//!   request redirected by `ASK` or `TRYAGAIN`, which leaves its batch).
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
