@@ -64,7 +64,7 @@ command -v openssl >/dev/null 2>&1 || packages+=(openssl)
 # scripts/image-contract.sh runs the image as Envoy Gateway does, offline.
 command -v podman >/dev/null 2>&1 || packages+=(podman)
 command -v runc >/dev/null 2>&1 || packages+=(runc)
-# tests/it/redis/faults_clocks.rs runs one sluice ahead in time with libfaketime.
+# tests/it/redis/exact/clocks.rs runs one sluice ahead in time with libfaketime.
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || packages+=(faketime)
 if [ ! -x "$VENV/bin/python" ]; then
     if ! command -v python3 >/dev/null 2>&1; then
