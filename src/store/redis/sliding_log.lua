@@ -1,6 +1,8 @@
--- sluice: one sliding_log check of a whole request, decided on a sorted set in O(log n) of the
--- entries (decide.lua's port walks the whole log). The same decision as decide.lua gives such
--- a request, on the same state. Written by src/store/redis/script.rs:
+-- sluice: sliding_log on a sorted set, O(log n) of the entries in every path. Its first part
+-- (`log_*`) is decide.lua's state of a log (script.rs puts this file before decide.lua); the
+-- function `sliding_log` below decides one sliding_log check of a whole request (the fast
+-- path, and decide.lua's short layout), the same decision as decide.lua gives such a
+-- request, on the same state. Written by src/store/redis/script.rs:
 --
 --   KEYS[1]   the key
 --   ARGV[1]   now in microseconds, or '' to read the Redis clock (TIME)
