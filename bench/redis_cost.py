@@ -54,12 +54,12 @@ def start_redis(port, work):
     sys.exit("redis-server did not start")
 
 
-def start_sluice(binary, redis_port, work, extra, command_timeout="250ms"):
+def start_sluice(binary, redis_port, work, extra, command_timeout="250ms", config=None):
     grpc, http = tools.free_port(), tools.free_port()
     log = open(os.path.join(work, "sluice.log"), "w")
     p = subprocess.Popen([binary, "serve", "--grpc-addr", f"127.0.0.1:{grpc}",
                           "--http-addr", f"127.0.0.1:{http}", "--log-level", "warn",
-                          "--watch-config", "false", "--config", os.path.join(HERE, "config"),
+                          "--watch-config", "false", "--config", config or os.path.join(HERE, "config"),
                           "--backend", "redis", "--redis-command-timeout", command_timeout,
                           "--redis-url", f"redis://127.0.0.1:{redis_port}", *extra],
                          stdout=log, stderr=log)

@@ -340,6 +340,12 @@ scenario_redis() {
     python3 bench/redis_cost.py --sluice "$SLUICE" --bench "$BENCH" --out "$OUT" \
         --rounds "$RUNS" 2>>"$WORK/redis-cost-through.log" >"$WORK/redis-cost-through.md" ||
         { tail -n 20 "$WORK/redis-cost-through.log" >&2; die "bench/redis_cost.py failed"; }
+    # Descriptors of several limits (issue 32, item 6): a sliding_log of 9,000 logged hits
+    # beside a day's fixed_window against two fixed windows, in time and in instructions.
+    python3 bench/redis_limits.py --sluice "$SLUICE" --bench "$BENCH" --out "$OUT" \
+        --rounds "$RUNS" --callgrind 2>>"$WORK/redis-limits.log" >"$WORK/redis-limits.md" ||
+        { tail -n 20 "$WORK/redis-limits.log" >&2; die "bench/redis_limits.py failed"; }
+    cat "$WORK/redis-limits.md" >&2
     # The same in Redis' own instructions (callgrind), which this shared machine does not move.
     log "Redis under callgrind: instructions per decision ($INSTR_POINTS)"
     python3 bench/redis_instructions.py --sluice "$SLUICE" --bench "$BENCH" --out "$OUT" \

@@ -6,7 +6,7 @@
 --   KEYS[1]   the key
 --   ARGV[1]   now in microseconds, or '' to read the Redis clock (TIME)
 --   ARGV[2]   limit      ARGV[3] window (us, >= 1)      ARGV[4] hits
---   ARGV[5]   mode: 0, or 1 refund + 2 charge always
+--   ARGV[5]   flags: 0, or FLAG_REFUND + FLAG_ALWAYS (expiry.lua)
 --   ARGV[6]   burst
 --
 -- State (shared with decide.lua): the string 'at level', in ticks. A hit weighs
@@ -47,9 +47,9 @@ local function bucket(key, now, a2, a3, a4, a5, a6)
       return 1, 0, 0
     end
     local flags = 2
-    if mode % 2 == 1 then
+    if has(mode, FLAG_REFUND) then
       flags = 3
-    elseif mode < 2 then
+    elseif not has(mode, FLAG_ALWAYS) then
       return 0, 0, 0
     end
     redis.call('SET', key, string.format('%.0f 0', now), 'PX', 1 + GRACE_MS)
@@ -110,7 +110,7 @@ local function bucket(key, now, a2, a3, a4, a5, a6)
   -- at or below it. Comparisons are written as decide.lua's max and min make them, so that a
   -- stored '-0' gives the same text back.
   local lvl, flags, rem, reset, empty = nil, 0, 0, 0, 0
-  if mode % 2 == 1 then
+  if has(mode, FLAG_REFUND) then
     -- refund: give back `hits`; more than the level empties the bucket
     lvl = 0
     if hits <= fdiv(level, hit) then
@@ -153,7 +153,7 @@ local function bucket(key, now, a2, a3, a4, a5, a6)
     -- Rejected: the reset is until the level (the debt's, when charged) leaves room for
     -- `hits`, or empties when they exceed the burst.
     lvl = level
-    local charged = mode >= 2 and hits > 0
+    local charged = has(mode, FLAG_ALWAYS) and hits > 0
     if charged then
       -- Charged anyway: into debt, up to twice the bucket and never below the level.
       local debt_cap = 2 * cap

@@ -18,9 +18,10 @@
 --   ARGV[3]    number of checks, then FIELDS values per check:
 --              key index (into KEYS), algorithm code, limit, window (us), param (burst of a
 --              bucket, precision of a sliding_window, else 0), value (distinct: the value's
---              hash as 16 hex digits, else ''), hits, refund (0/1; 2: a dry run, decided but changing
---              nothing), charge always (0/1), group,
---              quota (0/1), window start, window end, previous window start, next window end
+--              hash as 16 hex digits, else ''), hits, flags (expiry.lua's bits: FLAG_REFUND,
+--              FLAG_ALWAYS charge always, FLAG_DRY_RUN decided but changing nothing,
+--              FLAG_QUOTA), group, window start, window end, previous window start, next
+--              window end
 --              (the four '' unless the caller computed the window: calendar windows; the
 --              previous and next ones only when `now` is read here, so that a Redis clock
 --              on the other side of a boundary from sluice's still finds its window)
@@ -29,18 +30,19 @@
 -- pass } with booleans as 0/1.
 --
 -- The commonest request of several checks has a short layout of its own, scope 'fixed':
--- fixed_window takes of distinct keys (hits >= 1, epoch-aligned windows, no refund, dry run,
--- charge-always or quota mode):
+-- takes of distinct keys (hits >= 1, no refund, dry run, charge-always or quota mode), each a
+-- fixed_window with an epoch-aligned window or, at most one of them, a sliding_log:
 --
 --   KEYS       each check's key, in order
 --   ARGV[1]    'fixed'       ARGV[2] now, as above       ARGV[3] number of checks
 --   ARGV[4]    the checks' groups separated by spaces, or '' when check i is group i - 1
---   then per check: limit, window (us), hits
+--   then per check: limit, window (us), hits, algorithm code (1 or 3, as above)
 --
 -- answered { now, then per check: remaining, reset (us) } when every check is allowed (so
 -- charged, and allowed in the first pass), else as 'all' in the long reply.
 
-local FIELDS = 15
+local FIELDS = 13
+local SHORT_FIXED = '1' -- the short layout's algorithm code of a fixed_window
 local MAX = 9007199254740991 -- 2^53 - 1: Rust saturates at u64/i64 bounds, Lua here
 local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
 
@@ -347,126 +349,16 @@ local function new_sliding_window()
   return sliding_window
 end
 
--- sliding_log (src/algorithm/sliding_log.rs); state: the entries' times, oldest first.
+-- sliding_log (src/algorithm/sliding_log.rs); state: a view of the stored sorted set, decided
+-- in O(log n) of its entries (sliding_log.lua, `log_evaluate`).
 local function new_sliding_log()
   local sliding_log = {}
-
-  -- A sorted set, one member per entry scored by its time (sliding_log.lua: the layout).
-  function sliding_log.read(key)
-    local z = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-    if z[1] == nil then
-      return nil
-    end
-    local log = {}
-    for j = 2, #z, 2 do
-      log[#log + 1] = tonumber(z[j])
-    end
-    return log
+  sliding_log.read = log_read
+  function sliding_log.write(key, v, ms)
+    log_write(key, v, ms)
   end
-
-  function sliding_log.write(key, log, ms)
-    redis.call('DEL', key)
-    if #log == 0 then
-      return
-    end
-    -- Members: the time and a sequence number among the entries of that time. In chunks:
-    -- unpack has a stack limit.
-    local j, seq, prev = 1, 0, nil
-    while j <= #log do
-      local args = { 'ZADD', key }
-      local stop = min(j + 499, #log)
-      for i = j, stop do
-        local at = int(log[i])
-        if at == prev then
-          seq = seq + 1
-        else
-          seq, prev = 0, at
-        end
-        args[#args + 1] = at
-        args[#args + 1] = at .. ':' .. string.format('%010d', seq)
-      end
-      redis.call(unpack(args))
-      j = stop + 1
-    end
-    redis.call('PEXPIRE', key, ms)
-  end
-
   function sliding_log.evaluate(c, st, f, hits, refund)
-    local window, n, now = c.window, c.limit, f.now
-    local log = {}
-    if st ~= nil then
-      for _, t in ipairs(st) do
-        if t > now - window then
-          log[#log + 1] = t
-        end
-      end
-    end
-    local function until_empty(l)
-      if #l == 0 then
-        return 0
-      end
-      return max(l[#l] + window - now, 0)
-    end
-    local function retry(l)
-      if hits > n then
-        return until_empty(l)
-      end
-      local m = #l + hits - n
-      if m <= 0 then
-        return 0
-      end
-      return max(l[m] + window - now, 0)
-    end
-
-    if refund then
-      local keep = max(#log - hits, 0)
-      for j = #log, keep + 1, -1 do
-        log[j] = nil
-      end
-      local reset = until_empty(log)
-      return { allowed = true, remaining = max(n - #log, 0), reset = reset, debt_reset = reset,
-        state = log, expires_at = now + reset }
-    end
-
-    local len = #log
-    local allowed = hits <= n and len + hits <= n
-    local uncharged = 0
-    if not allowed then
-      uncharged = retry(log)
-    end
-    -- Charge: `hits` entries at `now` after every entry <= now, keeping only the newest n.
-    local merged = {}
-    local added = false
-    local function push_now()
-      for _ = 1, min(hits, n) do
-        merged[#merged + 1] = now
-      end
-      added = true
-    end
-    for _, t in ipairs(log) do
-      if not added and t > now then
-        push_now()
-      end
-      merged[#merged + 1] = t
-    end
-    if not added then
-      push_now()
-    end
-    local excess = max(#merged - n, 0)
-    local kept = {}
-    for j = excess + 1, #merged do
-      kept[#kept + 1] = merged[j]
-    end
-    local u = until_empty(kept)
-    local o = { allowed = allowed, remaining = 0, reset = u, debt_reset = u, state = kept,
-      expires_at = now + u }
-    if allowed then
-      o.remaining = n - #kept
-    else
-      o.reset = uncharged
-      o.debt_reset = retry(kept)
-    end
-    return o
+    return log_evaluate(st, f.now, c.window, c.limit, hits, refund)
   end
   return sliding_log
 end
@@ -952,8 +844,10 @@ local function algorithm(code)
   return a
 end
 
--- Scope 'fixed' (the short layout above): each check charged by one HINCRBY in the window its
--- key holds, the window's field text looked up rather than formatted per call. When all are
+-- Scope 'fixed' (the short layout above): each fixed_window check charged by one HINCRBY in
+-- the window its key holds, the window's field text looked up rather than formatted per call;
+-- then the sliding_log check, if any, by its own function (sliding_log.lua), which charges it
+-- only if it is allowed, in O(log n) of its entries. When all are
 -- allowed there, that is the policy's answer too (every check allowed, so every check
 -- charged: the same state and expiry as the general path's writes). A key's first take of a
 -- window (the field absent) is kept when the key holds nothing else or only an ended window,
@@ -988,66 +882,70 @@ end
 -- Gives back the takes of checks 1..last (`first[i]`: check i's field was absent before).
 local function give_back(keys, ko, a, ao, now, last, first)
   for i = last, 1, -1 do
-    local b = ao + i * 3
-    local _, field = short_window(a[b + 3], now)
-    if first ~= nil and first[i] then
-      redis.call('HDEL', keys[ko + i], field)
-    else
-      redis.call('HINCRBY', keys[ko + i], field, -tonumber(a[b + 4]))
+    local b = ao + i * 4
+    if a[b + 4] == SHORT_FIXED then
+      local _, field = short_window(a[b + 2], now)
+      if first ~= nil and first[i] then
+        redis.call('HDEL', keys[ko + i], field)
+      else
+        redis.call('HINCRBY', keys[ko + i], field, -tonumber(a[b + 3]))
+      end
     end
   end
 end
 
-local function take_fixed_windows(keys, ko, a, ao, now, n)
+local function take_short(keys, ko, a, ao, now, n)
   local out = { now }
   local first = nil
+  local log = nil
   -- Checks of one request mostly share their window: its numbers are worked out once.
   local wt, ws, field, until_end = nil, nil, nil, nil
   for i = 1, n do
-    local b = ao + i * 3
-    local limit, h = tonumber(a[b + 2]), a[b + 4]
-    local hits = h == '1' and 1 or tonumber(h)
-    if a[b + 3] ~= wt then
-      local we
-      wt = a[b + 3]
-      ws, field, we = short_window(wt, now)
-      until_end = max(we - now, 0)
-    end
-    local key = keys[ko + i]
-    local v = redis.pcall('HINCRBY', key, field, h)
-    local after = nil
-    if type(v) == 'number' then
-      if v > hits then
-        after = v - 1
-      elseif v == hits then
-        after = hits
-        first = first or {}
-        first[i] = ws
+    local b = ao + i * 4
+    if a[b + 4] ~= SHORT_FIXED then
+      log = i
+    else
+      local limit, h = tonumber(a[b + 1]), a[b + 3]
+      local hits = h == '1' and 1 or tonumber(h)
+      if a[b + 2] ~= wt then
+        local we
+        wt = a[b + 2]
+        ws, field, we = short_window(wt, now)
+        until_end = max(we - now, 0)
       end
-    end
-    if after == nil or after > limit or after > COUNT_CAP then
+      local key = keys[ko + i]
+      local v = redis.pcall('HINCRBY', key, field, h)
+      local after = nil
       if type(v) == 'number' then
-        if v == hits then
-          redis.call('HDEL', key, field)
-        else
-          redis.call('HINCRBY', key, field, -hits)
+        if v > hits then
+          after = v - 1
+        elseif v == hits then
+          after = hits
+          first = first or {}
+          first[i] = ws
         end
       end
-      give_back(keys, ko, a, ao, now, i - 1, first)
-      return nil
+      if after == nil or after > limit or after > COUNT_CAP then
+        if type(v) == 'number' then
+          if v == hits then
+            redis.call('HDEL', key, field)
+          else
+            redis.call('HINCRBY', key, field, -hits)
+          end
+        end
+        give_back(keys, ko, a, ao, now, i - 1, first)
+        return nil
+      end
+      if v == hits then
+        -- The count is stored plus one.
+        redis.call('HINCRBY', key, field, 1)
+      end
+      out[i * 2], out[i * 2 + 1] = limit - after, until_end
     end
-    if v == hits then
-      -- The count is stored plus one.
-      redis.call('HINCRBY', key, field, 1)
-    end
-    out[i * 2], out[i * 2 + 1] = limit - after, until_end
-  end
-  if first == nil then
-    return out
   end
   -- First takes: what else each key holds, all read before anything is deleted.
   local ended = {}
-  for i = 1, n do
+  for i = 1, first and n or 0 do
     local fws = first[i]
     if fws ~= nil then
       local f = redis.call('HGETALL', keys[ko + i])
@@ -1072,13 +970,29 @@ local function take_fixed_windows(keys, ko, a, ao, now, n)
       ended[i] = other
     end
   end
+  -- The sliding_log check last, by its own function once every take above stands: allowed, it
+  -- is charged; rejected, it wrote nothing, and the takes are given back.
+  if log ~= nil then
+    local b = ao + log * 4
+    -- pcall: a key of another type fails the general path before it writes anything.
+    local ok, answer, rem, reset =
+      pcall(sliding_log, keys[ko + log], now, a[b + 1], a[b + 2], a[b + 3], '0')
+    if not ok or answer ~= 3 then
+      give_back(keys, ko, a, ao, now, n, first)
+      return nil
+    end
+    out[log * 2], out[log * 2 + 1] = rem, reset
+  end
+  if first == nil then
+    return out
+  end
   for i = 1, n do
     if first[i] ~= nil then
       local key = keys[ko + i]
       if ended[i] then
         supersede(key, ended[i])
       end
-      local _, _, we = short_window(a[ao + i * 3 + 3], now)
+      local _, _, we = short_window(a[ao + i * 4 + 2], now)
       expire(key, we - now)
     end
   end
@@ -1095,10 +1009,10 @@ local function long_layout(a, n)
   for i = 1, n do
     local b = 3 + (i - 1) * FIELDS
     long[b + 1], long[b + 2], long[b + 3], long[b + 4], long[b + 5] =
-      i, '1', a[2 + i * 3], a[3 + i * 3], '0'
-    long[b + 6], long[b + 7], long[b + 8], long[b + 9], long[b + 10] =
-      '', a[4 + i * 3], '0', '0', groups[i] or tostring(i - 1)
-    long[b + 11], long[b + 12], long[b + 13], long[b + 14], long[b + 15] = '0', '', '', '', ''
+      i, a[4 + i * 4], a[1 + i * 4], a[2 + i * 4], '0'
+    long[b + 6], long[b + 7], long[b + 8], long[b + 9] =
+      '', a[3 + i * 4], '0', groups[i] or tostring(i - 1)
+    long[b + 10], long[b + 11], long[b + 12], long[b + 13] = '', '', '', ''
   end
   return long
 end
@@ -1118,6 +1032,8 @@ if now == nil then
 end
 
 local n = tonumber(A[3])
+-- A call that failed midway left its sorted-set writes unflushed: they are not this call's.
+log_pending, log_pending_keys = {}, {}
 
 -- 'settle': a reservation's settlement, applied with its claim deleted (the last key: the
 -- record, or its claim in another slot) or not at all, so a failed settlement can be retried
@@ -1133,6 +1049,7 @@ if scope == 'settle' then
   scope = 'all'
 end
 local function done(r)
+  log_flush(now)
   if claim ~= nil then
     redis.call('DEL', claim)
   end
@@ -1140,7 +1057,7 @@ local function done(r)
 end
 
 if scope == 'fixed' then
-  local taken = take_fixed_windows(KEYS, 0, A, 0, now, n)
+  local taken = take_short(KEYS, 0, A, 0, now, n)
   if taken ~= nil then
     return taken
   end
@@ -1158,12 +1075,11 @@ for i = 1, n do
     param = tonumber(A[b + 5]),
     value = A[b + 6],
     hits = tonumber(A[b + 7]),
-    refund = A[b + 8] == '1',
-    dry = A[b + 8] == '2',
-    always = A[b + 9] == '1',
-    group = tonumber(A[b + 10]),
-    quota = A[b + 11] == '1',
+    group = tonumber(A[b + 9]),
   }
+  local flags = tonumber(A[b + 8])
+  c.refund, c.always = has(flags, FLAG_REFUND), has(flags, FLAG_ALWAYS)
+  c.dry, c.quota = has(flags, FLAG_DRY_RUN), has(flags, FLAG_QUOTA)
   c.algo = algorithm(c.code)
   if c.algo == nil then
     return redis.error_reply('sluice: unknown algorithm code ' .. tostring(A[b + 2]))
@@ -1173,8 +1089,8 @@ for i = 1, n do
   end
   -- The window of `now`: one of those the caller computed (calendar windows), else aligned to
   -- the epoch (src/algorithm/mod.rs `Frame::epoch_aligned`).
-  local ws, we = num(A[b + 12]), num(A[b + 13])
-  local pws, nwe = num(A[b + 14]), num(A[b + 15])
+  local ws, we = num(A[b + 10]), num(A[b + 11])
+  local pws, nwe = num(A[b + 12]), num(A[b + 13])
   if ws ~= nil and we ~= nil and not (ws <= now and now < we) then
     if pws ~= nil and pws <= now and now < ws then
       ws, we = pws, ws
@@ -1299,6 +1215,7 @@ if scope == 'undo' then
     local peek = evaluate(c, st, 0, false)
     push(true, peek.remaining, peek.reset, c.code == DISTINCT and takes_effect(c), true)
   end
+  log_flush(now)
   return reply
 end
 

@@ -1,5 +1,15 @@
 -- sluice: how long a key outlives what it counts, for every script that writes state
--- (src/store/redis/script.rs puts this file before each of them).
+-- (src/store/redis/script.rs puts this file before each of them), and the bits of a check's
+-- flags.
+
+-- A check's boolean options travel as one integer of these bits (script.rs `flags`, the same
+-- names), so a new option adds a bit, not an argument.
+local FLAG_REFUND, FLAG_ALWAYS, FLAG_DRY_RUN, FLAG_QUOTA = 1, 2, 4, 8
+
+-- Whether `flags` has `bit`.
+local function has(flags, bit_)
+  return bit.band(flags, bit_) ~= 0
+end
 
 -- Stored state lives this much past its expiry: a sluice whose clock runs behind the one that
 -- wrote it must still see it (losing it early would grant quota).

@@ -6,7 +6,7 @@
 --   KEYS[1]   the key
 --   ARGV[1]   now in microseconds, or '' to read the Redis clock (TIME)
 --   ARGV[2]   limit      ARGV[3] window (us, >= 1)      ARGV[4] hits
---   ARGV[5]   mode: 0, or 1 refund + 2 charge always
+--   ARGV[5]   flags: 0, or FLAG_REFUND + FLAG_ALWAYS (expiry.lua)
 --
 -- State (layout v2, shared with decide.lua): a hash of one field, the window's start (us),
 -- holding the count plus one (so that a count given back to 0 still marks its window, and
@@ -133,7 +133,7 @@ local function fixed_window(key, now, a2, a3, a4, a5, a6, limit, hits, mode, ws,
   end
 
   local allowed, after, rem
-  if mode % 2 == 1 then
+  if has(mode, FLAG_REFUND) then
     -- refund
     allowed = true
     after = count - hits
@@ -166,7 +166,7 @@ local function fixed_window(key, now, a2, a3, a4, a5, a6, limit, hits, mode, ws,
   local flags = 0
   if allowed then
     flags = 1
-  elseif mode < 2 then
+  elseif not has(mode, FLAG_ALWAYS) then
     -- rejected and not charged anyway
     return 0, 0, until_end
   end

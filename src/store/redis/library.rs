@@ -102,7 +102,7 @@ fn build() -> Library {
         table(&|id| id.argc().is_none().then(|| id.name().to_string())),
         table(&|id| id.argc().is_none().then(|| id.now_at().to_string())),
         // decide.lua's short layout, decided in place in the batch's own tables.
-        table(&|id| (id == ScriptId::Decide).then(|| "take_fixed_windows".to_string())),
+        table(&|id| (id == ScriptId::Decide).then(|| "take_short".to_string())),
     ));
     let hash = fred::util::sha1_hash(&body);
     let name = format!("sluice_{}", &hash[..12]);

@@ -6,7 +6,13 @@
 //! others in the script and a code in [`algorithm_code`]. A request of one check of some
 //! algorithms runs a script of that algorithm alone instead ([`fast_path`]): the same decision
 //! on the same state for a fraction of the Redis CPU (fixed_window: one HINCRBY; sliding_log:
-//! O(log n) sorted-set commands where `decide.lua` reads the whole log).
+//! its function's O(log n) sorted-set commands without `decide.lua`'s per-call setup).
+//! `sliding_log.lua` goes before `decide.lua` in [`LUA`]: the general policy decides a log with
+//! its functions (`log_evaluate`, O(log n) too), and the short layout (several plain takes)
+//! calls its fast-path function for a sliding_log beside fixed windows.
+//!
+//! A check's boolean options (refund, charge always, dry run, quota) travel as one integer of
+//! [`flag`] bits, in every layout: a new option is a new bit, and no argument moves.
 
 use std::borrow::Borrow;
 use std::sync::LazyLock;
@@ -18,10 +24,12 @@ use crate::algorithm::{Algorithm, Limit};
 use crate::model::Micros;
 use crate::store::{Charge, Check, ErrorKind, StoreError, Verdict};
 
-/// The Lua source; its SHA-1 names it in `EVALSHA`.
+/// The Lua source; its SHA-1 names it in `EVALSHA`. `sliding_log.lua`'s definitions are
+/// `decide.lua`'s state of a log (its per-call part is `fast_main`'s, not included here).
 pub const LUA: &str = concat!(
     include_str!("expiry.lua"),
     include_str!("division.lua"),
+    include_str!("sliding_log.lua"),
     include_str!("decide.lua")
 );
 
@@ -177,7 +185,26 @@ impl ScriptId {
 }
 
 /// Values per check in `ARGV` (must match `FIELDS` in the script).
-const FIELDS: usize = 15;
+const FIELDS: usize = 13;
+
+/// The bits of a check's boolean options, sent as one integer (`expiry.lua` names the same
+/// bits `FLAG_*`): a new option is a new bit, and no argument moves.
+pub mod flag {
+    pub const REFUND: i64 = 1;
+    /// `charge: always`.
+    pub const ALWAYS: i64 = 2;
+    pub const DRY_RUN: i64 = 4;
+    pub const QUOTA: i64 = 8;
+}
+
+/// A check's options as [`flag`] bits.
+fn flags(c: &Check<'_>) -> i64 {
+    let bit = |on: bool, bit: i64| if on { bit } else { 0 };
+    bit(c.ask.refund, flag::REFUND)
+        | bit(c.charge == Charge::Always, flag::ALWAYS)
+        | bit(c.ask.dry_run, flag::DRY_RUN)
+        | bit(c.quota, flag::QUOTA)
+}
 
 /// The largest integer a Lua number holds exactly; larger inputs are clamped to it (such a
 /// limit or hit count is unreachable in practice, and saturates in Rust too).
@@ -306,17 +333,25 @@ pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
     Some((c, id))
 }
 
-/// Whether `decide.lua` gets the checks in its short layout (scope 'fixed'): several
-/// fixed_window takes of a whole request, on distinct keys, with epoch-aligned windows, none a
-/// refund, dry run, charge-always or quota check. The script charges them by one `HINCRBY`
-/// each when all are allowed, and otherwise decides them as the long layout would.
+/// Whether `decide.lua` gets the checks in its short layout (scope 'fixed'): several takes of
+/// a whole request, on distinct keys, each a fixed_window with an epoch-aligned window or (at
+/// most one) a sliding_log, none a refund, dry run, charge-always or quota check. The script
+/// charges the fixed windows by one `HINCRBY` each and the sliding_log by its own O(log n)
+/// function when all are allowed, and otherwise decides them as the long layout would.
 fn short_layout<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> bool {
+    let logs = checks
+        .iter()
+        .filter(|&c| Borrow::<Check<'k>>::borrow(c).limit.algorithm == Algorithm::SlidingLog)
+        .count();
     scope == Scope::All
         && checks.len() > 1
+        && logs <= 1
         && checks.iter().enumerate().all(|(i, c)| {
             let c = c.borrow();
-            c.limit.algorithm == Algorithm::FixedWindow
-                && c.limit.calendar.is_none()
+            matches!(
+                c.limit.algorithm,
+                Algorithm::FixedWindow | Algorithm::SlidingLog
+            ) && c.limit.calendar.is_none()
                 && c.ask.hits > 0
                 && !c.ask.refund
                 && !c.ask.dry_run
@@ -350,7 +385,7 @@ pub struct FastCall<'k> {
 }
 
 impl<'k> FastCall<'k> {
-    /// `ARGV[2..]`: limit, window, hits, mode, and a bucket's burst or a sliding window's
+    /// `ARGV[2..]`: limit, window, hits, flags, and a bucket's burst or a sliding window's
     /// precision (fixed_window and sliding_log need nothing more).
     pub fn ints(&self) -> &[i64] {
         &self.ints[..self.n]
@@ -375,12 +410,12 @@ pub fn fast_call<'k, C: Borrow<Check<'k>>>(
     now: Option<Micros>,
 ) -> Option<FastCall<'k>> {
     let (c, id) = fast_path(checks, scope)?;
-    let mode = i64::from(c.ask.refund) + 2 * i64::from(c.charge == Charge::Always);
     let mut ints = [
         clamp(c.limit.requests),
         c.limit.window.clamp(1, MAX_SAFE as i64),
         clamp(c.ask.hits),
-        mode,
+        // A fast path never sees a dry run or quota mode (`fast_path`).
+        flags(c),
         0,
     ];
     let mut n = 4;
@@ -472,7 +507,7 @@ fn short_evalsha<'k, C: Borrow<Check<'k>>>(
 ) -> Vec<Value> {
     let int = Value::Integer;
     let n = checks.len();
-    let mut args = Vec::with_capacity(2 + n + 4 + 3 * n);
+    let mut args = Vec::with_capacity(2 + n + 4 + 4 * n);
     args.push(sha.clone());
     args.push(int(n as i64));
     args.extend(
@@ -502,6 +537,7 @@ fn short_evalsha<'k, C: Borrow<Check<'k>>>(
         args.push(int(clamp(c.limit.requests)));
         args.push(int(c.limit.window.clamp(1, MAX_SAFE as i64)));
         args.push(int(clamp(c.ask.hits)));
+        args.push(int(algorithm_code(c.limit.algorithm)));
     }
     args
 }
@@ -554,11 +590,8 @@ fn push_argv<'k, C: Borrow<Check<'k>>>(
             args.push(EMPTY);
         }
         args.push(int(clamp(c.ask.hits)));
-        // The refund column: 1 a refund, 2 a dry run (see `decide.lua`).
-        args.push(int(i64::from(c.ask.refund) + 2 * i64::from(c.ask.dry_run)));
-        args.push(int(i64::from(c.charge == Charge::Always)));
+        args.push(int(flags(c)));
         args.push(int(i64::from(c.group)));
-        args.push(int(i64::from(c.quota)));
         let bounds = window_bounds(c.limit, now.unwrap_or(local), now.is_none());
         for b in bounds.unwrap_or([None; 4]) {
             args.push(b.map_or(EMPTY, int));
@@ -701,7 +734,8 @@ mod tests {
         let third = &ints[3 + 2 * FIELDS..];
         assert_eq!(third[0], Some(1));
         assert_eq!(third[2], Some(MAX_SAFE as i64));
-        assert_eq!(third[9], Some(2));
+        assert_eq!(third[7], Some(flag::ALWAYS | flag::QUOTA));
+        assert_eq!(third[8], Some(2));
     }
 
     #[test]
@@ -726,8 +760,8 @@ mod tests {
         let sha = Value::from("decide");
         let args = evalsha(&sha, &[&a, &b], Scope::All, None, 5);
         let s = |v: &Value| v.as_str().map(|s| s.to_string()).unwrap_or_default();
-        // sha, 2 keys, 'fixed', now, n, groups, then limit, window, hits each.
-        assert_eq!(args.len(), 2 + 2 + 4 + 3 * 2);
+        // sha, 2 keys, 'fixed', now, n, groups, then limit, window, hits, algorithm each.
+        assert_eq!(args.len(), 2 + 2 + 4 + 4 * 2);
         assert_eq!((s(&args[2]), s(&args[3])), ("a".into(), "b".into()));
         assert_eq!(s(&args[4]), "fixed");
         assert_eq!(
@@ -753,7 +787,12 @@ mod tests {
         assert_eq!(long(&[&a, &a], Scope::All), "all");
         assert_eq!(long(&[&a, &b], Scope::Part), "part");
         assert_eq!(long(&[&a, &mk(b"c", &cal, 1)], Scope::All), "all");
-        assert_eq!(long(&[&a, &mk(b"c", &log, 1)], Scope::All), "all");
+        // One sliding_log beside fixed windows is short; two are not.
+        let log_args = evalsha(&sha, &[&a, &mk(b"c", &log, 1)], Scope::All, None, 5);
+        assert_eq!(s(&log_args[4]), "fixed");
+        assert_eq!(log_args[15].as_i64(), Some(3));
+        let two_logs = [&a, &mk(b"c", &log, 1), &mk(b"d", &log, 2)];
+        assert_eq!(long(&two_logs, Scope::All), "all");
         let mut refund = mk(b"c", &l, 1);
         refund.ask.refund = true;
         let mut quota = mk(b"c", &l, 1);
@@ -871,7 +910,7 @@ mod tests {
         let args = evalsha(&sha, &[&one], Scope::All, None, 5);
         assert_eq!(args[0], *ScriptId::FixedWindow.sha());
         let ints: Vec<Option<i64>> = args.iter().map(|v| v.as_i64()).collect();
-        // numkeys, key, now ('' = Redis clock), limit, window, hits, mode (refund + always)
+        // numkeys, key, now ('' = Redis clock), limit, window, hits, flags (REFUND | ALWAYS)
         assert_eq!(ints[1], Some(1));
         assert_eq!(args[3], EMPTY);
         assert_eq!(&ints[4..], [Some(10), Some(60_000_000), Some(3), Some(3)]);

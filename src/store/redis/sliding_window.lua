@@ -6,7 +6,7 @@
 --   KEYS[1]   the key
 --   ARGV[1]   now in microseconds, or '' to read the Redis clock (TIME)
 --   ARGV[2]   limit      ARGV[3] window (us, >= 1)      ARGV[4] hits
---   ARGV[5]   mode: 0, or 1 refund + 2 charge always
+--   ARGV[5]   flags: 0, or FLAG_REFUND + FLAG_ALWAYS (expiry.lua)
 --   ARGV[6]   precision (sub-windows per window; below 1 counts as 1)
 --
 -- State (shared with decide.lua): the string 'head c0 c1 ...', the index of the newest
@@ -138,7 +138,7 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
 
   local flags, rem, reset
   local write = hits > 0
-  if mode % 2 == 1 then
+  if has(mode, FLAG_REFUND) then
     -- Refund: taken back from the newest sub-windows first, never below zero (each count as
     -- decide.lua does it: a -0 read becomes 0).
     flags = 1
@@ -171,7 +171,7 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
   else
     local allowed = count + hits <= limit
     -- Not charged (so not written): rejected, unless charged always.
-    write = write and (allowed or mode >= 2)
+    write = write and (allowed or has(mode, FLAG_ALWAYS))
     local add = 0
     if write then
       -- Charge into now's sub-window, the total saturating at COUNT_CAP.

@@ -7,12 +7,14 @@
 //!
 //! Modules: `parity` (the scripts against the in-memory policy), `decisions` (round trips,
 //! exactness across instances, the clock), `plain` (fixed_window takes with no script:
-//! exact across window edges, settled, given back, mended), `failures` (the failure policy,
+//! exact across window edges, settled, given back, mended), `long_log` (a sliding_log of
+//! thousands of entries beside fixed windows, exact and O(log n)), `failures` (the failure policy,
 //! the breaker, NOSCRIPT, stalls), `server` (`--backend redis` end to end).
 
 mod clocks;
 mod decisions;
 mod failures;
+mod long_log;
 mod parity;
 mod plain;
 mod server;

@@ -215,6 +215,21 @@ fn scenarios() -> Vec<Scenario> {
             plain: false,
             distinct: None,
         },
+        // A sliding_log beside fixed windows of one descriptor, plain takes of distinct keys:
+        // decide.lua's short layout with the log decided by sliding_log.lua's function, and
+        // the general path when one is rejected.
+        Scenario {
+            name: "a sliding_log beside fixed windows of one descriptor",
+            keys: [
+                spec(SlidingLog, 5 * SEC),
+                spec(FixedWindow, 60 * SEC),
+                spec(FixedWindow, 10 * SEC),
+            ],
+            one_descriptor: true,
+            plain: true,
+            distinct: Some(true),
+            ..each("", FixedWindow)
+        },
         Scenario {
             name: "rate_limits (several limits of one descriptor)",
             keys: [
