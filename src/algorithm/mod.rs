@@ -169,11 +169,6 @@ impl Algorithm {
         self.param() == Some(param)
     }
 
-    /// token_bucket, leaky_bucket and gcra take a `burst`.
-    pub fn has_burst(self) -> bool {
-        self.takes(Param::Burst)
-    }
-
     /// The algorithms that count per window and so can align windows to a calendar.
     pub fn has_windows(self) -> bool {
         self.takes(Param::Calendar)
