@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use prost::Message;
 
-use crate::algorithm::{self, Algorithm, Ask, Limit, State};
+use crate::algorithm::{self, Algorithm, Ask, Limit, Param, State};
 use crate::clock::ManualClock;
 use crate::config::{compile, ConfigFile, LoadOptions};
 use crate::limiter::{Limiter, LimiterOptions};
@@ -133,7 +133,9 @@ pub fn request(data: &[u8]) {
 /// Different descriptors never share a storage key, and a key's `{...}` hash tag is exactly
 /// the descriptor (user bytes never contain the delimiters after escaping).
 fn storage_keys_are_injective(req: &crate::model::Request) {
-    let limit = Limit::fixed_window(1, MICROS_PER_SEC);
+    let Ok(limit) = Limit::fixed_window(1, MICROS_PER_SEC) else {
+        return;
+    };
     let keys: Vec<Vec<u8>> = req
         .descriptors
         .iter()
@@ -198,18 +200,16 @@ pub fn decide(data: &[u8]) {
     let algorithm = Algorithm::ALL[usize::from(b.u8()) % Algorithm::ALL.len()];
     let requests = u64::from(b.u32());
     let window = Micros::from(b.u32().max(1)) * 1_000;
-    let mut limit = Limit::new(algorithm, requests, window);
     let burst = b.u32();
-    if algorithm.has_burst() && burst != 0 {
-        limit.burst = u64::from(burst);
-    }
     let precision = u32::from(b.u8());
-    if algorithm == Algorithm::SlidingWindow && precision != 0 {
-        limit.precision = precision;
-    }
-    if limit.validate().is_err() {
+    let built = Limit::new(algorithm, requests, window).and_then(|l| match algorithm.param() {
+        Some(Param::Burst) if burst != 0 => l.with_burst(u64::from(burst)),
+        Some(Param::Precision) if precision != 0 => l.with_precision(precision),
+        _ => Ok(l),
+    });
+    let Ok(limit) = built else {
         return;
-    }
+    };
     let mut now: Micros = 1_700_000_000 * MICROS_PER_SEC;
     // The stored state and when the decision function said it may be forgotten.
     let mut state: Option<(State, Micros)> = None;
@@ -232,7 +232,7 @@ pub fn decide(data: &[u8]) {
         if !o.allowed {
             assert_eq!(o.remaining, 0, "a rejected ask reports nothing remaining");
         }
-        let cap = limit.requests.max(limit.burst);
+        let cap = limit.requests().max(limit.burst().unwrap_or(0));
         assert!(
             o.remaining <= cap,
             "remaining {} above the limit's {cap}",

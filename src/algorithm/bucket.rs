@@ -46,7 +46,7 @@ pub struct Params {
 
 impl Params {
     pub fn of(limit: &Limit) -> Params {
-        if limit.requests == 0 {
+        if limit.requests() == 0 {
             return Params {
                 hit: 1,
                 drain: 0,
@@ -54,14 +54,15 @@ impl Params {
                 cap: 0,
             };
         }
-        let window = limit.window.max(1) as u64;
-        let g = gcd(window, limit.requests);
+        let burst = limit.burst().unwrap_or(0);
+        let window = limit.window().max(1) as u64;
+        let g = gcd(window, limit.requests());
         let hit = window / g;
         Params {
             hit,
-            drain: limit.requests / g,
-            burst: limit.burst,
-            cap: limit.burst.saturating_mul(hit),
+            drain: limit.requests() / g,
+            burst,
+            cap: burst.saturating_mul(hit),
         }
     }
 
@@ -170,8 +171,8 @@ mod tests {
     const S: Micros = 1_000_000;
 
     fn params(requests: u64, window: Micros, burst: u64) -> Params {
-        let mut l = Limit::new(Algorithm::TokenBucket, requests, window);
-        l.burst = burst;
+        let l = Limit::new(Algorithm::TokenBucket, requests, window);
+        let l = l.and_then(|l| l.with_burst(burst)).unwrap();
         Params::of(&l)
     }
 
@@ -224,9 +225,9 @@ mod tests {
 
     #[test]
     fn the_largest_valid_capacity_stays_exact() {
-        let mut l = Limit::new(Algorithm::Gcra, 1, MAX_WINDOW);
-        l.burst = MAX_CAP / (MAX_WINDOW as u64);
-        assert!(l.validate().is_ok());
+        let l = Limit::new(Algorithm::Gcra, 1, MAX_WINDOW)
+            .and_then(|l| l.with_burst(MAX_CAP / (MAX_WINDOW as u64)))
+            .expect("the largest capacity is valid");
         let p = Params::of(&l);
         let o = evaluate(&p, None, 0, Ask::take(u64::from(u32::MAX)));
         assert!(level(&o) <= 2 * p.cap && 4 * p.cap < 1 << 53);

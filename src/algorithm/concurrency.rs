@@ -37,7 +37,7 @@ pub fn expiry(now: Micros, lease_time: Micros) -> Micros {
 }
 
 pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
-    let n = limit.requests;
+    let n = limit.requests();
     let mut leases: Vec<(Micros, u64)> = match prev {
         Some(s) => {
             let live_from = s.leases.partition_point(|&(e, _)| e <= now);
@@ -76,7 +76,7 @@ pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> O
     let allowed = ask.hits <= n && in_flight.saturating_add(ask.hits) <= n;
     let reset = if allowed {
         if ask.hits > 0 {
-            take(&mut leases, expiry(now, limit.window), ask.hits);
+            take(&mut leases, expiry(now, limit.window()), ask.hits);
         }
         until_empty(&leases)
     } else if ask.hits > n {
@@ -129,7 +129,7 @@ mod tests {
     const S: Micros = 1_000_000;
 
     fn limit(n: u64, lease: Micros) -> Limit {
-        Limit::new(Algorithm::Concurrency, n, lease)
+        Limit::new(Algorithm::Concurrency, n, lease).unwrap()
     }
 
     fn leases_of(o: &Outcome) -> Vec<(Micros, u64)> {
@@ -215,7 +215,7 @@ mod tests {
         // 1000.01 s: 30 s later is not on a 30 ms slot; the lease lasts to the next one.
         let t = 1_000 * S + 10_000;
         let end = 1_030 * S + 20_000;
-        assert_eq!(expiry(t, l.window), end);
+        assert_eq!(expiry(t, l.window()), end);
         let first = evaluate(&l, None, t, Ask::take(1));
         assert_eq!((first.allowed, first.expires_at), (true, end));
         let held = match &first.charged {
@@ -280,7 +280,7 @@ mod tests {
                     let fits = list.len() as u64 + hits <= n;
                     prop_assert_eq!(o.allowed, fits);
                     if fits {
-                        list.extend(std::iter::repeat_n(expiry(now, l.window), hits as usize));
+                        list.extend(std::iter::repeat_n(expiry(now, l.window()), hits as usize));
                     }
                 } else {
                     list.drain(..list.len().min(hits as usize));

@@ -166,7 +166,7 @@ pub fn evaluate(limit: &Limit, prev: Option<&State>, frame: Frame, ask: Ask) -> 
     let (allowed, values) = if ask.refund {
         (true, values)
     } else if approximate {
-        match (before < limit.requests, ask.hits > 0 && !seen) {
+        match (before < limit.requests(), ask.hits > 0 && !seen) {
             (false, _) => (false, values),
             (true, true) => {
                 let mut added = values;
@@ -180,7 +180,7 @@ pub fn evaluate(limit: &Limit, prev: Option<&State>, frame: Frame, ask: Ask) -> 
     } else {
         let mut added = values.clone();
         added.insert(ask.value);
-        let ok = added.count() <= limit.requests;
+        let ok = added.count() <= limit.requests();
         match (ok, ask.hits > 0) {
             (true, true) => (true, added),
             (ok, _) => (ok, values),
@@ -190,9 +190,9 @@ pub fn evaluate(limit: &Limit, prev: Option<&State>, frame: Frame, ask: Ask) -> 
     let remaining = if !allowed {
         0
     } else if ask.hits == 0 || ask.refund {
-        limit.requests.saturating_sub(before)
+        limit.requests().saturating_sub(before)
     } else {
-        limit.requests.saturating_sub(after)
+        limit.requests().saturating_sub(after)
     };
     Outcome {
         allowed,
@@ -241,7 +241,7 @@ mod tests {
 
     #[test]
     fn at_most_n_new_values_per_window_seen_ones_always_pass() {
-        let l = Limit::new(Algorithm::Distinct, 3, 3_600 * S);
+        let l = Limit::new(Algorithm::Distinct, 3, 3_600 * S).unwrap();
         let f = l.frame(7_200 * S + 5);
         let mut st: Option<State> = None;
         let mut run = |v: &str, hits: u64, f: Frame| {
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn refunds_and_forced_charges_change_nothing() {
-        let l = Limit::new(Algorithm::Distinct, 1, 60 * S);
+        let l = Limit::new(Algorithm::Distinct, 1, 60 * S).unwrap();
         let f = l.frame(0);
         let o = evaluate(&l, None, f, ask("a", 1));
         let st = state(&o);
@@ -281,7 +281,7 @@ mod tests {
 
     #[test]
     fn clock_behind_keeps_the_later_window() {
-        let l = Limit::new(Algorithm::Distinct, 1, 60 * S);
+        let l = Limit::new(Algorithm::Distinct, 1, 60 * S).unwrap();
         let o = evaluate(&l, None, l.frame(120 * S), ask("a", 1));
         let o = evaluate(&l, Some(&state(&o)), l.frame(100 * S), ask("b", 1));
         assert!(!o.allowed);
@@ -290,7 +290,7 @@ mod tests {
 
     #[test]
     fn large_limits_use_a_hyperloglog_within_about_one_percent() {
-        let l = Limit::new(Algorithm::Distinct, 20_000, 60 * S);
+        let l = Limit::new(Algorithm::Distinct, 20_000, 60 * S).unwrap();
         assert!(l.is_approximate());
         let f = l.frame(0);
         let mut st: Option<State> = None;

@@ -30,9 +30,9 @@ mod tests {
     const S: Micros = 1_000_000;
 
     fn limit(requests: u64, window: Micros, burst: u64) -> Limit {
-        let mut l = Limit::new(Algorithm::Gcra, requests, window);
-        l.burst = burst;
-        l
+        Limit::new(Algorithm::Gcra, requests, window)
+            .and_then(|l| l.with_burst(burst))
+            .unwrap()
     }
 
     fn state(o: &Outcome) -> bucket::State {
@@ -55,9 +55,9 @@ mod tests {
 
     impl RedisCell {
         fn new(l: &Limit, max_burst: u64) -> Self {
-            let t = l.window as i128;
+            let t = l.window() as i128;
             RedisCell {
-                requests: l.requests.into(),
+                requests: l.requests().into(),
                 t,
                 dvt: t * (i128::from(max_burst) + 1),
                 tat: None,

@@ -25,9 +25,9 @@ mod tests {
     const S: Micros = 1_000_000;
 
     fn limit(requests: u64, window: Micros, burst: u64) -> Limit {
-        let mut l = Limit::new(Algorithm::LeakyBucket, requests, window);
-        l.burst = burst;
-        l
+        Limit::new(Algorithm::LeakyBucket, requests, window)
+            .and_then(|l| l.with_burst(burst))
+            .unwrap()
     }
 
     fn level(o: &Outcome) -> u64 {
@@ -71,8 +71,8 @@ mod tests {
             always in any::<bool>(),
         ) {
             let leaky = limit(r, w * S / 4, b);
-            let token = Limit { algorithm: Algorithm::TokenBucket, ..leaky.clone() };
-            let gcra = Limit { algorithm: Algorithm::Gcra, ..leaky.clone() };
+            let same = |a| Limit::new(a, r, w * S / 4).and_then(|l| l.with_burst(b)).unwrap();
+            let (token, gcra) = (same(Algorithm::TokenBucket), same(Algorithm::Gcra));
             let a = timeline::outcomes(&leaky, &events, always);
             prop_assert_eq!(&a, &timeline::outcomes(&token, &events, always));
             prop_assert_eq!(&a, &timeline::outcomes(&gcra, &events, always));

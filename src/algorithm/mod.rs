@@ -2,7 +2,7 @@
 //!
 //! Nothing here performs I/O, awaits, or reads a clock: time arrives in a [`Frame`]. The Redis
 //! Lua scripts are ports of these functions, so every quantity is an integer number of
-//! microseconds or hits and stays below 2^53 for limits that [`Limit::validate`] accepts.
+//! microseconds or hits and stays below 2^53 for any [`Limit`] (one cannot be built otherwise).
 //! Calendar windows (time zones) are the one exception: [`calendar`] computes their bounds in
 //! Rust and hands them over in the [`Frame`]. ALGORITHMS.md states every definition.
 
@@ -13,6 +13,7 @@ pub mod distinct;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+mod limit;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
@@ -20,25 +21,19 @@ pub mod token_bucket;
 #[cfg(test)]
 pub(crate) mod timeline;
 
-use chrono_tz::Tz;
+pub use limit::{
+    Calendar, InvalidLimit, Limit, DEFAULT_PRECISION, MAX_LOG, MAX_PRECISION, MAX_WINDOW,
+};
 
-use crate::model::{Micros, Unit};
+use crate::model::Micros;
 
 /// The largest integer every intermediate value must stay within (Lua numbers are doubles).
 pub const MAX_SAFE: u64 = (1 << 53) - 1;
 /// Counts (including debt) saturate here, so that `count + hits` stays below 2^53.
 pub const COUNT_CAP: u64 = 1 << 52;
-/// The longest window: 10 years of 365 days, so that `now + 2 * window` stays below 2^53 µs
-/// for centuries.
-pub const MAX_WINDOW: Micros = 10 * 365 * 86_400 * 1_000_000;
-/// sliding_log keeps one timestamp per hit: at most this many per key.
-pub const MAX_LOG: u64 = 10_000;
-/// sliding_window keeps `precision + 1` counters: at most this many sub-windows.
-pub const MAX_PRECISION: u32 = 100;
-/// The default number of sub-windows of a sliding_window.
-pub const DEFAULT_PRECISION: u32 = 10;
 
-/// Which algorithm decides a limit.
+/// Which algorithm decides a limit. What each one is and takes is answered here, by
+/// its row in one table (`traits`), so that no code outside this module asks which algorithm it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     FixedWindow,
@@ -52,7 +47,50 @@ pub enum Algorithm {
     Concurrency,
 }
 
+/// The optional parameter an algorithm takes beyond its rate and window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Param {
+    /// A bucket's capacity ([`Limit::with_burst`]).
+    Burst,
+    /// A sliding window's sub-windows ([`Limit::with_precision`]).
+    Precision,
+    /// Windows aligned to a calendar ([`Limit::with_calendar`]).
+    Calendar,
+}
+
+impl Param {
+    /// Its name as the config writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Param::Burst => "burst",
+            Param::Precision => "precision",
+            Param::Calendar => "align: calendar",
+        }
+    }
+}
+
+/// What an algorithm is, as the code outside this module needs to know it.
+struct Traits {
+    name: &'static str,
+    param: Option<Param>,
+    leases: bool,
+    counts_values: bool,
+    cacheable: bool,
+}
+
+/// Most algorithms count requests in some window and take no parameter.
+const COUNTS: Traits = Traits {
+    name: "",
+    param: None,
+    leases: false,
+    counts_values: false,
+    cacheable: true,
+};
+
 impl Algorithm {
+    /// The algorithm of a limit that names none (envoyproxy/ratelimit's only one).
+    pub const DEFAULT: Algorithm = Algorithm::FixedWindow;
+
     pub const ALL: [Algorithm; 8] = [
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
@@ -64,163 +102,110 @@ impl Algorithm {
         Algorithm::Concurrency,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    /// The table: a new algorithm gets its row here (and its decision function in
+    /// [`evaluate`]).
+    const fn traits(self) -> Traits {
         match self {
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::LeakyBucket => "leaky_bucket",
-            Algorithm::Gcra => "gcra",
-            Algorithm::Distinct => "distinct",
-            Algorithm::Concurrency => "concurrency",
+            Algorithm::FixedWindow => Traits {
+                name: "fixed_window",
+                param: Some(Param::Calendar),
+                ..COUNTS
+            },
+            Algorithm::SlidingWindow => Traits {
+                name: "sliding_window",
+                param: Some(Param::Precision),
+                ..COUNTS
+            },
+            Algorithm::SlidingLog => Traits {
+                name: "sliding_log",
+                ..COUNTS
+            },
+            Algorithm::TokenBucket => Traits {
+                name: "token_bucket",
+                param: Some(Param::Burst),
+                ..COUNTS
+            },
+            Algorithm::LeakyBucket => Traits {
+                name: "leaky_bucket",
+                param: Some(Param::Burst),
+                ..COUNTS
+            },
+            Algorithm::Gcra => Traits {
+                name: "gcra",
+                param: Some(Param::Burst),
+                ..COUNTS
+            },
+            // A cache cannot tell whether a value it has not seen would be counted.
+            Algorithm::Distinct => Traits {
+                name: "distinct",
+                param: Some(Param::Calendar),
+                counts_values: true,
+                cacheable: false,
+                ..COUNTS
+            },
+            // A release (at any replica) frees leases long before they would expire, so a
+            // cached rejection would be wrong.
+            Algorithm::Concurrency => Traits {
+                name: "concurrency",
+                leases: true,
+                cacheable: false,
+                ..COUNTS
+            },
         }
     }
 
-    /// token_bucket, leaky_bucket and gcra take a `burst`.
-    pub fn has_burst(self) -> bool {
-        matches!(
-            self,
-            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra
-        )
+    /// Its name as the config and the storage keys write it.
+    pub const fn as_str(self) -> &'static str {
+        self.traits().name
+    }
+
+    /// The parameter beyond rate and window it takes, if any.
+    pub const fn param(self) -> Option<Param> {
+        self.traits().param
+    }
+
+    /// Whether it takes `param`.
+    pub fn takes(self, param: Param) -> bool {
+        self.param() == Some(param)
     }
 
     /// The algorithms that count per window and so can align windows to a calendar.
     pub fn has_windows(self) -> bool {
-        matches!(self, Algorithm::FixedWindow | Algorithm::Distinct)
-    }
-}
-
-/// Windows aligned to local calendar boundaries in a time zone (`align: calendar`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Calendar {
-    /// Hour, day, week (from Monday), month (from the 1st) or year (from January 1st).
-    pub unit: Unit,
-    pub tz: Tz,
-}
-
-/// A validated limit: `requests` per `window`, decided by `algorithm`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Limit {
-    pub algorithm: Algorithm,
-    pub requests: u64,
-    /// Window length in microseconds (> 0); for calendar windows, the nominal length.
-    pub window: Micros,
-    /// token_bucket / leaky_bucket / gcra: the capacity, i.e. how many single-hit requests pass
-    /// back to back from idle. Ignored by the other algorithms.
-    pub burst: u64,
-    /// sliding_window: sub-windows per window. Ignored by the other algorithms.
-    pub precision: u32,
-    /// fixed_window / distinct: calendar windows instead of windows aligned to the epoch.
-    pub calendar: Option<Calendar>,
-}
-
-impl Limit {
-    /// A limit of `algorithm` with its defaults: `burst = requests`, precision 10, epoch windows.
-    pub fn new(algorithm: Algorithm, requests: u64, window: Micros) -> Self {
-        Limit {
-            algorithm,
-            requests,
-            window,
-            burst: requests,
-            precision: DEFAULT_PRECISION,
-            calendar: None,
-        }
+        self.takes(Param::Calendar)
     }
 
-    pub fn fixed_window(requests: u64, window: Micros) -> Self {
-        Limit::new(Algorithm::FixedWindow, requests, window)
+    /// Its requests are leases held until released or expired, not requests per window:
+    /// `requests` is how many may be in flight, `window` how long a lease lasts. A settlement
+    /// releases every lease whatever was used, an override keeps the lease time, and the
+    /// quota unit reported is concurrent requests.
+    pub const fn leases(self) -> bool {
+        self.traits().leases
     }
 
-    /// The frame of `now` for this limit: windows aligned to the epoch, or to the calendar.
-    pub fn frame(&self, now: Micros) -> Frame {
-        match self.calendar {
-            Some(c) if self.algorithm.has_windows() => calendar::frame(now, c),
-            _ => Frame::epoch_aligned(now, self.window),
-        }
+    /// It counts the distinct values of a descriptor's last entry (which is then not part of
+    /// the key) rather than requests.
+    pub const fn counts_values(self) -> bool {
+        self.traits().counts_values
     }
 
-    /// distinct: whether the values are kept as a HyperLogLog (limits above
-    /// [`distinct::EXACT_MAX`]) rather than an exact set.
-    pub fn is_approximate(&self) -> bool {
-        self.algorithm == Algorithm::Distinct && self.requests > distinct::EXACT_MAX
+    /// Whether a replica's local cache may answer a take of this algorithm from a decision it
+    /// remembers (see `store::local_cache`).
+    pub const fn cacheable(self) -> bool {
+        self.traits().cacheable
     }
 
-    /// Checks that every value the decision function computes for this limit stays exact in a
-    /// double (below 2^53) and that the state stays small. The message says what to change.
-    ///
-    /// ```
-    /// use sluice::algorithm::{Algorithm, Limit, MAX_WINDOW};
-    ///
-    /// assert!(Limit::new(Algorithm::Gcra, 100, 1_000_000).validate().is_ok());
-    /// let err = Limit::fixed_window(5, MAX_WINDOW + 1).validate().unwrap_err();
-    /// assert!(err.contains("longest supported window"), "{err}");
-    /// ```
-    pub fn validate(&self) -> Result<(), String> {
-        if self.window <= 0 {
-            return Err("the window must be longer than zero".into());
-        }
-        if self.window > MAX_WINDOW {
-            return Err(format!(
-                "the window ({} s) is longer than the longest supported window of 10 years",
-                self.window / 1_000_000
-            ));
-        }
-        if self.requests > u64::from(u32::MAX) {
-            return Err(format!(
-                "requests_per_unit {} exceeds {}",
-                self.requests,
-                u32::MAX
-            ));
-        }
-        match self.algorithm {
-            // concurrency: any max_in_flight and lease time within the bounds above.
-            Algorithm::FixedWindow | Algorithm::Distinct | Algorithm::Concurrency => Ok(()),
-            Algorithm::SlidingWindow => {
-                if self.precision == 0 || self.precision > MAX_PRECISION {
-                    return Err(format!(
-                        "precision must be between 1 and {MAX_PRECISION} (got {})",
-                        self.precision
-                    ));
-                }
-                if self.window % Micros::from(self.precision) != 0 {
-                    return Err(format!(
-                        "a window of {} µs cannot be split into {} sub-windows of whole microseconds; choose a precision that divides it",
-                        self.window, self.precision
-                    ));
-                }
-                Ok(())
-            }
-            Algorithm::SlidingLog => {
-                if self.requests > MAX_LOG {
-                    return Err(format!(
-                        "sliding_log keeps one timestamp per request, and {} is more than the {MAX_LOG} it keeps per key; use algorithm: sliding_window for large limits",
-                        self.requests
-                    ));
-                }
-                Ok(())
-            }
-            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra => {
-                if self.requests == 0 {
-                    // Nothing ever refills: every request is rejected and no state is kept.
-                    return if self.burst == self.requests {
-                        Ok(())
-                    } else {
-                        Err("burst needs requests_per_unit above zero (nothing would refill the bucket)".into())
-                    };
-                }
-                if self.burst == 0 {
-                    return Err("burst must be at least 1".into());
-                }
-                let p = bucket::Params::of(self);
-                match p.cap_checked() {
-                    Some(cap) if cap <= bucket::MAX_CAP => Ok(()),
-                    _ => Err(format!(
-                        "burst {} with {} requests per {} µs needs more than 2^51 units of exact arithmetic (burst × window / gcd(window, requests_per_unit)); lower burst, or pick a requests_per_unit that divides the window more evenly",
-                        self.burst, self.requests, self.window
-                    )),
-                }
-            }
+    /// The names of the algorithms for which `pick` holds, as a message lists them:
+    /// "sliding_window only", "fixed_window and distinct", "a, b and c".
+    pub fn names_where(pick: impl Fn(Algorithm) -> bool) -> String {
+        let names: Vec<&str> = Algorithm::ALL
+            .into_iter()
+            .filter(|a| pick(*a))
+            .map(Algorithm::as_str)
+            .collect();
+        match names.as_slice() {
+            [] => "no algorithm".to_string(),
+            [one] => format!("{one} only"),
+            [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
         }
     }
 }
@@ -300,6 +285,24 @@ pub enum State {
     Concurrency(concurrency::State),
 }
 
+impl State {
+    /// Requested heap bytes beyond its inline size (the memory store's accounting).
+    pub fn heap_bytes(&self) -> usize {
+        let words = |n: usize| n * 8;
+        match self {
+            State::FixedWindow(_) | State::Bucket(_) => 0,
+            State::SlidingWindow(s) => words(s.counts.capacity()),
+            State::SlidingLog(s) => words(s.log.capacity()),
+            // (expiry, leases): two words per group.
+            State::Concurrency(s) => words(2 * s.leases.capacity()),
+            State::Distinct(s) => match &s.values {
+                distinct::Values::Exact(v) => words(v.capacity()),
+                distinct::Values::Hll(r) => r.len(),
+            },
+        }
+    }
+}
+
 /// The answer of one decision function.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
@@ -330,7 +333,7 @@ pub struct Outcome {
 /// use sluice::algorithm::{evaluate, Ask, Limit};
 ///
 /// const MINUTE: i64 = 60_000_000; // µs
-/// let limit = Limit::fixed_window(2, MINUTE);
+/// let limit = Limit::fixed_window(2, MINUTE)?;
 /// let now = 10 * MINUTE + 15_000_000; // 15 s into a window
 ///
 /// let first = evaluate(&limit, None, limit.frame(now), Ask::take(1));
@@ -347,15 +350,16 @@ pub struct Outcome {
 /// // In the next window the count starts again.
 /// let next = limit.frame(now + 45_000_000);
 /// assert!(evaluate(&limit, Some(&second.charged), next, Ask::take(1)).allowed);
+/// # Ok::<(), sluice::algorithm::InvalidLimit>(())
 /// ```
 pub fn evaluate(limit: &Limit, state: Option<&State>, frame: Frame, ask: Ask) -> Outcome {
-    match limit.algorithm {
+    match limit.algorithm() {
         Algorithm::FixedWindow => {
             let prev = match state {
                 Some(State::FixedWindow(s)) => Some(s),
                 _ => None,
             };
-            fixed_window::evaluate(limit.requests, prev, frame, ask)
+            fixed_window::evaluate(limit.requests(), prev, frame, ask)
         }
         Algorithm::SlidingWindow => {
             let prev = match state {
@@ -376,7 +380,7 @@ pub fn evaluate(limit: &Limit, state: Option<&State>, frame: Frame, ask: Ask) ->
                 Some(State::Bucket(s)) => Some(s),
                 _ => None,
             };
-            match limit.algorithm {
+            match limit.algorithm() {
                 Algorithm::TokenBucket => token_bucket::evaluate(limit, prev, frame.now, ask),
                 Algorithm::LeakyBucket => leaky_bucket::evaluate(limit, prev, frame.now, ask),
                 _ => gcra::evaluate(limit, prev, frame.now, ask),
@@ -409,52 +413,4 @@ pub fn is_over_limit(limit: &Limit, state: &State, frame: Frame) -> bool {
 /// exact above 2^53; ports compute `floor` and correct).
 pub(crate) fn ceil_div(a: u64, b: u64) -> u64 {
     a / b + u64::from(!a.is_multiple_of(b))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const S: Micros = 1_000_000;
-
-    #[test]
-    fn validation_rejects_what_cannot_be_exact() {
-        let ok = |l: &Limit| l.validate().is_ok();
-        assert!(ok(&Limit::fixed_window(u64::from(u32::MAX), MAX_WINDOW)));
-        assert!(!ok(&Limit::fixed_window(1, MAX_WINDOW + 1)));
-        assert!(!ok(&Limit::fixed_window(1, 0)));
-        assert!(ok(&Limit::new(Algorithm::SlidingLog, MAX_LOG, 60 * S)));
-        assert!(!ok(&Limit::new(Algorithm::SlidingLog, MAX_LOG + 1, 60 * S)));
-        let mut sw = Limit::new(Algorithm::SlidingWindow, 100, S);
-        sw.precision = 3;
-        assert!(!ok(&sw), "1 s is not divisible into 3 whole-µs sub-windows");
-        sw.precision = 0;
-        assert!(!ok(&sw));
-        sw.precision = 10;
-        assert!(ok(&sw));
-        // 100 000 per day: gcd reduces the arithmetic to 100 000 × 864 000 units.
-        assert!(ok(&Limit::new(Algorithm::TokenBucket, 100_000, 86_400 * S)));
-        // A prime rate per year does not reduce at all.
-        let l = Limit::new(Algorithm::Gcra, 4_294_967_291, 365 * 86_400 * S);
-        assert!(!ok(&l));
-        let mut zero = Limit::new(Algorithm::LeakyBucket, 0, S);
-        assert!(ok(&zero));
-        zero.burst = 5;
-        assert!(!ok(&zero));
-    }
-
-    #[test]
-    fn calendar_applies_to_windowed_algorithms_only() {
-        let cal = Calendar {
-            unit: Unit::Day,
-            tz: chrono_tz::Asia::Shanghai,
-        };
-        let mut l = Limit::fixed_window(1, 86_400 * S);
-        l.calendar = Some(cal);
-        // 2024-01-01T00:00:00Z is 08:00 in Shanghai: the day began at 16:00Z the day before.
-        let now = 1_704_067_200 * S;
-        assert_eq!(l.frame(now).window_start, now - 8 * 3_600 * S);
-        l.algorithm = Algorithm::SlidingWindow;
-        assert_eq!(l.frame(now).window_start, now);
-    }
 }

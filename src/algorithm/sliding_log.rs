@@ -17,8 +17,8 @@ pub struct State {
 }
 
 pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
-    let window = limit.window;
-    let n = limit.requests;
+    let window = limit.window();
+    let n = limit.requests();
     let mut log: Vec<Micros> = match prev {
         Some(s) => {
             let keep_from = s.log.partition_point(|&t| t <= now - window);
@@ -89,7 +89,7 @@ mod tests {
     const S: Micros = 1_000_000;
 
     fn limit(n: u64, window: Micros) -> Limit {
-        Limit::new(Algorithm::SlidingLog, n, window)
+        Limit::new(Algorithm::SlidingLog, n, window).unwrap()
     }
 
     fn log_of(o: &Outcome) -> &[Micros] {
@@ -129,7 +129,7 @@ mod tests {
                 (allowed, remaining, reset),
                 "case {i}"
             );
-            assert!(log_of(&o).len() as u64 <= l.requests);
+            assert!(log_of(&o).len() as u64 <= l.requests());
         }
     }
 
@@ -185,7 +185,7 @@ mod tests {
         ) {
             let l = limit(n, 7 * S);
             let admitted = timeline::run(&l, &events, false);
-            prop_assert!(timeline::max_in_span(&admitted, l.window) <= n);
+            prop_assert!(timeline::max_in_span(&admitted, l.window()) <= n);
             // And exact: a request is rejected only when the window really is full.
             timeline::check_log_exactness(&l, &events);
         }

@@ -25,8 +25,8 @@ pub struct State {
 }
 
 pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
-    let p = limit.precision.max(1) as usize;
-    let sub = (limit.window / p as Micros).max(1);
+    let p = limit.precision().map_or(1, |p| p.get()) as usize;
+    let sub = (limit.window() / p as Micros).max(1);
     let window = sub * p as Micros;
     let i = now.div_euclid(sub);
     let mut st = match prev {
@@ -54,12 +54,12 @@ pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> O
     };
     // Time until `hits` more would fit, oldest sub-windows leaving first.
     let retry = |s: &State, hits: u64| {
-        if hits > limit.requests {
+        if hits > limit.requests() {
             return until_empty(s);
         }
         let mut total: u64 = s.counts.iter().sum();
         for j in (0..=p).rev() {
-            if total + hits <= limit.requests {
+            if total + hits <= limit.requests() {
                 // Fits once the sub-window older than `j` has left.
                 return if j == p {
                     0
@@ -83,7 +83,7 @@ pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> O
         let reset = until_empty(&st);
         return Outcome {
             allowed: true,
-            remaining: limit.requests.saturating_sub(count),
+            remaining: limit.requests().saturating_sub(count),
             reset,
             debt_reset: reset,
             expires_at: now + reset,
@@ -93,14 +93,14 @@ pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> O
 
     let allowed = count
         .checked_add(ask.hits)
-        .is_some_and(|a| a <= limit.requests);
+        .is_some_and(|a| a <= limit.requests());
     let uncharged_retry = if allowed { 0 } else { retry(&st, ask.hits) };
     st.counts[0] += ask.hits.min(COUNT_CAP.saturating_sub(count));
     let after: u64 = st.counts.iter().sum();
     let until = until_empty(&st);
     Outcome {
         allowed,
-        remaining: if allowed { limit.requests - after } else { 0 },
+        remaining: if allowed { limit.requests() - after } else { 0 },
         reset: if allowed { until } else { uncharged_retry },
         debt_reset: if allowed { until } else { retry(&st, ask.hits) },
         expires_at: now + until,
@@ -118,9 +118,9 @@ mod tests {
     const S: Micros = 1_000_000;
 
     fn limit(n: u64, window: Micros, precision: u32) -> Limit {
-        let mut l = Limit::new(Algorithm::SlidingWindow, n, window);
-        l.precision = precision;
-        l
+        Limit::new(Algorithm::SlidingWindow, n, window)
+            .and_then(|l| l.with_precision(precision))
+            .unwrap()
     }
 
     fn st(o: &Outcome) -> &State {
@@ -199,7 +199,7 @@ mod tests {
         assert!(o.allowed);
         let o = evaluate(&l, Some(st(&o)), now + 1, Ask::take(u64::from(u32::MAX)));
         assert!(!o.allowed);
-        assert!(o.reset <= l.window + l.window / 100);
+        assert!(o.reset <= l.window() + l.window() / 100);
         assert!(o.expires_at < super::super::MAX_SAFE as i64);
     }
 
@@ -219,7 +219,7 @@ mod tests {
         ) {
             let l = limit(n, 5 * S * Micros::from(precision), precision);
             let admitted = timeline::run(&l, &events, false);
-            prop_assert!(timeline::max_in_span(&admitted, l.window) <= n);
+            prop_assert!(timeline::max_in_span(&admitted, l.window()) <= n);
         }
 
         #[test]
@@ -228,7 +228,7 @@ mod tests {
         ) {
             let l = limit(n, 10 * S, 5);
             let (state, last) = timeline::final_state(&l, &events, true);
-            let later = last + l.window + l.window / 5;
+            let later = last + l.window() + l.window() / 5;
             let o = evaluate(&l, match &state { Some(AnyState::SlidingWindow(s)) => Some(s), _ => None }, later, Ask::take(n));
             prop_assert!(o.allowed);
         }

@@ -118,11 +118,11 @@ pub fn check_log_exactness(limit: &Limit, events: &[Event]) {
         now += e.advance;
         let in_window: u64 = admitted
             .iter()
-            .filter(|&&(t, _)| t > now - limit.window)
+            .filter(|&&(t, _)| t > now - limit.window())
             .map(|&(_, h)| h)
             .sum();
         let allowed = step(limit, &mut state, now, e.hits, false);
-        assert_eq!(allowed, in_window + e.hits <= limit.requests, "at {now}");
+        assert_eq!(allowed, in_window + e.hits <= limit.requests(), "at {now}");
         if allowed && e.hits > 0 {
             admitted.push((now, e.hits));
         }
@@ -131,7 +131,7 @@ pub fn check_log_exactness(limit: &Limit, events: &[Event]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Algorithm;
+    use super::super::{Algorithm, Param};
     use super::*;
 
     const S: Micros = 1_000_000;
@@ -139,8 +139,10 @@ mod tests {
     /// The seeds' demonstration: 3 per 5 s, one request every 0.5 s from 3.5 s to 5.5 s
     /// around the boundary at 5 s.
     fn demo(algorithm: Algorithm) -> Vec<(Micros, u64)> {
-        let mut l = Limit::new(algorithm, 3, 5 * S);
-        l.precision = 5;
+        let mut l = Limit::new(algorithm, 3, 5 * S).unwrap();
+        if algorithm.takes(Param::Precision) {
+            l = l.with_precision(5).unwrap();
+        }
         hammer(&l, 3 * S + S / 2, 6 * S, S / 2)
     }
 
@@ -161,7 +163,7 @@ mod tests {
 
     #[test]
     fn fixed_window_stays_within_twice_the_limit() {
-        let l = Limit::fixed_window(3, 5 * S);
+        let l = Limit::fixed_window(3, 5 * S).unwrap();
         let admitted = hammer(&l, 4 * S + 7 * S / 10, 5 * S + 3 * S / 10, S / 10);
         assert_eq!(max_in_span(&admitted, 5 * S), 6);
     }
@@ -174,12 +176,12 @@ mod tests {
             1u64..6,
         )
             .prop_map(|(a, n, w, b)| {
-                let mut l = Limit::new(a, n, w * S);
-                l.precision = 4;
-                if a.has_burst() && n > 0 {
-                    l.burst = b;
+                let l = Limit::new(a, n, w * S).unwrap();
+                match a.param() {
+                    Some(Param::Precision) => l.with_precision(4).unwrap(),
+                    Some(Param::Burst) if n > 0 => l.with_burst(b).unwrap(),
+                    _ => l,
                 }
-                l
             })
     }
 
@@ -232,9 +234,9 @@ mod tests {
         fn fixed_window_never_more_than_twice_the_limit(
             n in 1u64..8, events in events(80, 3 * S),
         ) {
-            let l = Limit::fixed_window(n, 5 * S);
+            let l = Limit::fixed_window(n, 5 * S).unwrap();
             let admitted = run(&l, &events, false);
-            prop_assert!(max_in_span(&admitted, l.window) <= 2 * n);
+            prop_assert!(max_in_span(&admitted, l.window()) <= 2 * n);
         }
     }
 }

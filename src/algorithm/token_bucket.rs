@@ -25,9 +25,9 @@ mod tests {
     const S: Micros = 1_000_000;
 
     fn limit(requests: u64, window: Micros, burst: u64) -> Limit {
-        let mut l = Limit::new(Algorithm::TokenBucket, requests, window);
-        l.burst = burst;
-        l
+        Limit::new(Algorithm::TokenBucket, requests, window)
+            .and_then(|l| l.with_burst(burst))
+            .unwrap()
     }
 
     fn state(o: &Outcome) -> bucket::State {
@@ -113,11 +113,11 @@ mod tests {
     impl Textbook {
         fn new(l: &Limit) -> Self {
             Textbook {
-                requests: l.requests.into(),
-                window: l.window as u128,
-                burst: l.burst.into(),
+                requests: l.requests().into(),
+                window: l.window() as u128,
+                burst: l.param().into(),
                 at: Micros::MIN,
-                num: l.burst as u128 * l.window as u128,
+                num: l.param() as u128 * l.window() as u128,
             }
         }
 
@@ -173,8 +173,8 @@ mod tests {
                 let mut sum = 0u128;
                 for &(t1, h) in &admitted[i..] {
                     sum += u128::from(h);
-                    let refill = (t1 - t0) as u128 * u128::from(l.requests) / l.window as u128;
-                    prop_assert!(sum <= u128::from(l.burst) + refill);
+                    let refill = (t1 - t0) as u128 * u128::from(l.requests()) / l.window() as u128;
+                    prop_assert!(sum <= u128::from(l.param()) + refill);
                 }
             }
         }

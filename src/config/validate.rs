@@ -9,7 +9,7 @@ use serde_saphyr::Spanned;
 
 use super::error::{ConfigError, Position};
 use super::raw::{Count, RawDescriptor, RawRateLimit};
-use crate::algorithm::{Algorithm, Calendar, Limit, MAX_WINDOW};
+use crate::algorithm::{Algorithm, Calendar, InvalidLimit, Limit, Param, MAX_WINDOW};
 use crate::excerpt::excerpt;
 use crate::model::{Micros, Unit};
 use crate::rules::vocab::{self, one_of, Word};
@@ -235,9 +235,9 @@ impl Cx<'_> {
         let algorithm = rl
             .algorithm
             .as_ref()
-            .map_or(Some(Algorithm::FixedWindow), |a| self.word(a))
-            .unwrap_or(Algorithm::FixedWindow);
-        let (shape, rpu) = if algorithm == Algorithm::Concurrency {
+            .map_or(Some(Algorithm::DEFAULT), |a| self.word(a))
+            .unwrap_or(Algorithm::DEFAULT);
+        let (shape, rpu) = if algorithm.leases() {
             self.in_flight(rl, &pos)
         } else {
             for (key, at) in [
@@ -251,7 +251,8 @@ impl Cx<'_> {
                     self.err(
                         p,
                         format!(
-                            "{key} applies to concurrency only, not to {}",
+                            "{key} applies to {}, not to {}",
+                            Algorithm::names_where(Algorithm::leases),
                             algorithm.as_str()
                         ),
                     );
@@ -264,59 +265,42 @@ impl Cx<'_> {
         // A bad rate is reported; the limit's other checks would only add noise about it.
         let rpu = rpu?;
         let (unit, window, named_unit) = shape?;
-        let mut limit = Limit::new(algorithm, u64::from(rpu), window);
-        if let Some((b, value)) = burst {
-            if algorithm.has_burst() {
-                // A bad value is reported already; the limit is dropped at the end.
-                limit.burst = value.map_or(limit.burst, u64::from);
-            } else {
-                let p = self.at(b);
-                self.err(
-                    p,
-                    format!(
-                        "burst applies to token_bucket, leaky_bucket and gcra, not to {}",
-                        algorithm.as_str()
-                    ),
-                );
-            }
-        }
-        if let Some((pr, value)) = precision {
-            if algorithm == Algorithm::SlidingWindow {
-                limit.precision = value.unwrap_or(limit.precision);
-            } else {
-                let p = self.at(pr);
-                self.err(
-                    p,
-                    format!(
-                        "precision applies to sliding_window only, not to {}",
-                        algorithm.as_str()
-                    ),
-                );
-            }
-        }
-        match &rl.align {
+        // A bad value is reported already; the limit is dropped at the end.
+        let burst =
+            burst.and_then(|(at, v)| self.applies(at, Param::Burst, algorithm).then_some(v)?);
+        let precision = precision
+            .and_then(|(at, v)| self.applies(at, Param::Precision, algorithm).then_some(v)?);
+        let calendar = match &rl.align {
             Some(a) if self.word::<Align>(a) == Some(Align::Calendar) => {
-                limit.calendar = self.calendar(rl, a, algorithm, named_unit);
+                self.calendar(rl, a, algorithm, named_unit)
             }
             _ => {
                 if let Some(t) = &rl.timezone {
                     let p = self.at(t);
                     self.err(p, "timezone applies only with align: calendar");
                 }
+                None
             }
-        }
+        };
         if self.errors.len() > before {
             return None;
         }
-        if let Err(m) = limit.validate() {
-            let p = rl
-                .requests_per_unit
-                .as_ref()
-                .or(rl.max_in_flight.as_ref())
-                .map_or(pos.clone(), |r| self.at(r));
-            self.err(p, m);
-            return None;
-        }
+        let built = Limit::new(algorithm, u64::from(rpu), window)
+            .and_then(|l| burst.map_or(Ok(l.clone()), |b| l.with_burst(u64::from(b))))
+            .and_then(|l| precision.map_or(Ok(l.clone()), |p| l.with_precision(p)))
+            .and_then(|l| calendar.map_or(Ok(l.clone()), |c| l.with_calendar(c)));
+        let limit = match built {
+            Ok(limit) => limit,
+            Err(e) => {
+                let p = rl
+                    .requests_per_unit
+                    .as_ref()
+                    .or(rl.max_in_flight.as_ref())
+                    .map_or(pos.clone(), |r| self.at(r));
+                self.err(p, e.to_string());
+                return None;
+            }
+        };
         Some(RuleLimit {
             name,
             requests_per_unit: rpu,
@@ -364,6 +348,17 @@ impl Cx<'_> {
             .map_or(Some(0), |r| self.count(r))
     }
 
+    /// Whether `algorithm` takes `param` (written at `at`); if not, says so there.
+    fn applies(&mut self, at: &Spanned<Count>, param: Param, algorithm: Algorithm) -> bool {
+        if algorithm.takes(param) {
+            return true;
+        }
+        let p = self.at(at);
+        let e = InvalidLimit::NotApplicable { param, algorithm };
+        self.err(p, e.to_string());
+        false
+    }
+
     /// `align: calendar` (written at `align`): the calendar of the windows.
     fn calendar(
         &mut self,
@@ -385,14 +380,12 @@ impl Cx<'_> {
             }),
         };
         match named_unit {
-            _ if !algorithm.has_windows() => {
-                self.err(
-                    p,
-                    format!(
-                        "align: calendar applies to fixed_window and distinct, not to {}",
-                        algorithm.as_str()
-                    ),
-                );
+            _ if !algorithm.takes(Param::Calendar) => {
+                let e = InvalidLimit::NotApplicable {
+                    param: Param::Calendar,
+                    algorithm,
+                };
+                self.err(p, e.to_string());
                 None
             }
             Some(u @ (Unit::Hour | Unit::Day | Unit::Week | Unit::Month | Unit::Year)) => {

@@ -8,7 +8,6 @@ use super::plan::Plan;
 use super::resolve::Resolved;
 use super::response::{ceil_div, ceil_millis, Code, CurrentLimit, Response, Status};
 use super::{HeaderNames, LimiterOptions};
-use crate::algorithm::Algorithm;
 use crate::model::MICROS_PER_SEC;
 use crate::rules::RuleLimit;
 use crate::store::batch::{self, Group};
@@ -147,7 +146,7 @@ fn no_lease_taken(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<bool> {
         out[i] = plan.planned[range.clone()]
             .iter()
             .zip(&verdicts[range])
-            .any(|(p, v)| plan.limit(p).limit.algorithm == Algorithm::Concurrency && !v.charged);
+            .any(|(p, v)| plan.limit(p).limit.algorithm().leases() && !v.charged);
     }
     out
 }

@@ -66,10 +66,10 @@ pub fn explain(plan: &Plan<'_>, verdicts: &[Verdict], response: &Response) -> Ve
                     LimitExplanation {
                         name: l.name.clone(),
                         key: display_bytes(plan.key(p)),
-                        algorithm: l.limit.algorithm.as_str(),
+                        algorithm: l.limit.algorithm().as_str(),
                         requests_per_unit: l.requests_per_unit,
                         unit: l.unit.as_str(),
-                        window_ms: l.limit.window / MICROS_PER_MILLI,
+                        window_ms: l.limit.window() / MICROS_PER_MILLI,
                         hits: d.hits,
                         allowed: v.allowed,
                         remaining: v.remaining,

@@ -32,7 +32,7 @@ pub fn fields(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<(String, String)> {
                 _ => &[],
             };
             let entries = &plan.request.descriptors[p.descriptor].entries;
-            partition(entries, steps, plan.limit(p).limit.algorithm)
+            partition(entries, steps, plan.limit(p).limit.algorithm())
         })
         .collect();
     let items: Vec<QuotaItem<'_>> = plan
@@ -42,15 +42,15 @@ pub fn fields(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<(String, String)> {
         .zip(&partitions)
         .map(|((p, v), pk)| {
             let limit = plan.limit(p);
-            let unit = quota_unit(limit.limit.algorithm);
+            let unit = quota_unit(limit.limit.algorithm());
             QuotaItem {
                 name: policy_name(&plan.resolved[p.descriptor], limit),
-                quota: limit.limit.requests,
+                quota: limit.limit.requests(),
                 unit,
                 // Requests in flight have no window (a concurrency limit's `window` is its
                 // lease time).
                 window_secs: (unit == QuotaUnit::Requests)
-                    .then(|| ietf_headers::window_secs(limit.limit.window)),
+                    .then(|| ietf_headers::window_secs(limit.limit.window())),
                 remaining: if v.allowed { v.remaining } else { 0 },
                 reset_secs: Some(ietf_headers::reset_secs(v.reset)),
                 partition: pk.as_ref().map(|k| &k[..]),
@@ -69,19 +69,13 @@ pub fn policy_name<'p>(resolved: &Resolved<'p>, limit: &'p RuleLimit) -> &'p str
     }
 }
 
-/// Every algorithm of sluice but `concurrency` counts requests (`distinct` counts the distinct
-/// values of requests, which the registry has no unit for).
+/// Leases are concurrent requests; every other algorithm counts requests (`distinct` counts
+/// the distinct values of requests, which the registry has no unit for).
 fn quota_unit(algorithm: Algorithm) -> QuotaUnit {
-    match algorithm {
-        Algorithm::FixedWindow
-        | Algorithm::SlidingWindow
-        | Algorithm::SlidingLog
-        | Algorithm::TokenBucket
-        | Algorithm::LeakyBucket
-        | Algorithm::Gcra
-        | Algorithm::Distinct => QuotaUnit::Requests,
-        // Leases, not requests per window.
-        Algorithm::Concurrency => QuotaUnit::ConcurrentRequests,
+    if algorithm.leases() {
+        QuotaUnit::ConcurrentRequests
+    } else {
+        QuotaUnit::Requests
     }
 }
 
@@ -92,9 +86,10 @@ pub fn partition(
     steps: &[Step<'_>],
     algorithm: Algorithm,
 ) -> Option<[u8; PARTITION_KEY_LEN]> {
-    let counted = match algorithm {
-        Algorithm::Distinct => entries.len().checked_sub(1),
-        _ => None,
+    let counted = if algorithm.counts_values() {
+        entries.len().checked_sub(1)
+    } else {
+        None
     };
     let mut values = entries
         .iter()

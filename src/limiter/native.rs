@@ -75,9 +75,9 @@ fn native(plan: &Plan<'_>, verdicts: &[Verdict], r: &Response) -> NativeResponse
             allowed,
             limit: Some(NativeLimit {
                 name: limit.name.clone().unwrap_or_default(),
-                requests: limit.limit.requests,
-                window: limit.limit.window,
-                algorithm: limit.limit.algorithm,
+                requests: limit.limit.requests(),
+                window: limit.limit.window(),
+                algorithm: limit.limit.algorithm(),
             }),
             remaining: if v.allowed { v.remaining } else { 0 },
             reset_after: Some(ceil_millis(v.reset)),

@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use super::resolve::{resolve, Resolved};
 use super::{LimitError, LimiterOptions};
-use crate::algorithm::{distinct, Algorithm, Ask};
+use crate::algorithm::{distinct, Ask};
 use crate::model::Request;
 use crate::rules::{Domain, RuleLimit, RuleSet, Step};
 use crate::store::{key, Charge, Check, Deadline};
@@ -110,7 +110,7 @@ impl<'a> Plan<'a> {
                 name,
             );
             let value = match d.entries.last() {
-                Some(e) if limit.limit.algorithm == Algorithm::Distinct => distinct::hash(&e.value),
+                Some(e) if limit.limit.algorithm().counts_values() => distinct::hash(&e.value),
                 _ => 0,
             };
             self.planned.push(Planned {

@@ -8,7 +8,7 @@ use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
 use super::plan::Plan;
-use crate::algorithm::{Algorithm, Ask, Calendar, Limit};
+use crate::algorithm::{Algorithm, Ask, Calendar, Limit, Param, DEFAULT_PRECISION};
 use crate::model::{Micros, Unit};
 use crate::store::{Charge, Check, Verdict};
 
@@ -53,14 +53,18 @@ impl Record {
             .filter(|(c, v)| v.charged && !c.ask.refund && c.ask.hits > 0)
             .map(|(c, _)| Hold {
                 key: c.key.to_vec(),
-                algorithm: c.limit.algorithm.as_str().to_string(),
-                requests: c.limit.requests,
-                window: c.limit.window,
-                burst: c.limit.burst,
-                precision: c.limit.precision,
+                algorithm: c.limit.algorithm().as_str().to_string(),
+                requests: c.limit.requests(),
+                window: c.limit.window(),
+                // Every hold has both numbers, whether its algorithm takes them or not.
+                burst: c.limit.burst().unwrap_or(c.limit.requests()),
+                precision: c
+                    .limit
+                    .precision()
+                    .map_or(DEFAULT_PRECISION.get(), |p| p.get()),
                 calendar: c
                     .limit
-                    .calendar
+                    .calendar()
                     .map(|cal| (cal.unit.as_str().to_string(), cal.tz.name().to_string())),
                 value: c.ask.value,
                 hits: c.ask.hits,
@@ -114,14 +118,15 @@ impl Hold {
                 tz: tz.parse::<Tz>().map_err(|e| e.to_string())?,
             }),
         };
-        Ok(Limit {
-            algorithm,
-            requests: self.requests,
-            window: self.window,
-            burst: self.burst,
-            precision: self.precision,
-            calendar,
-        })
+        let built = Limit::new(algorithm, self.requests, self.window).and_then(|l| match algorithm
+            .param()
+        {
+            Some(Param::Burst) => l.with_burst(self.burst),
+            Some(Param::Precision) => l.with_precision(self.precision),
+            Some(Param::Calendar) => calendar.map_or(Ok(l.clone()), |c| l.with_calendar(c)),
+            None => Ok(l),
+        });
+        built.map_err(|e| e.to_string())
     }
 
     /// The check that settles this hold at `actual` hits: gives back what was reserved but
@@ -129,7 +134,7 @@ impl Hold {
     /// A `concurrency` hold is leases, not usage: the work is over once it is settled, so
     /// every lease is released whatever `actual` is. `None` when there is nothing to do.
     pub fn settle<'a>(&'a self, limit: &'a Limit, actual: u64, group: u32) -> Option<Check<'a>> {
-        let actual = if limit.algorithm == Algorithm::Concurrency {
+        let actual = if limit.algorithm().leases() {
             0
         } else {
             actual
@@ -166,7 +171,7 @@ mod tests {
     fn hold(hits: u64) -> Hold {
         Hold {
             key: b"k".to_vec(),
-            algorithm: "sliding_window".into(),
+            algorithm: "fixed_window".into(),
             requests: 10,
             window: 60_000_000,
             burst: 10,
@@ -187,8 +192,17 @@ mod tests {
         };
         assert_eq!(Record::decode(&r.encode()), Ok(r.clone()));
         let limit = r.holds[0].limit().expect("valid");
-        assert_eq!(limit.algorithm, Algorithm::SlidingWindow);
-        assert_eq!(limit.calendar.map(|c| c.tz.name()), Some("Europe/Paris"));
+        assert_eq!(limit.algorithm(), Algorithm::FixedWindow);
+        assert_eq!(limit.calendar().map(|c| c.tz.name()), Some("Europe/Paris"));
+        // Each algorithm takes its own parameter from a hold, and only that one.
+        let sliding = Hold {
+            algorithm: "sliding_window".into(),
+            precision: 6,
+            ..hold(3)
+        };
+        let limit = sliding.limit().expect("valid");
+        assert_eq!(limit.precision().map(|p| p.get()), Some(6));
+        assert_eq!(limit.calendar(), None);
         let other = Record { v: 9, ..r.clone() };
         assert!(Record::decode(&other.encode()).is_err());
         let mut bad = r;

@@ -6,9 +6,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::LimitError;
-use crate::algorithm::{Algorithm, Calendar, Limit};
+use crate::algorithm::{Algorithm, Limit};
 use crate::excerpt::excerpt;
-use crate::model::{Descriptor, Request, Unit};
+use crate::model::{Descriptor, Request};
 use crate::rules::{Budget, Domain, Expired, Match, Rule, RuleKind, RuleLimit, Step};
 use crate::store::Deadline;
 
@@ -135,31 +135,22 @@ fn descriptor<'r>(
         let base = m.as_ref().and_then(|m| m.rule.kind.limits().first());
         let rpu = u64::from(o.requests_per_unit);
         let (unit, window) = match base {
-            Some(b) if b.limit.algorithm == Algorithm::Concurrency => (b.unit, b.limit.window),
+            Some(b) if b.limit.algorithm().leases() => (b.unit, b.limit.window()),
             _ => (o.unit, o.unit.micros()),
         };
-        let limit = match base {
-            Some(b) => Limit {
-                requests: rpu,
-                window,
-                burst: rpu,
-                calendar: b
-                    .limit
-                    .calendar
-                    .filter(|_| o.unit >= Unit::Hour)
-                    .map(|c| Calendar { unit: o.unit, ..c }),
-                ..b.limit.clone()
-            },
+        let algorithm = base.map_or(Algorithm::DEFAULT, |b| b.limit.algorithm());
+        let built = match base {
+            Some(b) => b.limit.clone().with_rate(rpu, window, o.unit),
             None => Limit::fixed_window(rpu, window),
         };
-        if let Err(e) = limit.validate() {
-            return Err(LimitError::InvalidArgument(format!(
+        let limit = built.map_err(|e| {
+            LimitError::InvalidArgument(format!(
                 "descriptor {index}: the limit override of {} per {} cannot be used with algorithm {}: {e}",
                 o.requests_per_unit,
                 o.unit,
-                limit.algorithm.as_str()
-            )));
-        }
+                algorithm.as_str()
+            ))
+        })?;
         return Ok(Resolved::Limited {
             rule: None,
             limits: Cow::Owned(vec![RuleLimit {
@@ -236,6 +227,7 @@ fn apply_replaces(resolved: &mut [Resolved<'_>]) {
 mod tests {
     use super::super::testing::{descriptor as d, request, rules};
     use super::*;
+    use crate::model::Unit;
 
     const CONFIG: &str = r#"
 domain: d
@@ -303,7 +295,7 @@ descriptors:
         without.entries[0].key = b"nothing".to_vec();
         let r = resolve(domain, &request(vec![with_rule, without]), Deadline::NONE).unwrap();
         assert_eq!(kinds(&r), ["override", "override"]);
-        assert_eq!(r[0].limits()[0].limit.requests, 7);
+        assert_eq!(r[0].limits()[0].limit.requests(), 7);
         assert!(r[0].rule().is_none(), "no shadow mode, no metadata");
     }
 
@@ -317,8 +309,8 @@ descriptors:
         });
         let r = resolve(rules.domain("d"), &request(vec![o]), Deadline::NONE).unwrap();
         let l = &r[0].limits()[0];
-        assert_eq!(l.limit.algorithm, Algorithm::Concurrency);
-        assert_eq!((l.limit.requests, l.limit.window), (2, 90_000_000));
+        assert_eq!(l.limit.algorithm(), Algorithm::Concurrency);
+        assert_eq!((l.limit.requests(), l.limit.window()), (2, 90_000_000));
         assert_eq!(l.unit, Unit::Minute, "the unit reported for the lease time");
     }
 

@@ -29,7 +29,7 @@ pub fn record(stats: &StatsRegistry, plan: &Plan<'_>, verdicts: &[Verdict]) {
             &counters,
             Observation {
                 hits: d.hits,
-                limit: plan.limit(&plan.planned[pick]).limit.requests,
+                limit: plan.limit(&plan.planned[pick]).limit.requests(),
                 allowed: v.allowed,
                 charged: v.charged,
                 remaining: v.remaining,
@@ -55,7 +55,7 @@ pub fn record_reported(
     for (i, range) in plan.groups() {
         let r = &plan.resolved[i];
         let counters = counters_of(stats, domain, r, &plan.request.descriptors[i]);
-        let limit = plan.limit(&plan.planned[range.start]).limit.requests;
+        let limit = plan.limit(&plan.planned[range.start]).limit.requests();
         let shadow = r.rule().is_some_and(|r| r.shadow_mode);
         for (hits, allowed) in [(allowed, true), (denied, false)] {
             if hits > 0 {

@@ -111,13 +111,13 @@ fn collect(node: &Node, out: &mut Vec<String>) {
 /// (concurrency: its own two).
 fn describe(line: &mut String, l: &RuleLimit) {
     let limit = &l.limit;
-    if limit.algorithm == crate::algorithm::Algorithm::Concurrency {
+    if limit.algorithm().leases() {
         // No rate: the unit and requests_per_unit it reports to Envoy are derived.
         let _ = write!(
             line,
             " algorithm=concurrency max_in_flight={} lease_time={}ms",
-            limit.requests,
-            limit.window / 1_000
+            limit.requests(),
+            limit.window() / 1_000
         );
         return;
     }
@@ -126,18 +126,18 @@ fn describe(line: &mut String, l: &RuleLimit) {
         " unit={} requests_per_unit={} algorithm={}",
         l.unit,
         l.requests_per_unit,
-        limit.algorithm.as_str()
+        limit.algorithm().as_str()
     );
-    if limit.window != l.unit.micros() {
-        let _ = write!(line, " window={}ms", limit.window / 1_000);
+    if limit.window() != l.unit.micros() {
+        let _ = write!(line, " window={}ms", limit.window() / 1_000);
     }
-    if limit.algorithm.has_burst() {
-        let _ = write!(line, " burst={}", limit.burst);
+    if let Some(b) = limit.burst() {
+        let _ = write!(line, " burst={b}");
     }
-    if limit.algorithm == crate::algorithm::Algorithm::SlidingWindow {
-        let _ = write!(line, " precision={}", limit.precision);
+    if let Some(p) = limit.precision() {
+        let _ = write!(line, " precision={p}");
     }
-    if let Some(c) = &limit.calendar {
+    if let Some(c) = limit.calendar() {
         let _ = write!(line, " align=calendar timezone={}", c.tz.name());
     }
 }

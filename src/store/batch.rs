@@ -218,8 +218,8 @@ mod tests {
 
     #[test]
     fn rejected_request_charges_nothing_but_always_rules() {
-        let small = Limit::fixed_window(1, 60_000_000);
-        let big = Limit::fixed_window(100, 60_000_000);
+        let small = Limit::fixed_window(1, 60_000_000).unwrap();
+        let big = Limit::fixed_window(100, 60_000_000).unwrap();
         let mut t = MapTable::default();
         let checks = [
             check(b"a", &small, 1, Charge::IfAdmitted, 0),
@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn same_key_twice_counts_twice() {
-        let l = Limit::fixed_window(3, 60_000_000);
+        let l = Limit::fixed_window(3, 60_000_000).unwrap();
         let mut t = MapTable::default();
         let checks = [
             check(b"k", &l, 2, Charge::IfAdmitted, 0),
@@ -262,8 +262,8 @@ mod tests {
 
     #[test]
     fn quota_mode_admits_while_one_quota_descriptor_passes() {
-        let zero = Limit::fixed_window(0, 60_000_000);
-        let some = Limit::fixed_window(5, 60_000_000);
+        let zero = Limit::fixed_window(0, 60_000_000).unwrap();
+        let some = Limit::fixed_window(5, 60_000_000).unwrap();
         let mut t = MapTable::default();
         let mut checks = [
             check(b"q1", &zero, 1, Charge::IfAdmitted, 0),
@@ -279,9 +279,8 @@ mod tests {
     }
 
     fn bucket(algorithm: Algorithm, requests: u64, window: Micros, burst: u64) -> Limit {
-        let mut l = Limit::new(algorithm, requests, window);
-        l.burst = burst;
-        l
+        let l = Limit::new(algorithm, requests, window).unwrap();
+        l.with_burst(burst).unwrap()
     }
 
     /// Through the charging policy (default: charge only when admitted), a rejected request
@@ -311,7 +310,7 @@ mod tests {
     proptest! {
         #[test]
         fn fixed_window_rejections_are_free(events in events(40, S)) {
-            check_rejections_are_free(&Limit::fixed_window(2, 3 * S), &events);
+            check_rejections_are_free(&Limit::fixed_window(2, 3 * S).unwrap(), &events);
         }
 
         #[test]
@@ -331,24 +330,24 @@ mod tests {
 
         #[test]
         fn sliding_log_rejections_are_free(events in events(40, S)) {
-            check_rejections_are_free(&Limit::new(Algorithm::SlidingLog, 3, 4 * S), &events);
+            check_rejections_are_free(&Limit::new(Algorithm::SlidingLog, 3, 4 * S).unwrap(), &events);
         }
 
         #[test]
         fn sliding_window_rejections_are_free(events in events(40, S)) {
-            let mut l = Limit::new(Algorithm::SlidingWindow, 3, 4 * S);
-            l.precision = 4;
+            let l = Limit::new(Algorithm::SlidingWindow, 3, 4 * S).unwrap();
+            let l = l.with_precision(4).unwrap();
             check_rejections_are_free(&l, &events);
         }
 
         #[test]
         fn distinct_rejections_are_free(events in events(40, 20 * S)) {
-            check_rejections_are_free(&Limit::new(Algorithm::Distinct, 3, 60 * S), &events);
+            check_rejections_are_free(&Limit::new(Algorithm::Distinct, 3, 60 * S).unwrap(), &events);
         }
 
         #[test]
         fn concurrency_rejections_are_free(events in events(40, S)) {
-            check_rejections_are_free(&Limit::new(Algorithm::Concurrency, 3, 2 * S), &events);
+            check_rejections_are_free(&Limit::new(Algorithm::Concurrency, 3, 2 * S).unwrap(), &events);
         }
     }
 }

@@ -99,7 +99,7 @@ impl<S: Store> Fallback<S> {
                 .iter()
                 .map(|c| Verdict {
                     allowed: true,
-                    remaining: c.limit.requests,
+                    remaining: c.limit.requests(),
                     reset: until_end(c),
                     charged: false,
                     cached: false,
@@ -158,7 +158,7 @@ mod tests {
 
     #[tokio::test]
     async fn each_policy() {
-        let l = Limit::fixed_window(1, 60_000_000);
+        let l = Limit::fixed_window(1, 60_000_000).unwrap();
         let c = [Check::new(b"k", &l, Ask::take(1))];
         let now = 30_000_000;
         let unavailable = Fallback::new(Down, FailurePolicy::Unavailable, None);
@@ -185,7 +185,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refund_the_store_did_not_apply_fails_under_every_policy() {
-        let l = Limit::fixed_window(5, 60_000_000);
+        let l = Limit::fixed_window(5, 60_000_000).unwrap();
         let refund = [
             Check::new(b"a", &l, Ask::take(1)),
             Check {
@@ -213,7 +213,7 @@ mod combination {
 
     #[test]
     fn the_strictest_policy_of_a_request_wins() {
-        let l = Limit::fixed_window(1, 60_000_000);
+        let l = Limit::fixed_window(1, 60_000_000).unwrap();
         let c = |on_error| Check {
             key: b"k",
             limit: &l,

@@ -20,7 +20,7 @@
 //!   name never does (it is escaped), so the fields cannot be confused.
 
 use super::slot_tag;
-use crate::algorithm::{Algorithm, Limit};
+use crate::algorithm::Limit;
 use crate::model::Entry;
 
 /// The version of the key layout; bump it when the layout or a state encoding changes.
@@ -136,9 +136,10 @@ pub fn append_descriptor<'a>(
     limit: &Limit,
     limit_name: Option<&str>,
 ) {
-    let counted = match limit.algorithm {
-        Algorithm::Distinct => entries.len().checked_sub(1),
-        _ => None,
+    let counted = if limit.algorithm().counts_values() {
+        entries.len().checked_sub(1)
+    } else {
+        None
     };
     let parts = entries.iter().enumerate().map(|(i, e)| {
         if Some(i) == counted {
@@ -196,14 +197,14 @@ pub fn append_tagged<'a>(
         }
     }
     out.extend_from_slice(if tag == HashTag::Domain { b":" } else { b"}:" });
-    out.extend_from_slice(limit.algorithm.as_str().as_bytes());
+    out.extend_from_slice(limit.algorithm().as_str().as_bytes());
     out.push(b':');
-    push_decimal(out, limit.window as u64);
-    if limit.algorithm == Algorithm::SlidingWindow {
+    push_decimal(out, limit.window() as u64);
+    if let Some(p) = limit.precision() {
         out.extend_from_slice(b":p=");
-        push_decimal(out, u64::from(limit.precision));
+        push_decimal(out, u64::from(p.get()));
     }
-    if let Some(cal) = limit.calendar.filter(|_| limit.algorithm.has_windows()) {
+    if let Some(cal) = limit.calendar() {
         out.extend_from_slice(b":tz=");
         escape_into(out, cal.tz.name().as_bytes());
     }
@@ -248,6 +249,7 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Algorithm;
     use proptest::prelude::*;
 
     fn key(domain: &str, entries: &[(&[u8], &[u8])]) -> Vec<u8> {
@@ -259,7 +261,7 @@ mod tests {
             entries
                 .iter()
                 .map(|&(key, value)| Part::Value { key, value }),
-            &Limit::fixed_window(1, 1_000_000),
+            &Limit::fixed_window(1, 1_000_000).unwrap(),
             None,
         );
         out
@@ -299,8 +301,8 @@ mod tests {
             );
             String::from_utf8(out).unwrap()
         };
-        let fixed = Limit::fixed_window(1, 1_000_000);
-        let distinct = Limit::new(Algorithm::Distinct, 1, 1_000_000);
+        let fixed = Limit::fixed_window(1, 1_000_000).unwrap();
+        let distinct = Limit::new(Algorithm::Distinct, 1, 1_000_000).unwrap();
         assert_eq!(
             of(&fixed, false),
             "xsluice:v2:{d|path=/a/1|user=bob}:fixed_window:1000000"
@@ -323,22 +325,24 @@ mod tests {
             key: b"user",
             value: b"u1",
         };
-        let mut sw = Limit::new(Algorithm::SlidingWindow, 5, 1_000_000);
-        sw.precision = 4;
+        let sw = Limit::new(Algorithm::SlidingWindow, 5, 1_000_000).unwrap();
+        let sw = sw.with_precision(4).unwrap();
         assert_eq!(
             build_with(&sw, &[user], Some("per-second")),
             "sluice:v2:{d|user=u1}:sliding_window:1000000:p=4:per-second"
         );
-        let mut cal = Limit::fixed_window(5, 86_400_000_000);
-        cal.calendar = Some(crate::algorithm::Calendar {
-            unit: crate::model::Unit::Day,
-            tz: chrono_tz::Asia::Shanghai,
-        });
+        let cal = Limit::fixed_window(5, 86_400_000_000).unwrap();
+        let cal = cal
+            .with_calendar(crate::algorithm::Calendar {
+                unit: crate::model::Unit::Day,
+                tz: chrono_tz::Asia::Shanghai,
+            })
+            .unwrap();
         assert_eq!(
             build_with(&cal, &[user], None),
             "sluice:v2:{d|user=u1}:fixed_window:86400000000:tz=Asia/Shanghai"
         );
-        let d = Limit::new(Algorithm::Distinct, 5_000, 1_000_000);
+        let d = Limit::new(Algorithm::Distinct, 5_000, 1_000_000).unwrap();
         assert_eq!(
             build_with(&d, &[user, Part::Counted { key: b"ip" }], None),
             "sluice:v2:{d|user=u1|ip#}:distinct:1000000:set=hll"
@@ -358,7 +362,7 @@ mod tests {
             "d",
             HashTag::Domain,
             parts,
-            &Limit::fixed_window(1, 1_000_000),
+            &Limit::fixed_window(1, 1_000_000).unwrap(),
             None,
         );
         assert_eq!(

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::algorithm::{Algorithm, Limit};
+use crate::algorithm::Limit;
 use crate::model::Micros;
 
 use super::{Charge, Check, Deadline, Store, StoreError, Verdict};
@@ -160,12 +160,7 @@ impl<S: Store> LocalCache<S> {
 
 /// Whether a check may be cached and answered from the cache (see the module docs).
 fn cacheable(c: &Check<'_>) -> bool {
-    !c.ask.refund
-        && c.charge != Charge::Always
-        && c.ask.hits > 0
-        && c.limit.algorithm != Algorithm::Distinct
-        // A release (at any replica) frees leases long before they would expire.
-        && c.limit.algorithm != Algorithm::Concurrency
+    !c.ask.refund && c.charge != Charge::Always && c.ask.hits > 0 && c.limit.algorithm().cacheable()
 }
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -227,7 +222,7 @@ mod tests {
     async fn over_limit_keys_are_answered_locally_until_their_retry_time() {
         let backend = std::sync::Arc::new(MemoryStore::new(100));
         let cache = LocalCache::new(backend.clone(), 100);
-        let l = Limit::fixed_window(1, 60_000_000);
+        let l = Limit::fixed_window(1, 60_000_000).unwrap();
         let now = 30_000_000;
         let c = [check(b"k", &l, 1)];
         let v = cache.decide(&c, now, Deadline::NONE).await.unwrap();
@@ -245,7 +240,7 @@ mod tests {
                 .unwrap()[0]
                 .cached
         );
-        let three = Limit::fixed_window(3, 60_000_000);
+        let three = Limit::fixed_window(3, 60_000_000).unwrap();
         let five = [check(b"k5", &three, 5)];
         assert!(!cache.decide(&five, now, Deadline::NONE).await.unwrap()[0].cached);
         assert!(cache.decide(&five, now, Deadline::NONE).await.unwrap()[0].cached);
@@ -254,7 +249,7 @@ mod tests {
         // ...and an allowed verdict forgets the key.
         assert!(!cache.decide(&five, now, Deadline::NONE).await.unwrap()[0].cached);
         // A raised limit is not blocked by the entry of the old one.
-        let raised = Limit::fixed_window(2, 60_000_000);
+        let raised = Limit::fixed_window(2, 60_000_000).unwrap();
         let v = cache
             .decide(&[check(b"k", &raised, 1)], now, Deadline::NONE)
             .await
@@ -285,7 +280,7 @@ mod tests {
     #[tokio::test]
     async fn the_cache_is_bounded() {
         let cache = LocalCache::new(MemoryStore::new(10_000), 32);
-        let l = Limit::fixed_window(0, 60_000_000);
+        let l = Limit::fixed_window(0, 60_000_000).unwrap();
         for i in 0..1_000u32 {
             let k = i.to_be_bytes();
             cache

@@ -30,7 +30,7 @@ mod tests {
 
     #[test]
     fn keeps_what_decide_charges() {
-        let limit = Limit::fixed_window(1, 60_000_000);
+        let limit = Limit::fixed_window(1, 60_000_000).unwrap();
         let mut t = MapTable::default();
         let checks = [Check::new(b"k", &limit, Ask::take(1))];
         assert!(batch::decide(&mut t, &checks, 0)[0].allowed);

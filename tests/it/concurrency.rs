@@ -59,8 +59,8 @@ async fn many_grpc_clients_on_one_key_admit_exactly_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_multi_key_requests_are_all_or_nothing() {
     let store = Arc::new(MemoryStore::new(10_000));
-    let tight = Limit::fixed_window(u64::from(LIMIT), 3_600 * SEC);
-    let loose = Limit::fixed_window(1_000_000, 3_600 * SEC);
+    let tight = Limit::fixed_window(u64::from(LIMIT), 3_600 * SEC).unwrap();
+    let loose = Limit::fixed_window(1_000_000, 3_600 * SEC).unwrap();
     let tight = Arc::new(tight);
     let loose = Arc::new(loose);
     let mut tasks = Vec::new();

@@ -106,6 +106,29 @@ const MUST_NOT_KNOW: &[(&str, &[&str], &str)] = &[
     ),
 ];
 
+/// The one file outside algorithm/ that names `Algorithm` variants: the Lua ports' codes.
+const LUA_CODE_TABLE: &str = "store/redis/script.rs";
+
+/// `Algorithm::Gcra` or `Algorithm::*` (not `Algorithm::ALL`, a constant).
+fn names_an_algorithm(token: &str) -> bool {
+    token.split("Algorithm::").skip(1).any(|rest| {
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric()).collect();
+        rest.starts_with(['*', '{'])
+            || (name.starts_with(|c: char| c.is_ascii_uppercase())
+                && name.contains(|c: char| c.is_ascii_lowercase()))
+    })
+}
+
+#[test]
+fn the_algorithm_check_sees_a_variant() {
+    assert!(names_an_algorithm("Algorithm::Concurrency"));
+    assert!(names_an_algorithm("crate::algorithm::Algorithm::Distinct"));
+    assert!(names_an_algorithm("Algorithm::*"));
+    assert!(!names_an_algorithm("Algorithm::ALL"));
+    assert!(!names_an_algorithm("Algorithm::DEFAULT"));
+    assert!(!names_an_algorithm("algorithm::Limit"));
+}
+
 #[test]
 fn folders_do_not_know_what_the_map_says_they_must_not() {
     let src = src_dir();
@@ -150,6 +173,15 @@ fn folders_do_not_know_what_the_map_says_they_must_not() {
             wrong.push(format!(
                 "{rel} names config::raw (serde types never leave config/)"
             ));
+        }
+        // An algorithm's traits are answered by the algorithm (ALGORITHMS.md, "Adding an
+        // algorithm"): only algorithm/ and the Lua ports' code table name a variant.
+        if !rel.starts_with("algorithm/") && rel != LUA_CODE_TABLE {
+            for v in tokens.split(' ').filter(|t| names_an_algorithm(t)) {
+                wrong.push(format!(
+                    "{rel} asks which algorithm it holds ({v}): ask a capability of Algorithm"
+                ));
+            }
         }
         // Storage keys are built in one place.
         let literals = source.split("#[cfg(test)]").next().unwrap_or_default();

@@ -30,7 +30,7 @@ pub struct MemoryReport {
 /// Fills a fresh store with `keys` keys of `algorithm` in this process.
 pub fn measure(algorithm: Algorithm, keys: u64) -> anyhow::Result<MemoryReport> {
     // A realistic limit: 100 per minute (burst 100 for the buckets).
-    let limit = Limit::new(algorithm, 100, 60_000_000);
+    let limit = Limit::new(algorithm, 100, 60_000_000)?;
     let store = MemoryStore::new(usize::try_from(keys)?.saturating_mul(2).max(64));
     let now = 1_700_000_000_000_000;
     let rss_before = cpu::rss_bytes().map_err(anyhow::Error::msg)?;
@@ -39,7 +39,7 @@ pub fn measure(algorithm: Algorithm, keys: u64) -> anyhow::Result<MemoryReport> 
     futures::executor::block_on(async {
         for i in 0..keys {
             let value = format!("user-{i}");
-            let parts = if algorithm == Algorithm::Distinct {
+            let parts = if algorithm.counts_values() {
                 vec![
                     Part::Value {
                         key: b"route",
@@ -56,7 +56,7 @@ pub fn measure(algorithm: Algorithm, keys: u64) -> anyhow::Result<MemoryReport> 
             key::build(&mut k, b"", "bench", parts, &limit, None);
             key_len = k.len();
             let ask = Ask {
-                value: if algorithm == Algorithm::Distinct {
+                value: if algorithm.counts_values() {
                     sluice::algorithm::distinct::hash(b"client-1")
                 } else {
                     0

@@ -62,12 +62,12 @@ pub struct FloorReport {
 
 /// The script the store runs for this decision, and the EVALSHA arguments after the SHA, as
 /// text: numkeys, KEYS, ARGV.
-pub fn evalsha_args(a: &FloorArgs) -> (&'static str, Vec<String>) {
-    let mut limit = Limit::new(a.algorithm, a.limit, a.window_us);
-    limit.burst = a.limit;
+pub fn evalsha_args(a: &FloorArgs) -> anyhow::Result<(&'static str, Vec<String>)> {
+    // A bucket's burst is its limit.
+    let limit = Limit::new(a.algorithm, a.limit, a.window_us)?;
     let mut k = Vec::new();
     let value = format!("v{PLACEHOLDER}");
-    let parts: Vec<Part<'_>> = if a.algorithm == Algorithm::Distinct {
+    let parts: Vec<Part<'_>> = if a.algorithm.counts_values() {
         // distinct counts the values of its last entry, which stays out of the key.
         vec![
             Part::Value {
@@ -84,7 +84,7 @@ pub fn evalsha_args(a: &FloorArgs) -> (&'static str, Vec<String>) {
     };
     key::build(&mut k, b"", "bench", parts, &limit, None);
     let ask = Ask {
-        value: if a.algorithm == Algorithm::Distinct {
+        value: if a.algorithm.counts_values() {
             sluice::algorithm::distinct::hash(b"u1")
         } else {
             0
@@ -107,7 +107,7 @@ pub fn evalsha_args(a: &FloorArgs) -> (&'static str, Vec<String>) {
         .iter()
         .map(|v| value_text(v).replace(PLACEHOLDER, "__rand_int__"))
         .collect();
-    (lua, out)
+    Ok((lua, out))
 }
 
 fn value_text(v: &Value) -> String {
@@ -149,7 +149,7 @@ pub fn run(a: &FloorArgs) -> anyhow::Result<FloorReport> {
         .redis
         .rsplit_once(':')
         .context("--redis must be HOST:PORT")?;
-    let (lua, args) = evalsha_args(a);
+    let (lua, args) = evalsha_args(a)?;
     let sha = rt.block_on(load_script(&a.redis, lua))?;
     let mut cmd = Command::new(&a.benchmark);
     cmd.args(["-h", host, "-p", port])
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn one_key_with_rand_int_and_the_store_layout() {
-        let (lua, a) = evalsha_args(&args(Algorithm::Concurrency, None));
+        let (lua, a) = evalsha_args(&args(Algorithm::Concurrency, None)).unwrap();
         assert_eq!(lua, script::LUA);
         assert_eq!(a[0], "1");
         assert_eq!(
@@ -276,13 +276,15 @@ mod tests {
         assert_eq!(a.len(), 5 + 15);
         // key index 1, algorithm 8, limit, window
         assert_eq!(&a[5..9], ["1", "8", "1000", "60000000"]);
-        let local = evalsha_args(&args(Algorithm::Concurrency, Some(1_700_000_000_000_000))).1;
+        let local = evalsha_args(&args(Algorithm::Concurrency, Some(1_700_000_000_000_000)))
+            .unwrap()
+            .1;
         assert_eq!(local[3], "1700000000000000");
     }
 
     #[test]
     fn a_bucket_runs_its_fast_path_with_its_burst() {
-        let (lua, a) = evalsha_args(&args(Algorithm::Gcra, None));
+        let (lua, a) = evalsha_args(&args(Algorithm::Gcra, None)).unwrap();
         assert_eq!(lua, script::ScriptId::Bucket.lua());
         // numkeys, key, now, limit, window, hits, mode, burst
         assert_eq!(
@@ -302,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_fixed_window_runs_the_fast_path() {
-        let (lua, a) = evalsha_args(&args(Algorithm::FixedWindow, None));
+        let (lua, a) = evalsha_args(&args(Algorithm::FixedWindow, None)).unwrap();
         assert_eq!(lua, script::ScriptId::FixedWindow.lua());
         // numkeys, key, now, limit, window, hits, mode
         assert_eq!(

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use super::bucket::Assignment;
-use crate::algorithm::{Algorithm, Limit};
+use crate::algorithm::Limit;
 use crate::limiter::plan::Plan;
 use crate::limiter::resolve::Resolved;
 use crate::limiter::share::{self, Demands, Ledger};
@@ -127,9 +127,7 @@ pub async fn assess<S: Store>(
     cx.limiter
         .record_reported(&plan, allowed, denied, remaining);
 
-    let distinct = checks
-        .iter()
-        .any(|c| c.limit.algorithm == Algorithm::Distinct);
+    let distinct = checks.iter().any(|c| c.limit.algorithm().counts_values());
     let ends = window_end(&checks, cx.now);
     if shadow {
         return Ok(Some(Assignment::AllowAll));
@@ -235,7 +233,7 @@ fn remaining_of(verdicts: &[Verdict]) -> u64 {
 fn window_end(checks: &[Check<'_>], now: Micros) -> Option<Micros> {
     checks
         .iter()
-        .filter(|c| c.limit.algorithm.has_windows())
+        .filter(|c| c.limit.algorithm().has_windows())
         .map(|c| c.limit.frame(now).window_end)
         .min()
 }

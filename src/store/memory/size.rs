@@ -3,7 +3,7 @@
 //! (slots, control bytes and the free slots hashbrown keeps), read from the table itself and
 //! rounded the same way.
 
-use crate::algorithm::{distinct, State};
+use crate::algorithm::State;
 
 /// glibc malloc's minimum chunk.
 const MIN_CHUNK: usize = 32;
@@ -44,23 +44,7 @@ fn jemalloc(n: usize) -> usize {
 /// The heap bytes of one entry outside its table slot: the boxed key and the state's own
 /// allocation, if any.
 pub fn entry_bytes(key: &[u8], state: &State) -> usize {
-    allocated(key.len()) + allocated(state_heap(state))
-}
-
-/// Requested heap bytes of a state beyond its inline size.
-fn state_heap(state: &State) -> usize {
-    let words = |n: usize| n * 8;
-    match state {
-        State::FixedWindow(_) | State::Bucket(_) => 0,
-        State::SlidingWindow(s) => words(s.counts.capacity()),
-        State::SlidingLog(s) => words(s.log.capacity()),
-        // (expiry, leases): two words per group.
-        State::Concurrency(s) => words(2 * s.leases.capacity()),
-        State::Distinct(s) => match &s.values {
-            distinct::Values::Exact(v) => words(v.capacity()),
-            distinct::Values::Hll(r) => r.len(),
-        },
-    }
+    allocated(key.len()) + allocated(state.heap_bytes())
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::store::Charge;
 #[test]
 fn expired_entries_are_swept() {
     let s = MemoryStore::new(1000);
-    let l = Limit::fixed_window(5, 1_000_000);
+    let l = Limit::fixed_window(5, 1_000_000).unwrap();
     let c = [Check::new(b"k", &l, Ask::take(1))];
     s.decide_now(&c, 0);
     assert_eq!(s.len(), 1);
@@ -19,7 +19,7 @@ fn expired_entries_are_swept() {
 #[test]
 fn the_cap_holds_and_evictions_are_counted() {
     let s = MemoryStore::new(SHARDS * 2);
-    let l = Limit::fixed_window(5, 60_000_000);
+    let l = Limit::fixed_window(5, 60_000_000).unwrap();
     for i in 0..10_000u32 {
         let key = i.to_be_bytes();
         let c = [Check::new(&key, &l, Ask::take(1))];
@@ -47,8 +47,8 @@ fn take_one(s: &MemoryStore, key: &[u8], l: &Limit, now: Micros) -> bool {
 #[test]
 fn keys_over_their_limit_outlive_a_flood_of_new_keys() {
     let s = MemoryStore::new(SHARDS * 8);
-    let strict = Limit::fixed_window(1, 60_000_000);
-    let loose = Limit::fixed_window(100, 60_000_000);
+    let strict = Limit::fixed_window(1, 60_000_000).unwrap();
+    let loose = Limit::fixed_window(100, 60_000_000).unwrap();
     // 64 attackers, each now over its limit of 1.
     let attackers: Vec<Vec<u8>> = (0..64u32).map(|i| format!("a{i}").into_bytes()).collect();
     for a in &attackers {
@@ -74,7 +74,7 @@ fn keys_over_their_limit_outlive_a_flood_of_new_keys() {
 #[test]
 fn evicting_an_over_limit_key_is_counted() {
     let s = MemoryStore::new(SHARDS);
-    let zero_after_one = Limit::fixed_window(1, 60_000_000);
+    let zero_after_one = Limit::fixed_window(1, 60_000_000).unwrap();
     for i in 0..1_000u32 {
         take_one(&s, &i.to_be_bytes(), &zero_after_one, 0);
     }
@@ -92,7 +92,7 @@ fn the_byte_cap_holds_for_long_keys() {
     // 256 KiB per shard: three of these keys each.
     let max_bytes = 16 << 20;
     let s = MemoryStore::new(1_000_000).with_max_bytes(max_bytes);
-    let l = Limit::fixed_window(5, 1_000_000);
+    let l = Limit::fixed_window(5, 1_000_000).unwrap();
     for i in 0..2_000u32 {
         let mut key = vec![b'x'; 64 * 1024];
         key.extend_from_slice(&i.to_be_bytes());
@@ -126,7 +126,7 @@ fn accounted_bytes_per_key() {
         )
         .allocation_size();
     for algorithm in crate::algorithm::Algorithm::ALL {
-        let l = Limit::new(algorithm, 100, 1_000_000);
+        let l = Limit::new(algorithm, 100, 1_000_000).unwrap();
         let s = MemoryStore::new(2 * keys as usize);
         for i in 0..keys {
             let value = format!("k{i:05}");
@@ -174,7 +174,7 @@ fn accounted_bytes_per_key() {
 fn the_byte_cap_counts_the_tables() {
     let max_bytes = 1 << 20;
     let s = MemoryStore::new(1_000_000).with_max_bytes(max_bytes);
-    let l = Limit::fixed_window(5, 60_000_000);
+    let l = Limit::fixed_window(5, 60_000_000).unwrap();
     for i in 0..50_000u32 {
         take_one(&s, &i.to_be_bytes(), &l, 0);
         assert!(s.bytes() <= max_bytes, "{} bytes", s.bytes());
@@ -195,7 +195,7 @@ fn records_share_the_byte_cap_with_the_keys() {
     use crate::store::{ErrorKind, Reservations};
     let cap = 4 << 20;
     let s = MemoryStore::new(1_000_000).with_max_bytes(cap);
-    let l = Limit::fixed_window(5, 60_000_000);
+    let l = Limit::fixed_window(5, 60_000_000).unwrap();
     for i in 0..200_000u32 {
         take_one(&s, &i.to_be_bytes(), &l, 0);
     }

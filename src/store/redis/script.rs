@@ -252,16 +252,6 @@ pub fn algorithm_code(a: Algorithm) -> i64 {
     }
 }
 
-/// The algorithm's parameter beyond rate and window: a bucket's burst, a sliding window's
-/// precision.
-fn param(limit: &Limit) -> u64 {
-    match limit.algorithm {
-        Algorithm::SlidingWindow => u64::from(limit.precision),
-        a if a.has_burst() => limit.burst,
-        _ => 0,
-    }
-}
-
 /// Calendar window bounds, which only Rust can compute (the tz database): the window of
 /// `local` (sluice's clock), and when the script reads the Redis clock also the start of the
 /// window before and the end of the one after, so that a Redis clock on the other side of a
@@ -271,10 +261,7 @@ fn window_bounds(
     local: Micros,
     script_reads_clock: bool,
 ) -> Option<[Option<Micros>; 4]> {
-    limit.calendar?;
-    if !limit.algorithm.has_windows() {
-        return None;
-    }
+    limit.calendar()?;
     let f = limit.frame(local);
     let (prev, next) = if script_reads_clock {
         (
@@ -320,10 +307,10 @@ pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
     let [c] = checks else { return None };
     let c = c.borrow();
     // A dry run takes the general script, the one that knows it.
-    if scope != Scope::All || c.limit.calendar.is_some() || c.ask.dry_run {
+    if scope != Scope::All || c.limit.calendar().is_some() || c.ask.dry_run {
         return None;
     }
-    let id = match c.limit.algorithm {
+    let id = match c.limit.algorithm() {
         Algorithm::FixedWindow => ScriptId::FixedWindow,
         Algorithm::SlidingLog => ScriptId::SlidingLog,
         Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra => ScriptId::Bucket,
@@ -341,7 +328,7 @@ pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
 fn short_layout<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> bool {
     let logs = checks
         .iter()
-        .filter(|&c| Borrow::<Check<'k>>::borrow(c).limit.algorithm == Algorithm::SlidingLog)
+        .filter(|&c| Borrow::<Check<'k>>::borrow(c).limit.algorithm() == Algorithm::SlidingLog)
         .count();
     scope == Scope::All
         && checks.len() > 1
@@ -349,9 +336,9 @@ fn short_layout<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> boo
         && checks.iter().enumerate().all(|(i, c)| {
             let c = c.borrow();
             matches!(
-                c.limit.algorithm,
+                c.limit.algorithm(),
                 Algorithm::FixedWindow | Algorithm::SlidingLog
-            ) && c.limit.calendar.is_none()
+            ) && c.limit.calendar().is_none()
                 && c.ask.hits > 0
                 && !c.ask.refund
                 && !c.ask.dry_run
@@ -411,8 +398,8 @@ pub fn fast_call<'k, C: Borrow<Check<'k>>>(
 ) -> Option<FastCall<'k>> {
     let (c, id) = fast_path(checks, scope)?;
     let mut ints = [
-        clamp(c.limit.requests),
-        c.limit.window.clamp(1, MAX_SAFE as i64),
+        clamp(c.limit.requests()),
+        c.limit.window().clamp(1, MAX_SAFE as i64),
         clamp(c.ask.hits),
         // A fast path never sees a dry run or quota mode (`fast_path`).
         flags(c),
@@ -420,7 +407,7 @@ pub fn fast_call<'k, C: Borrow<Check<'k>>>(
     ];
     let mut n = 4;
     if matches!(id, ScriptId::Bucket | ScriptId::SlidingWindow) {
-        ints[4] = clamp(param(c.limit));
+        ints[4] = clamp(c.limit.param());
         n = 5;
     }
     debug_assert_eq!(id.argc(), Some(1 + n));
@@ -534,10 +521,10 @@ fn short_evalsha<'k, C: Borrow<Check<'k>>>(
     }
     for c in checks {
         let c = c.borrow();
-        args.push(int(clamp(c.limit.requests)));
-        args.push(int(c.limit.window.clamp(1, MAX_SAFE as i64)));
+        args.push(int(clamp(c.limit.requests())));
+        args.push(int(c.limit.window().clamp(1, MAX_SAFE as i64)));
         args.push(int(clamp(c.ask.hits)));
-        args.push(int(algorithm_code(c.limit.algorithm)));
+        args.push(int(algorithm_code(c.limit.algorithm())));
     }
     args
 }
@@ -580,11 +567,11 @@ fn push_argv<'k, C: Borrow<Check<'k>>>(
         let c = c.borrow();
         let index = keys.iter().position(|k| *k == c.key).unwrap_or(0);
         args.push(int(index as i64 + 1));
-        args.push(int(algorithm_code(c.limit.algorithm)));
-        args.push(int(clamp(c.limit.requests)));
-        args.push(int(c.limit.window.clamp(1, MAX_SAFE as i64)));
-        args.push(int(clamp(param(c.limit))));
-        if c.limit.algorithm == Algorithm::Distinct {
+        args.push(int(algorithm_code(c.limit.algorithm())));
+        args.push(int(clamp(c.limit.requests())));
+        args.push(int(c.limit.window().clamp(1, MAX_SAFE as i64)));
+        args.push(int(clamp(c.limit.param())));
+        if c.limit.algorithm().counts_values() {
             args.push(Value::from(format!("{:016x}", c.ask.value)));
         } else {
             args.push(EMPTY);
@@ -714,7 +701,8 @@ mod tests {
 
     #[test]
     fn repeated_keys_share_an_index_and_fields_line_up() {
-        let l = Limit::fixed_window(u64::MAX, 60_000_000);
+        // The largest limit there is (a limit cannot be built beyond it).
+        let l = Limit::fixed_window(u64::from(u32::MAX), 60_000_000).unwrap();
         let mk = |key: &'static [u8], group| Check {
             key,
             limit: &l,
@@ -730,23 +718,25 @@ mod tests {
         assert_eq!(args.len(), 3 + 3 * FIELDS);
         let ints: Vec<Option<i64>> = args.iter().map(|v| v.as_i64()).collect();
         assert_eq!(ints[1], Some(7));
-        // third check: key index 1 again, limit clamped to 2^53 - 1, group 2
+        // third check: key index 1 again, the largest limit, group 2
         let third = &ints[3 + 2 * FIELDS..];
         assert_eq!(third[0], Some(1));
-        assert_eq!(third[2], Some(MAX_SAFE as i64));
+        assert_eq!(third[2], Some(i64::from(u32::MAX)));
         assert_eq!(third[7], Some(flag::ALWAYS | flag::QUOTA));
         assert_eq!(third[8], Some(2));
     }
 
     #[test]
     fn plain_fixed_window_takes_of_distinct_keys_take_the_short_layout() {
-        let l = Limit::fixed_window(u64::MAX, 60_000_000);
-        let mut cal = l.clone();
-        cal.calendar = Some(crate::algorithm::Calendar {
-            unit: crate::model::Unit::Hour,
-            tz: chrono_tz::UTC,
-        });
-        let log = Limit::new(Algorithm::SlidingLog, 10, 60_000_000);
+        let l = Limit::fixed_window(u64::from(u32::MAX), 60_000_000).unwrap();
+        let cal = l
+            .clone()
+            .with_calendar(crate::algorithm::Calendar {
+                unit: crate::model::Unit::Hour,
+                tz: chrono_tz::UTC,
+            })
+            .unwrap();
+        let log = Limit::new(Algorithm::SlidingLog, 10, 60_000_000).unwrap();
         let mk = |key: &'static [u8], limit, group| Check {
             key,
             limit,
@@ -768,7 +758,7 @@ mod tests {
             (s(&args[5]), args[6].as_i64(), s(&args[7])),
             ("".into(), Some(2), "".into())
         );
-        assert_eq!(args[8].as_i64(), Some(MAX_SAFE as i64));
+        assert_eq!(args[8].as_i64(), Some(i64::from(u32::MAX)));
         assert_eq!(
             (args[9].as_i64(), args[10].as_i64()),
             (Some(60_000_000), Some(2))
@@ -832,11 +822,14 @@ mod tests {
     fn distinct_values_and_calendar_bounds_are_passed() {
         use crate::algorithm::{Calendar, Frame};
         use crate::model::Unit;
-        let mut l = Limit::new(Algorithm::Distinct, 5, 3_600_000_000);
-        l.calendar = Some(Calendar {
-            unit: Unit::Hour,
-            tz: chrono_tz::Asia::Kolkata,
-        });
+        let l = Limit::new(Algorithm::Distinct, 5, 3_600_000_000)
+            .and_then(|l| {
+                l.with_calendar(Calendar {
+                    unit: Unit::Hour,
+                    tz: chrono_tz::Asia::Kolkata,
+                })
+            })
+            .unwrap();
         let c = Check {
             key: b"k",
             limit: &l,
@@ -871,15 +864,17 @@ mod tests {
 
     #[test]
     fn only_a_lone_epoch_aligned_window_a_sliding_log_or_a_bucket_takes_a_fast_path() {
-        let fixed = Limit::fixed_window(10, 60_000_000);
-        let mut calendar = fixed.clone();
-        calendar.calendar = Some(crate::algorithm::Calendar {
-            unit: crate::model::Unit::Hour,
-            tz: chrono_tz::UTC,
-        });
-        let mut gcra = Limit::new(Algorithm::Gcra, 10, 60_000_000);
-        gcra.burst = 4;
-        let distinct = Limit::new(Algorithm::Distinct, 10, 60_000_000);
+        let fixed = Limit::fixed_window(10, 60_000_000).unwrap();
+        let calendar = fixed
+            .clone()
+            .with_calendar(crate::algorithm::Calendar {
+                unit: crate::model::Unit::Hour,
+                tz: chrono_tz::UTC,
+            })
+            .unwrap();
+        let gcra = Limit::new(Algorithm::Gcra, 10, 60_000_000).unwrap();
+        let gcra = gcra.with_burst(4).unwrap();
+        let distinct = Limit::new(Algorithm::Distinct, 10, 60_000_000).unwrap();
         let mk = |limit| Check {
             key: b"k",
             limit,
@@ -893,7 +888,7 @@ mod tests {
             on_error: None,
         };
         let (one, cal, other, bucket) = (mk(&fixed), mk(&calendar), mk(&distinct), mk(&gcra));
-        let log = Limit::new(Algorithm::SlidingLog, 10, 60_000_000);
+        let log = Limit::new(Algorithm::SlidingLog, 10, 60_000_000).unwrap();
         let log = mk(&log);
         assert!(fast_path(&[&one], Scope::All).is_some());
         assert!(fast_path(&[&one], Scope::Part).is_none());

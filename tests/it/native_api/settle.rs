@@ -65,7 +65,7 @@ async fn a_settlement_over_two_cluster_slots_applies_each_once_across_a_retry() 
         std::time::Duration::from_secs(2),
     );
     let store = redis_support::connected(opts).await;
-    let limit = Limit::fixed_window(10, 3600 * SEC);
+    let limit = Limit::fixed_window(10, 3600 * SEC).unwrap();
     let home = redis_support::key_of("settle:", "home", &limit);
     // A descriptor whose slot another primary owns.
     let away = (0..)

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 
 use redis_support::RedisCluster;
-use sluice::algorithm::{Algorithm, Ask, Limit};
+use sluice::algorithm::{Algorithm, Ask, Limit, Param};
 use sluice::model::Micros;
 use sluice::store::batch;
 use sluice::store::key::{self, Part};
@@ -69,8 +69,8 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
         vec![(b"{", b"}"), (b"}", b"{")],
     ];
     let windows = [
-        Limit::fixed_window(1, SEC),
-        Limit::fixed_window(5, 3_600 * SEC),
+        Limit::fixed_window(1, SEC).unwrap(),
+        Limit::fixed_window(5, 3_600 * SEC).unwrap(),
     ];
     let mut all_keys = HashSet::new();
     for entries in &hostile {
@@ -117,8 +117,8 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     assert_eq!(store.topology(), Topology::Cluster);
 
     // Four descriptors on four slots (on more than one primary).
-    let limit = Limit::fixed_window(3, 3_600 * SEC);
-    let tight = Limit::fixed_window(1, 3_600 * SEC);
+    let limit = Limit::fixed_window(3, 3_600 * SEC).unwrap();
+    let tight = Limit::fixed_window(1, 3_600 * SEC).unwrap();
     let values = ["alpha", "bravo", "charlie", "delta"];
     let keys: Vec<Vec<u8>> = values
         .iter()
@@ -190,9 +190,9 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
 
     // A token bucket and a sliding window on other slots, charged optimistically and given
     // back when the tight descriptor rejects: the next request sees them untouched.
-    let bucket = Limit::new(Algorithm::TokenBucket, 3, 3_600 * SEC);
-    let mut sliding = Limit::new(Algorithm::SlidingWindow, 3, 3_600 * SEC);
-    sliding.precision = 60;
+    let bucket = Limit::new(Algorithm::TokenBucket, 3, 3_600 * SEC).unwrap();
+    let sliding = Limit::new(Algorithm::SlidingWindow, 3, 3_600 * SEC).unwrap();
+    let sliding = sliding.with_precision(60).unwrap();
     let bucket_key = key_of("c:", &[(b"k", b"foxtrot")], &bucket, None);
     let sliding_key = key_of("c:", &[(b"k", b"golf")], &sliding, None);
     let tight_key2 = key_of("c:", &[(b"k", b"hotel")], &tight, None);
@@ -224,7 +224,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     }
     // A distinct value cannot be given back (a refund of distinct changes nothing): it stays
     // counted, and the verdict says so.
-    let ips = Limit::new(Algorithm::Distinct, 5, 3_600 * SEC);
+    let ips = Limit::new(Algorithm::Distinct, 5, 3_600 * SEC).unwrap();
     let ips_key = key_of("c:", &[(b"k", b"india")], &ips, None);
     assert_ne!(cluster.keyslot(&ips_key), cluster.keyslot(&tight_key2));
     let mut ip = check(&ips_key, &ips, 1, 0);
@@ -281,9 +281,11 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
                 .map(|&a| {
                     (0..6)
                         .map(|r| {
-                            let mut l = Limit::new(a, r, 60 * SEC);
-                            l.precision = 6;
-                            l
+                            let l = Limit::new(a, r, 60 * SEC).unwrap();
+                            match a.param() {
+                                Some(Param::Precision) => l.with_precision(6).unwrap(),
+                                _ => l,
+                            }
                         })
                         .collect()
                 })

@@ -39,7 +39,7 @@ async fn the_store_finds_the_primary_through_sentinel_and_decides() {
         .await
         .expect("connects through the sentinel");
 
-    let limit = Limit::fixed_window(1, 3_600 * SEC);
+    let limit = Limit::fixed_window(1, 3_600 * SEC).unwrap();
     let mut k = Vec::new();
     key::build(
         &mut k,

@@ -150,7 +150,7 @@ fn options(redis: &TlsRedis) -> RedisOptions {
 }
 
 async fn decide(store: &RedisStore, key: &[u8]) -> Result<bool, String> {
-    let limit = Limit::fixed_window(1, 3_600_000_000);
+    let limit = Limit::fixed_window(1, 3_600_000_000).unwrap();
     let c = [Check::new(key, &limit, Ask::take(1))];
     store
         .decide_checks(&c, T0, Deadline::NONE)

@@ -92,7 +92,7 @@ fn requests_on_threads(
 async fn a_hot_key_on_serving_threads_shares_fcalls_and_admits_exactly_its_limit() {
     let cluster = RedisCluster::start();
     let store = connected(options(&cluster.url(), Duration::from_millis(500))).await;
-    let limit = Limit::fixed_window(500, 3_600 * SEC);
+    let limit = Limit::fixed_window(500, 3_600 * SEC).unwrap();
     let key = key_of("hot:", "x", &limit);
     let (threads, tasks, calls) = (2, 8, 100);
     let admitted = tokio::task::spawn_blocking({
@@ -246,7 +246,7 @@ async fn killed_primary(threads: Option<usize>) {
 async fn requests_over_two_slots_on_serving_threads_admit_exactly_and_give_back_every_charge() {
     let cluster = RedisCluster::start();
     let store = connected(options(&cluster.url(), Duration::from_millis(500))).await;
-    let (roomy, tight) = (roomy(), Limit::fixed_window(300, 3_600 * SEC));
+    let (roomy, tight) = (roomy(), Limit::fixed_window(300, 3_600 * SEC).unwrap());
     let (a, b) = (key_of("two:", "a", &roomy), key_of("two:", "b", &tight));
     let slot =
         |k: &[u8]| cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", std::str::from_utf8(k).unwrap()]);

@@ -19,7 +19,7 @@ async fn a_hot_sliding_log_key_full_at_10000_entries_leaves_other_tenants_unharm
     let redis = RedisNode::start();
     // A tight command timeout: a Redis busy with one key's work shows at once as tenants' errors.
     let store = connected(options(&redis.url(), Duration::from_millis(50))).await;
-    let hot_limit = Limit::new(Algorithm::SlidingLog, FULL, 3_600 * SEC);
+    let hot_limit = Limit::new(Algorithm::SlidingLog, FULL, 3_600 * SEC).unwrap();
     let hot = key_of("hot:", "scraper", &hot_limit);
     for _ in 0..FULL / 500 {
         let fill = [Check::new(&hot, &hot_limit, Ask::take(500))];

@@ -48,7 +48,7 @@ fn options(url: &str, command_timeout: Duration) -> RedisOptions {
 
 /// A limit never reached: every answered call is allowed.
 fn roomy() -> Limit {
-    Limit::fixed_window(1_000_000_000, 3_600 * SEC)
+    Limit::fixed_window(1_000_000_000, 3_600 * SEC).unwrap()
 }
 
 /// One call's outcome: when it ended, which key (index) and whether Redis decided it.

@@ -254,7 +254,7 @@ fn a_decision_given_up_before_it_left_is_never_sent() {
     let opts =
         redis_support::store_options(&redis.url(), ClockSource::Local, Duration::from_millis(100));
     let (rt, store) = redis_support::on_a_serving_thread(&redis, opts);
-    let limit = Limit::fixed_window(1_000, 3_600 * SEC);
+    let limit = Limit::fixed_window(1_000, 3_600 * SEC).unwrap();
     let key = |v: &str| key_of("abandoned:", v, &limit);
     let (a, b, c) = (key("a"), key("b"), key("c"));
     let decide = |k: &[u8]| {

@@ -37,7 +37,7 @@ fn a_window_replaced_mid_way_by_an_instance_ahead_admits_at_most_the_limit() {
     let (rt, behind) =
         redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
     let ahead = rt.block_on(connected(options(&redis.url(), ClockSource::Local)));
-    let limit = Limit::fixed_window(LIMIT, window);
+    let limit = Limit::fixed_window(LIMIT, window).unwrap();
     let key = key_of("replaced:", "x", &limit);
     let checks = [take(&key, &limit, 1, 0)];
     // Early in a window by Redis' clock, so that everything below happens in it. Waited for
@@ -99,7 +99,7 @@ fn two_instances_with_clocks_300_ms_apart_admit_at_most_the_limit_per_window() {
     let (rt, on_redis) =
         redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
     let ahead = rt.block_on(connected(options(&redis.url(), ClockSource::Local)));
-    let limit = Limit::fixed_window(LIMIT, SEC);
+    let limit = Limit::fixed_window(LIMIT, SEC).unwrap();
     let key = key_of("skewed:", "x", &limit);
     let checks = [take(&key, &limit, 1, 0)];
     // Per window of the key (its end, to the nearest second), what each answer counted in.

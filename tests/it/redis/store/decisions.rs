@@ -7,7 +7,7 @@ use super::*;
 async fn a_request_of_five_descriptors_is_one_evalsha() {
     let redis = RedisNode::start();
     let store = connected(options(&redis.url(), ClockSource::Redis)).await;
-    let limit = Limit::fixed_window(3, 3_600 * SEC);
+    let limit = Limit::fixed_window(3, 3_600 * SEC).unwrap();
     let keys: Vec<Vec<u8>> = (0..5)
         .map(|i| key_of("rt:", &format!("v{i}"), &limit))
         .collect();
@@ -55,7 +55,7 @@ async fn a_request_of_five_descriptors_is_one_evalsha() {
 async fn a_key_of_another_type_fails_a_request_of_several_takes_without_charging_it() {
     let redis = RedisNode::start();
     let store = connected(options(&redis.url(), ClockSource::Local)).await;
-    let limit = Limit::fixed_window(10, 3_600 * SEC);
+    let limit = Limit::fixed_window(10, 3_600 * SEC).unwrap();
     let keys: Vec<Vec<u8>> = (0..3)
         .map(|i| key_of("type:", &format!("v{i}"), &limit))
         .collect();
@@ -99,7 +99,7 @@ async fn two_stores_sharing_one_redis_admit_exactly_the_limit() {
     let redis = RedisNode::start();
     let a = connected(options(&redis.url(), ClockSource::Local)).await;
     let b = connected(options(&redis.url(), ClockSource::Local)).await;
-    let limit = Limit::fixed_window(LIMIT, 3_600 * SEC);
+    let limit = Limit::fixed_window(LIMIT, 3_600 * SEC).unwrap();
     let key = key_of("share:", "one", &limit);
     let mut tasks = Vec::new();
     for t in 0..16 {
@@ -127,7 +127,7 @@ async fn two_stores_sharing_one_redis_admit_exactly_the_limit() {
 async fn the_redis_clock_decides_by_default() {
     let redis = RedisNode::start();
     let store = connected(options(&redis.url(), ClockSource::Redis)).await;
-    let limit = Limit::fixed_window(2, 3_600 * SEC);
+    let limit = Limit::fixed_window(2, 3_600 * SEC).unwrap();
     let k = key_of("clock:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
     // The `now` given is ignored: a timestamp of 0 would otherwise be a window of 1970.
@@ -170,8 +170,8 @@ fn every_script_expires_a_key_when_its_state_stops_counting() {
     // A window ends at the next multiple of its length; a log counts an entry for a window.
     let window_ms = ((now / w + 1) * w - now + 999) / 1_000 + grace_ms;
     let log_ms = w / 1_000 + grace_ms;
-    let fixed = Limit::fixed_window(100, w);
-    let log = Limit::new(Algorithm::SlidingLog, 100, w);
+    let fixed = Limit::fixed_window(100, w).unwrap();
+    let log = Limit::new(Algorithm::SlidingLog, 100, w).unwrap();
     for (name, store) in [("evalsha", &pooled), ("batch", &batched)] {
         let k = |v: &str, l: &Limit| key_of(&format!("{name}:"), v, l);
         let (a, b, c) = (k("a", &fixed), k("b", &fixed), k("c", &fixed));

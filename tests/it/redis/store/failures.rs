@@ -22,7 +22,7 @@ async fn outage_allow_policy_breaker_and_recovery_with_noscript() {
     };
     let store = connected(opts).await;
     let f = Fallback::new(store.clone(), FailurePolicy::Allow, None);
-    let limit = Limit::fixed_window(1, 3_600 * SEC);
+    let limit = Limit::fixed_window(1, 3_600 * SEC).unwrap();
     let k = key_of("outage:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
     assert!(f.decide(&c, T0, Deadline::NONE).await.unwrap()[0].charged);
@@ -93,7 +93,7 @@ async fn local_policy_counts_in_memory_while_redis_is_down() {
     let store = connected(options(&redis.url(), ClockSource::Local)).await;
     let local = Arc::new(sluice::store::MemoryStore::new(1_000));
     let f = Fallback::new(store.clone(), FailurePolicy::Local, Some(local));
-    let limit = Limit::fixed_window(2, 3_600 * SEC);
+    let limit = Limit::fixed_window(2, 3_600 * SEC).unwrap();
     let k = key_of("local:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
     redis.kill();
@@ -115,7 +115,7 @@ async fn a_stalled_redis_costs_the_command_timeout_not_more() {
     let mut opts = options(&redis.url(), ClockSource::Local);
     opts.command_timeout = Duration::from_millis(300);
     let store = connected(opts).await;
-    let limit = Limit::fixed_window(10, 3_600 * SEC);
+    let limit = Limit::fixed_window(10, 3_600 * SEC).unwrap();
     let k = key_of("stall:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
     store.decide_checks(&c, T0, Deadline::NONE).await.unwrap();
@@ -271,7 +271,7 @@ fn one_dropped_connection_counts_once_toward_the_breaker() {
         probe_every: Duration::from_secs(600),
     };
     let (rt, store) = redis_support::on_a_serving_thread(&redis, opts);
-    let limit = Limit::fixed_window(1_000_000, 3_600 * SEC);
+    let limit = Limit::fixed_window(1_000_000, 3_600 * SEC).unwrap();
     let k = key_of("one-drop:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
     assert!(

@@ -33,7 +33,7 @@ use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner}
 use crate::support::poll::{wait_until, wait_until_async};
 use redis_support::{connected, fixed_window_state, key_of};
 use redis_support::{ping, RedisNode};
-use sluice::algorithm::{distinct, Algorithm, Ask, Calendar, Limit, State};
+use sluice::algorithm::{distinct, Algorithm, Ask, Calendar, Limit, Param, State};
 use sluice::clock::ManualClock;
 use sluice::model::{Micros, Unit};
 use sluice::proto::rate_limit_descriptor::Entry;

@@ -67,14 +67,14 @@ impl Scenario {
     fn limit(&self, key: usize, requests: u64, param: usize) -> Limit {
         let k = self.keys[key];
         let requests = self.requests_base + requests;
-        let mut l = Limit::new(k.algorithm, requests, k.window);
-        l.precision = k.precision;
-        l.calendar = k.calendar;
-        if k.algorithm.has_burst() && requests > 0 {
-            l.burst = [requests, 1, 3, 7][param];
-        }
-        assert_eq!(l.validate(), Ok(()), "{l:?}");
-        l
+        let l = Limit::new(k.algorithm, requests, k.window).unwrap();
+        let l = match k.algorithm.param() {
+            Some(Param::Precision) => l.with_precision(k.precision),
+            Some(Param::Calendar) => k.calendar.map_or(Ok(l.clone()), |c| l.with_calendar(c)),
+            Some(Param::Burst) if requests > 0 => l.with_burst([requests, 1, 3, 7][param]),
+            _ => Ok(l),
+        };
+        l.unwrap()
     }
 }
 
@@ -353,7 +353,7 @@ impl Case {
                     ask: Ask {
                         hits: c.hits,
                         refund: c.refund,
-                        value: if limit.algorithm == Algorithm::Distinct {
+                        value: if limit.algorithm().counts_values() {
                             self.values[c.value as usize]
                         } else {
                             0
@@ -491,7 +491,7 @@ fn distinct_hyperloglog_closes_on_the_same_request_as_rust() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let redis = RedisNode::start();
     let store = rt.block_on(connected(options(&redis.url(), ClockSource::Local)));
-    let limit = Limit::new(Algorithm::Distinct, 1_200, 3_600 * SEC);
+    let limit = Limit::new(Algorithm::Distinct, 1_200, 3_600 * SEC).unwrap();
     assert!(limit.is_approximate());
     let key = key_of("hll:", "x", &limit);
     let mut table = MapTable::default();
@@ -544,7 +544,7 @@ fn distinct_hyperloglog_estimate_is_bit_exact() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let redis = RedisNode::start();
     let store = rt.block_on(connected(options(&redis.url(), ClockSource::Local)));
-    let limit = Limit::new(Algorithm::Distinct, u64::from(u32::MAX), 3_600 * SEC);
+    let limit = Limit::new(Algorithm::Distinct, u64::from(u32::MAX), 3_600 * SEC).unwrap();
     let window_start = T0 - T0 % (3_600 * SEC);
     // A plain client writes the states (binary) the script then reads.
     let client =
@@ -636,11 +636,13 @@ fn calendar_windows_follow_the_redis_clock() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let redis = RedisNode::start();
     let store = rt.block_on(connected(options(&redis.url(), ClockSource::Redis)));
-    let mut limit = Limit::fixed_window(5, 3_600 * SEC);
-    limit.calendar = Some(Calendar {
-        unit: Unit::Hour,
-        tz: chrono_tz::Asia::Kolkata,
-    });
+    let limit = Limit::fixed_window(5, 3_600 * SEC).unwrap();
+    let limit = limit
+        .with_calendar(Calendar {
+            unit: Unit::Hour,
+            tz: chrono_tz::Asia::Kolkata,
+        })
+        .unwrap();
     let redis_now = || -> Micros {
         let t = redis.cli(&["TIME"]);
         let mut it = t.lines().map(|l| l.trim().parse::<i64>().unwrap());

@@ -35,7 +35,7 @@ fn hammer_windows(prefix: &str, limit: u64) -> (Vec<(i64, Vec<Verdict>)>, u64) {
     let redis = RedisNode::start();
     let (rt, store) =
         redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
-    let limit = Limit::fixed_window(limit, SEC);
+    let limit = Limit::fixed_window(limit, SEC).unwrap();
     let key = key_of(prefix, "x", &limit);
     let mut answers: std::collections::BTreeMap<i64, Vec<Verdict>> = Default::default();
     let fcalls = redis.command_calls("fcall");
@@ -101,7 +101,7 @@ fn a_plain_take_on_a_key_deleted_meanwhile_settles_its_window() {
     let redis = RedisNode::start();
     let (rt, store) =
         redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
-    let limit = Limit::fixed_window(10, 86_400 * SEC);
+    let limit = Limit::fixed_window(10, 86_400 * SEC).unwrap();
     let key = key_of("plain-settle:", "x", &limit);
     let checks = [take(&key, &limit, 1, 0)];
     let decide = || {
@@ -133,7 +133,7 @@ fn a_take_that_reaches_the_limit_sends_the_next_to_the_script_with_nothing_to_gi
     let redis = RedisNode::start();
     let (rt, store) =
         redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
-    let limit = Limit::fixed_window(2, 86_400 * SEC);
+    let limit = Limit::fixed_window(2, 86_400 * SEC).unwrap();
     let key = key_of("plain-reject:", "x", &limit);
     let checks = [take(&key, &limit, 1, 0)];
     let decide = || {
@@ -407,7 +407,7 @@ fn the_count_stays_exact_under_rejected_load_with_connections_killed() {
     let redis = RedisNode::start();
     let (rt, store) =
         redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
-    let limit = Limit::fixed_window(LIMIT, 86_400 * SEC);
+    let limit = Limit::fixed_window(LIMIT, 86_400 * SEC).unwrap();
     let key = key_of("plain-killed:", "x", &limit);
     let checks = [take(&key, &limit, 1, 0)];
     let decide = || rt.block_on(store.decide_checks(&checks, 0, Deadline::NONE));

@@ -90,7 +90,7 @@ async fn tls_with_a_custom_ca() {
     let mut opts = options(&url, ClockSource::Local);
     opts.connect.tls_ca = Some(redis.tls_ca().unwrap().to_path_buf());
     let store = connected(opts).await;
-    let limit = Limit::fixed_window(1, 3_600 * SEC);
+    let limit = Limit::fixed_window(1, 3_600 * SEC).unwrap();
     let k = key_of("tls:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
     assert!(store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
@@ -113,7 +113,7 @@ async fn acl_username_and_password_from_the_url() {
     ]);
     let url = format!("redis://sluice:s3cret@127.0.0.1:{}", redis.port);
     let store = connected(options(&url, ClockSource::Local)).await;
-    let limit = Limit::fixed_window(1, 3_600 * SEC);
+    let limit = Limit::fixed_window(1, 3_600 * SEC).unwrap();
     let k = key_of("acl:", "x", &limit);
     let c = [take(&k, &limit, 1, 0)];
     assert!(store.decide_checks(&c, T0, Deadline::NONE).await.unwrap()[0].allowed);
