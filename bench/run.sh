@@ -532,7 +532,8 @@ scenario_reload() {
 # RLQS at fleet scale (sluice-bench rlqs): 10,000 streams (simulated Envoys, 100 per HTTP/2
 # connection) of 100 buckets each, every bucket reported every 5 s (Envoy's interval) with
 # demand, on the memory store: server CPU per bucket report, resident memory per stream and
-# per bucket, report-to-answer latency.
+# per bucket, report-to-answer latency; then on Redis, the store's work per bucket report
+# against per RLS decision.
 scenario_rlqs() {
     log "RLQS: 10,000 streams x 100 buckets every 5 s (memory store)"
     local run
@@ -546,6 +547,28 @@ scenario_rlqs() {
         tail -n 1 "$WORK/rlqs.log" >&2
         stop "$SLUICE_PID"
     done
+    # On Redis: Redis CPU and commands per bucket report against per RLS decision, the same rule
+    # (bench/config's `k`, windows of a second: a grant is renewed every second between reports)
+    # and the same Redis, A/B in each run. 1,000 streams of 100 buckets: the 2 cores hold
+    # Redis, sluice and the generator.
+    local port
+    port=$(free_port)
+    start_redis "$port"
+    local redis_pid=$REDIS_PID
+    start_sluice rlqs-redis --config bench/config "${REDIS_FLAGS[@]}" \
+        --redis-url "redis://127.0.0.1:$port"
+    log "RLQS on Redis: 1,000 streams x 100 buckets every 5 s, against RLS decisions"
+    for run in $(seq "$RUNS"); do
+        "$BENCH" rlqs --target "$SLUICE_ADDR" --server-pid "$SLUICE_PID" --streams 1000 \
+            --buckets 100 --interval 5s --duration "$RLQS_DURATION" --connections 10 \
+            --redis "127.0.0.1:$port" --json "$(result rlqs-redis sluice s1000-b100 "$run")" \
+            2>>"$WORK/rlqs.log" ||
+            { tail -n 20 "$WORK/rlqs.log" >&2; die "sluice-bench rlqs (Redis) failed"; }
+        tail -n 1 "$WORK/rlqs.log" >&2
+        closed rlqs-redis-rls sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
+            --redis "127.0.0.1:$port" "${TEN_K_KEYS[@]}"
+    done
+    stop "$SLUICE_PID" "$redis_pid"
 }
 
 # Bytes per active key of the in-memory store, per algorithm (deterministic: one run).

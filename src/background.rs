@@ -3,6 +3,35 @@
 //! serving, the scheduler lets a serving thread preempt them at once instead of sharing the
 //! core: the reload takes longer there, requests do not wait behind it.
 
+/// Runs `work` on a thread of its own at the lowest priority and waits for it: the whole of a
+/// reload (read, parse, validate, compile, swap), not only its parse, so that the callers'
+/// threads (tokio's blocking pool, at normal priority) never compete with serving threads for
+/// the tens of milliseconds a large config takes. Runs `work` on the calling thread when no
+/// thread can be started.
+pub fn at_lowest_priority<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    let mut work = Some(work);
+    let ran = std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name("sluice-reload".into())
+            .spawn_scoped(scope, || {
+                lowest_priority();
+                work.take().map(|w| w())
+            })
+            .ok()?;
+        // A panic in `work` goes on on the calling thread, as if `work` had run there.
+        Some(
+            handle
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        )
+    });
+    match (ran.flatten(), work) {
+        (Some(out), _) => out,
+        (None, Some(work)) => work(),
+        (None, None) => unreachable!("the thread either ran `work` or left it"),
+    }
+}
+
 /// Lowers the calling thread's priority to nice 19 (on Linux nice is per thread). Best
 /// effort: where it cannot, the thread runs as it was.
 pub fn lowest_priority() {
@@ -24,6 +53,11 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(lowered, 19);
+        let (inside, answer) = super::at_lowest_priority(|| {
+            let p = rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
+            (p, 42)
+        });
+        assert_eq!((inside, answer), (19, 42));
         assert_eq!(
             rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap(),
             before

@@ -183,6 +183,28 @@ impl StatsRegistry {
         self.of_rule_uncached(domain, rule)
     }
 
+    /// Sizes the counter table for a rule set about to be published, on the reload's thread.
+    /// Otherwise the first request to meet a rule beyond the table rebuilds it (a slot per
+    /// rule: 16,384 for 10,000 rules), on a serving thread, once per power of two. The slots
+    /// stay empty: a rule's counters are still made on its first use, so unused rules export
+    /// nothing.
+    pub fn prepare(&self, rules: &crate::rules::RuleSet) {
+        let all = rules.all_rules();
+        let Some(set) = all.first().map(|r| r.id.set) else {
+            return;
+        };
+        let last = all.iter().map(|r| r.id.index).max().unwrap_or(0);
+        let current = self.rules.load_full();
+        if set == 0 || set <= current.set {
+            return;
+        }
+        let len = (last as usize + 1).next_power_of_two().max(64);
+        let slots = (0..len).map(|_| OnceLock::new()).collect();
+        let _ = self
+            .rules
+            .compare_and_swap(&current, Arc::new(RuleSlots { set, slots }));
+    }
+
     /// [`Self::of_rule`] for a rule beyond the table: by name, then the table is replaced by
     /// one that holds it when its rule set is the newest seen (a reload, or a higher index).
     /// Rules of an older set (requests still on it) stay uncached.
@@ -362,6 +384,34 @@ mod tests {
         assert_eq!(r.rules.load().set, n[0].1.set);
         assert_eq!(&*rule(&new, "d.b").key, "d.b");
         assert!(r.rules.load().get(n[1].1).and_then(OnceLock::get).is_some());
+    }
+
+    /// A rule set prepared before it serves finds its table sized: its requests fill slots
+    /// and never replace the table; unused rules get no counters.
+    #[test]
+    fn a_prepared_rule_set_never_rebuilds_the_table() {
+        let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+        let file = ConfigFile {
+            path: "f.yaml".into(),
+            content: yaml.into(),
+        };
+        let set = compile(&[file], LoadOptions::default()).unwrap();
+        let r = StatsRegistry::new(0.8, 10);
+        r.prepare(&set);
+        let table = r.rules.load_full();
+        let all = set.all_rules();
+        assert_eq!(table.set, all[0].id.set);
+        assert!(all.iter().all(|rule| table.get(rule.id).is_some()));
+        assert!(r.snapshot().is_empty());
+        let d: Arc<str> = "d".into();
+        for rule in &all {
+            r.of_rule(&d, rule);
+        }
+        assert!(Arc::ptr_eq(&table, &r.rules.load_full()));
+        assert_eq!(r.snapshot().len(), 2);
+        // Preparing the same set again changes nothing.
+        r.prepare(&set);
+        assert!(Arc::ptr_eq(&table, &r.rules.load_full()));
     }
 
     fn e(k: &str, v: &str) -> Entry {

@@ -127,8 +127,10 @@ impl Reloader {
             return true;
         }
         let started = monotonic();
-        let (files, errors) = files::read_all(&self.paths, self.opts);
-        self.apply_from(started, files, errors)
+        crate::background::at_lowest_priority(|| {
+            let (files, errors) = files::read_all(&self.paths, self.opts);
+            self.apply_from(started, files, errors)
+        })
     }
 
     /// The shared compile-and-swap entry point of every config source: compiles `files` (with
@@ -137,7 +139,8 @@ impl Reloader {
     /// parsed or swapped: the attempt is counted as `unchanged` and answers as that attempt
     /// did. `false` when the config is rejected (the running rules stay).
     pub fn apply(&self, files: Vec<ConfigFile>, errors: Vec<ConfigError>) -> bool {
-        self.apply_from(monotonic(), files, errors)
+        let started = monotonic();
+        crate::background::at_lowest_priority(|| self.apply_from(started, files, errors))
     }
 
     /// Compiles an xDS snapshot (its resources, already typed) and swaps it in whole, or
@@ -145,6 +148,15 @@ impl Reloader {
     /// `version_info`, for the log line.
     pub fn apply_snapshot(&self, docs: &[RawDocument], version: &str) -> Result<u64, ConfigErrors> {
         let started = monotonic();
+        crate::background::at_lowest_priority(|| self.snapshot_from(started, docs, version))
+    }
+
+    fn snapshot_from(
+        &self,
+        started: std::time::Instant,
+        docs: &[RawDocument],
+        version: &str,
+    ) -> Result<u64, ConfigErrors> {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(prev) = last.as_ref().filter(|l| l.same_snapshot(docs)) {
             let accepted = prev.accepted;

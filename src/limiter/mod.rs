@@ -126,6 +126,9 @@ impl<S: Store> Limiter<S> {
     /// Publishes a new rule set in one atomic swap; requests in flight finish on the old one,
     /// which is then freed off the request path (see [`retire`]).
     pub fn set_rules(&self, rules: Arc<RuleSet>) {
+        if let Some(m) = &self.metrics {
+            m.stats.prepare(&rules);
+        }
         if let Some(old) = self.rules.swap(Some(rules)) {
             retire(old);
         }

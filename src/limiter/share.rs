@@ -93,7 +93,13 @@ pub struct Demands {
 impl Demands {
     /// Records `stream`'s demand for `bucket` at `now`.
     pub fn set(&mut self, bucket: &[u8], stream: u64, demand: u64, now: Micros) {
-        let list = self.by_bucket.entry(bucket.to_vec()).or_default();
+        // Looked up before inserting: a bucket's key is copied once, not on every report. A
+        // new list holds one stream (most buckets have one), not `Vec`'s first four.
+        let Some(list) = self.by_bucket.get_mut(bucket) else {
+            self.by_bucket
+                .insert(bucket.to_vec(), vec![(stream, demand, now)]);
+            return;
+        };
         match list.iter_mut().find(|(s, ..)| *s == stream) {
             Some(e) => *e = (stream, demand, now),
             None => list.push((stream, demand, now)),

@@ -303,33 +303,7 @@ fn load_command(a: LoadArgs) -> anyhow::Result<()> {
         let server_cpu_s = (!a.server_pids.is_empty()).then_some(server_end - server_start);
         let client_cpu_s = client_end - client_start;
         let redis = match (redis_start, redis_end) {
-            (Some(s), Some(e)) => {
-                let d = e.since(&s);
-                let total: u64 = d.calls.values().sum();
-                let scripts: u64 = d
-                    .calls
-                    .iter()
-                    .filter(|(name, _)| {
-                        [
-                            "eval",
-                            "evalsha",
-                            "eval_ro",
-                            "evalsha_ro",
-                            "fcall",
-                            "fcall_ro",
-                        ]
-                        .contains(&name.as_str())
-                    })
-                    .map(|(_, n)| n)
-                    .sum();
-                Some(RedisReport {
-                    commands_per_request: per_request(total as f64, answered),
-                    scripts_per_request: per_request(scripts as f64, answered),
-                    cpu_us_per_request: per_request(d.cpu_s * 1e6, answered),
-                    cpu_s: d.cpu_s,
-                    commands: d.calls,
-                })
-            }
+            (Some(s), Some(e)) => Some(RedisReport::of(e.since(&s), answered)),
             _ => None,
         };
         anyhow::Ok(LoadReport {

@@ -62,6 +62,35 @@ pub struct RedisReport {
     pub cpu_us_per_request: Option<f64>,
 }
 
+impl RedisReport {
+    /// The report of what Redis did (`d`, the difference of two readings) for `answered`
+    /// requests (or bucket reports).
+    pub fn of(d: crate::redis_info::Sample, answered: u64) -> RedisReport {
+        const SCRIPTS: [&str; 6] = [
+            "eval",
+            "evalsha",
+            "eval_ro",
+            "evalsha_ro",
+            "fcall",
+            "fcall_ro",
+        ];
+        let total: u64 = d.calls.values().sum();
+        let scripts: u64 = d
+            .calls
+            .iter()
+            .filter(|(name, _)| SCRIPTS.contains(&name.as_str()))
+            .map(|(_, n)| n)
+            .sum();
+        RedisReport {
+            commands_per_request: per_request(total as f64, answered),
+            scripts_per_request: per_request(scripts as f64, answered),
+            cpu_us_per_request: per_request(d.cpu_s * 1e6, answered),
+            cpu_s: d.cpu_s,
+            commands: d.calls,
+        }
+    }
+}
+
 /// `x / answered`, or null when nothing was answered.
 pub fn per_request(x: f64, answered: u64) -> Option<f64> {
     (answered > 0).then(|| x / answered as f64)

@@ -4,7 +4,8 @@
 //! count varies per report), and waits for the answer. Reports the server's CPU per bucket
 //! report (and bucket reports per second per core), its resident memory per stream and per
 //! bucket (the growth from before the streams opened to when every bucket exists), and the
-//! assignment latency (a report sent to its answer received).
+//! assignment latency (a report sent to its answer received). With `--redis`, what the
+//! store's Redis nodes did per bucket report (their CPU and commands, from `INFO`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +23,8 @@ use sluice::proto::rlqs::{BucketId, RateLimitQuotaUsageReports};
 
 use crate::args::{parse_duration, parse_host_port};
 use crate::cpu;
-use crate::report::{self, Latency};
+use crate::redis_info;
+use crate::report::{self, Latency, RedisReport};
 
 #[derive(Debug, clap::Args)]
 pub struct RlqsArgs {
@@ -52,6 +54,10 @@ pub struct RlqsArgs {
     /// The bucket id's key (a rule of the domain must match it).
     #[arg(long, default_value = "k")]
     pub key: String,
+    /// A Redis node the server's store uses, HOST:PORT (repeat for a Cluster): its CPU and
+    /// commands per bucket report.
+    #[arg(long = "redis", value_parser = parse_host_port)]
+    pub redis: Vec<String>,
     /// Write the JSON result to this file ("-": stdout).
     #[arg(long)]
     pub json: Option<String>,
@@ -69,6 +75,8 @@ pub struct Plan {
     pub domain: String,
     /// The bucket id's key (a rule of `domain` matches it); values are unique per bucket.
     pub key: String,
+    /// The store's Redis nodes (none: not read).
+    pub redis: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -92,6 +100,9 @@ pub struct RlqsReport {
     /// Report sent to its answer received, µs.
     pub assignment_latency_us: Latency,
     pub errors: u64,
+    /// What the store's Redis did over the measured interval, per bucket report (its
+    /// `_per_request` fields).
+    pub redis: Option<RedisReport>,
 }
 
 /// Resident set of `pid`, bytes (/proc/PID/statm, 4 KiB pages).
@@ -163,6 +174,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<RlqsReport> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let rss = rss_of(plan.server_pid)?;
+    let redis0 = redis_sample(&plan.redis).await?;
     let cpu0 = cpu::cpu_seconds(Some(plan.server_pid)).map_err(anyhow::Error::msg)?;
     let t0 = Instant::now();
     tally.measuring.store(true, Ordering::Relaxed);
@@ -170,6 +182,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<RlqsReport> {
     tally.measuring.store(false, Ordering::Relaxed);
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu = cpu::cpu_seconds(Some(plan.server_pid)).map_err(anyhow::Error::msg)? - cpu0;
+    let redis1 = redis_sample(&plan.redis).await?;
     tally.stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.abort();
@@ -196,7 +209,18 @@ pub async fn run(plan: Plan) -> anyhow::Result<RlqsReport> {
         rss_bytes_per_bucket: grown / (streams * f64::from(plan.buckets)),
         assignment_latency_us: Latency::from_histogram(&latency),
         errors: tally.errors.load(Ordering::Relaxed),
+        redis: redis0
+            .zip(redis1)
+            .map(|(s, e)| RedisReport::of(e.since(&s), bucket_reports)),
     })
+}
+
+/// A reading of the store's Redis nodes, if any were named.
+async fn redis_sample(addrs: &[String]) -> anyhow::Result<Option<redis_info::Sample>> {
+    if addrs.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(redis_info::sample(addrs).await?))
 }
 
 /// One simulated Envoy: a stream reporting every bucket each interval, from a random phase.
@@ -300,6 +324,7 @@ pub fn command(a: RlqsArgs) -> anyhow::Result<()> {
         connections: a.connections,
         domain: a.domain,
         key: a.key,
+        redis: a.redis,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -323,6 +348,20 @@ pub fn command(a: RlqsArgs) -> anyhow::Result<()> {
         r.assignment_latency_us.p99,
         r.errors
     );
+    if let Some(redis) = &r.redis {
+        eprintln!(
+            "rlqs: Redis {} us CPU, {} commands ({} scripts) per bucket report",
+            redis
+                .cpu_us_per_request
+                .map_or("n/a".into(), |v| format!("{v:.2}")),
+            redis
+                .commands_per_request
+                .map_or("n/a".into(), |v| format!("{v:.2}")),
+            redis
+                .scripts_per_request
+                .map_or("n/a".into(), |v| format!("{v:.2}")),
+        );
+    }
     if let Some(path) = a.json {
         report::write_json(&path, &r)?;
     }

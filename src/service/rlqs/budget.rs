@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tonic::Status;
 
 use super::assign::{matched, BucketState, Matched};
-use super::bucket::Id;
+use super::bucket::Key;
 use super::Shared;
 use crate::algorithm::Limit;
 use crate::limiter::Limiter;
@@ -26,32 +26,20 @@ use crate::rules::RuleSet;
 use crate::store::memory::size::allocated;
 use crate::store::{Deadline, Store};
 
-/// A B-tree node of an id: 11 keys and 11 values of 24 bytes, a parent link and two counts,
-/// the edges of an internal node (std does not export the size).
-const ID_NODE_BYTES: usize = 640;
 /// A hash table keeps up to about twice as many slots as entries (it doubles when full).
 const SLOTS_PER_ENTRY: usize = 2;
-/// A demand list's first allocation (`Vec` starts at four elements).
-const DEMAND_LIST: usize = 4 * size_of::<(u64, u64, Micros)>();
+/// A demand list's first allocation (one stream: `Demands::set`).
+const DEMAND_LIST: usize = size_of::<(u64, u64, Micros)>();
 
 /// What `id` and its state `b` hold; `planned`: the storage keys' bytes of a bucket not yet
 /// assessed ([`keys_bytes`] of its plan).
-pub fn bucket_bytes(id: &Id, b: &BucketState, planned: usize) -> usize {
-    let slot = SLOTS_PER_ENTRY * (size_of::<(Id, BucketState)>() + 1);
-    let nodes = if id.len() <= 11 {
-        1
-    } else {
-        id.len().div_ceil(5)
-    };
-    let strings: usize = id
-        .iter()
-        .map(|(k, v)| allocated(k.len()) + allocated(v.len()))
-        .sum();
+pub fn bucket_bytes(id: &[u8], b: &BucketState, planned: usize) -> usize {
+    let slot = SLOTS_PER_ENTRY * (size_of::<(Key, BucketState)>() + 1);
     let keys = match &b.matched {
         None => planned,
         Some(m) => keys_bytes(m, b.share_key.as_ref().map_or(0, Vec::len)),
     };
-    slot + nodes * allocated(ID_NODE_BYTES) + strings + request_bytes(&b.request) + keys
+    slot + allocated(id.len()) + request_bytes(&b.request) + keys
 }
 
 /// The bytes the storage keys of a new bucket's `request` will hold once it is assessed

@@ -161,7 +161,10 @@ impl<S: Store> RateLimitQuotaService for Rlqs<S> {
             metrics: self.metrics.clone(),
         };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel(4);
+        // One answer waits at most: an answer holds every bucket's id as a map (hundreds of
+        // bytes each), so a queue of them per stream of an Envoy that reads late was most of
+        // the memory of a fleet of streams; beyond one, the stream waits (backpressure).
+        let (tx, rx) = mpsc::channel(1);
         let this = self.clone();
         let inbound = request.into_inner();
         tokio::spawn(async move {

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 use super::assign::{self, BucketState, Cause, Context};
-use super::bucket::{self, Id};
+use super::bucket::{self, Key};
 use super::budget::{self, Account};
 use super::Rlqs;
 use crate::model::{Micros, MICROS_PER_SEC};
@@ -25,7 +25,7 @@ pub struct Stream<S> {
     rlqs: Rlqs<S>,
     id: u64,
     domain: Option<String>,
-    buckets: HashMap<Id, BucketState>,
+    buckets: HashMap<Key, BucketState>,
     /// The bytes of `buckets`, within both caps.
     account: Account,
 }
@@ -129,7 +129,8 @@ impl<S: Store> Stream<S> {
         let mut usages = Vec::with_capacity(reports.bucket_quota_usages.len());
         for (i, u) in reports.bucket_quota_usages.into_iter().enumerate() {
             let id = u.bucket_id.map(|b| b.bucket).unwrap_or_default();
-            if !self.buckets.contains_key(&id) {
+            let key = bucket::key_of(&id);
+            if !self.buckets.contains_key(&key) {
                 let request = bucket::request(&domain, &id, &opts.limits)
                     .map_err(|e| Status::invalid_argument(format!("bucket {i}: {e}")))?;
                 // The map holds every bucket kept so far, this report's new ones included:
@@ -142,9 +143,9 @@ impl<S: Store> Stream<S> {
                 }
                 let mut b = BucketState::new(request);
                 let keys = budget::planned_key_bytes(&self.rlqs.limiter, &rules, &b.request);
-                b.bytes = budget::bucket_bytes(&id, &b, keys);
+                b.bytes = budget::bucket_bytes(&key, &b, keys);
                 self.account.take(b.bytes)?;
-                self.buckets.insert(id.clone(), b);
+                self.buckets.insert(key.clone(), b);
             }
             m.requests.add(
                 u.num_requests_allowed,
@@ -152,7 +153,7 @@ impl<S: Store> Stream<S> {
             );
             m.requests
                 .add(u.num_requests_denied, &[KeyValue::new("outcome", "denied")]);
-            usages.push((id, u.num_requests_allowed, u.num_requests_denied));
+            usages.push((key, u.num_requests_allowed, u.num_requests_denied));
         }
         let now = self.rlqs.limiter.clock().now();
         let mut actions = Vec::with_capacity(usages.len());
@@ -170,7 +171,7 @@ impl<S: Store> Stream<S> {
             return Ok(Vec::new());
         };
         let now = self.rlqs.limiter.clock().now();
-        let due: Vec<Id> = self
+        let due: Vec<Key> = self
             .buckets
             .iter()
             .filter(|(_, b)| reload || b.ledger.ends.is_some_and(|e| e <= now))
@@ -189,7 +190,7 @@ impl<S: Store> Stream<S> {
     async fn assess(
         &mut self,
         rules: &crate::rules::RuleSet,
-        id: &Id,
+        id: &[u8],
         cause: Cause,
         now: Micros,
         always: bool,
