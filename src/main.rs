@@ -205,7 +205,7 @@ fn init_logging(
     args: &LogArgs,
     traces: Traces<'_>,
 ) -> anyhow::Result<(Option<SdkTracerProvider>, QuietLog)> {
-    let quiet = QuietLog::default();
+    let quiet = QuietLog::new(std::sync::Arc::new(sluice::clock::SystemClock));
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
         .and(quiet.clone());

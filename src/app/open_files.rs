@@ -6,7 +6,7 @@
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
-use crate::service::http_serve::HEALTH_RESERVE;
+use crate::service::http_server::HEALTH_RESERVE;
 use crate::settings::ServeArgs;
 
 /// Descriptors beyond the connections: listeners, Redis connections, the config watcher,

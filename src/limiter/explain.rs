@@ -2,10 +2,10 @@
 //! `sluice check --requests`: derived after the decision from (plan, verdicts, response),
 //! never built along the way.
 
+use super::observe::stats_key_of;
 use super::plan::Plan;
 use super::resolve::Resolved;
 use super::response::{ceil_millis, Response};
-use super::statistics::stats_key_of;
 use crate::model::{display_bytes, MICROS_PER_MILLI};
 use crate::store::Verdict;
 

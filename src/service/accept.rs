@@ -7,7 +7,7 @@
 //! so a connection that only answers keep-alive pings, or sends its own pings and
 //! WINDOW_UPDATEs, is reaped like one that never sends anything after connecting; Envoy's
 //! connections, which carry requests, stay. The servers report requests through the
-//! connection's [`Streams`] (`service::every_call` on the gRPC port, `service::http_serve` on
+//! connection's [`Streams`] (`service::every_call` on the gRPC port, `service::http_server` on
 //! the HTTP ports).
 
 use std::future::Future;
@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 
 use super::preface::Preface;
+use crate::clock::Clock;
 use crate::quiet::QuietWarn;
 
 /// Longest pause after a failed accept; the first is [`FIRST_BACKOFF`], doubling up to this.
@@ -80,12 +81,14 @@ pub struct Port {
     refused: AtomicU64,
     accept_failed: QuietWarn,
     over_cap: QuietWarn,
+    /// Times the warnings above.
+    clock: Arc<dyn Clock>,
 }
 
 impl Port {
     /// `max` connections at once (at least one); `idle` of zero never reaps.
-    pub fn new(name: &'static str, max: usize, idle: Duration) -> Arc<Self> {
-        Port::with_reserve(name, max, 0, idle)
+    pub fn new(name: &'static str, max: usize, idle: Duration, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Port::with_reserve(name, max, 0, idle, clock)
     }
 
     /// [`Port::new`] with `reserve` more places, given only while the `max` are all taken: the
@@ -96,6 +99,7 @@ impl Port {
         max: usize,
         reserve: usize,
         idle: Duration,
+        clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
         Arc::new(Port {
             name,
@@ -107,6 +111,7 @@ impl Port {
             refused: AtomicU64::new(0),
             accept_failed: QuietWarn::default(),
             over_cap: QuietWarn::default(),
+            clock,
         })
     }
 
@@ -130,7 +135,7 @@ impl Port {
                     backoff = FIRST_BACKOFF;
                     let Some(reserved) = self.take_place() else {
                         self.refused.fetch_add(1, Ordering::Relaxed);
-                        if let Some(held) = self.over_cap.due() {
+                        if let Some(held) = self.over_cap.due(self.clock.monotonic()) {
                             tracing::warn!(
                                 port = self.name,
                                 max = self.max,
@@ -149,7 +154,7 @@ impl Port {
                     return (tcp, peer, slot);
                 }
                 Err(e) => {
-                    if let Some(held) = self.accept_failed.due() {
+                    if let Some(held) = self.accept_failed.due(self.clock.monotonic()) {
                         tracing::warn!(port = self.name, error = %e, more = held,
                             "accept failed (out of file descriptors?); backing off");
                     }
@@ -242,6 +247,8 @@ impl<IO> Tracked<IO> {
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {
+    // The idle timer is tokio's own (real time, like every socket wait): it is re-armed on its clock.
+    #[allow(clippy::disallowed_methods)]
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -343,12 +350,13 @@ pub fn incoming(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
 
     #[tokio::test]
     async fn the_cap_closes_connections_beyond_it_and_frees_on_close() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let port = Port::new("test", 1, Duration::ZERO);
+        let port = Port::new("test", 1, Duration::ZERO, Arc::new(ManualClock::default()));
         let _a = TcpStream::connect(addr).await.unwrap();
         let (_, _, first) = port.accept(&listener).await;
         assert_eq!(port.open(), 1);
@@ -369,7 +377,13 @@ mod tests {
     async fn reserved_places_only_once_full() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let port = Port::with_reserve("test", 1, 1, Duration::ZERO);
+        let port = Port::with_reserve(
+            "test",
+            1,
+            1,
+            Duration::ZERO,
+            Arc::new(ManualClock::default()),
+        );
         let _clients: Vec<_> =
             futures::future::join_all((0..3).map(|_| TcpStream::connect(addr))).await;
         let (_, _, regular) = port.accept(&listener).await;

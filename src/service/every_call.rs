@@ -49,19 +49,19 @@ pub struct EveryCall<S> {
     metrics: Option<Arc<Metrics>>,
 }
 
-type Answer = http::Response<Body>;
+type HttpResponse = http::Response<Body>;
 
 impl<S> tower::Service<http::Request<Body>> for EveryCall<S>
 where
-    S: tower::Service<http::Request<Body>, Response = Answer, Error = Infallible>
+    S: tower::Service<http::Request<Body>, Response = HttpResponse, Error = Infallible>
         + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
 {
-    type Response = Answer;
+    type Response = HttpResponse;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -153,7 +153,7 @@ fn is_grpc(headers: &http::HeaderMap) -> bool {
 }
 
 /// HTTP 415, so that no plain HTTP client mistakes a gRPC error (status 200) for success.
-fn unsupported_media_type() -> Answer {
+fn unsupported_media_type() -> HttpResponse {
     let mut answer = http::Response::new(Body::empty());
     *answer.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
     answer.headers_mut().insert(

@@ -131,7 +131,12 @@ impl GrpcServer {
         Ok(GrpcServer {
             router,
             tls: parts.tls,
-            port: Port::new("grpc", hard.max_connections, hard.idle_timeout),
+            port: Port::new(
+                "grpc",
+                hard.max_connections,
+                hard.idle_timeout,
+                parts.pipeline.limiter().clock().clone(),
+            ),
             preface: hard.preface_timeout,
             stop: parts.stop,
         })

@@ -22,7 +22,6 @@ use http::{header, HeaderMap, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
-use crate::clock::monotonic;
 use crate::excerpt::excerpt;
 use crate::metrics::Metrics;
 
@@ -60,7 +59,7 @@ struct Refusal(StatusCode, &'static str, String);
 impl HttpGate {
     /// The request with its body read whole, or the answer refusing it.
     pub async fn admit(&self, req: Request<Incoming>) -> Result<Request<Body>, Response<Body>> {
-        let started = monotonic();
+        let started = self.metrics.as_ref().map(|m| m.clock().monotonic());
         let path = req.uri().path();
         let route = self.bodies.iter().find(|r| r.path == path);
         let route = route.filter(|_| req.method() == http::Method::POST);
@@ -92,7 +91,11 @@ impl HttpGate {
                 (OTHER, self.read(req, 0, |_| message.clone()).await)
             }
         };
-        result.map_err(|refused| self.answer(method, refused, started.elapsed().as_secs_f64()))
+        let seconds = || match (&self.metrics, started) {
+            (Some(m), Some(started)) => m.clock().since(started).as_secs_f64(),
+            _ => 0.0,
+        };
+        result.map_err(|refused| self.answer(method, refused, seconds()))
     }
 
     /// The answer on a connection reserved for the health check to any other path.

@@ -37,7 +37,6 @@ use tonic::{Code, Status};
 
 use super::code_name::grpc_code_name;
 use super::limits::decode_limit_message;
-use crate::clock::monotonic;
 use crate::metrics::Metrics;
 
 /// The method label of refusals counted here, unless the path names a `sluice.v1` RPC.
@@ -138,31 +137,31 @@ impl<S: NamedService> NamedService for Gate<S> {
     const NAME: &'static str = S::NAME;
 }
 
-type Answer = http::Response<Body>;
+type HttpResponse = http::Response<Body>;
 
 impl<S> tower::Service<http::Request<Body>> for Gate<S>
 where
-    S: tower::Service<http::Request<Body>, Response = Answer, Error = Infallible>
+    S: tower::Service<http::Request<Body>, Response = HttpResponse, Error = Infallible>
         + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
 {
-    type Response = Answer;
+    type Response = HttpResponse;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let started = monotonic();
         let metrics = self.metrics.clone();
+        let started = metrics.as_ref().map(|m| m.clock().monotonic());
         let method = method_of(req.uri().path());
         let count = move |code: &'static str| {
-            if let Some(m) = &metrics {
-                m.rpc(method, code, started.elapsed().as_secs_f64());
+            if let (Some(m), Some(started)) = (&metrics, started) {
+                m.rpc_since(method, code, started);
             }
         };
         // The ready service goes into the future; a clone stays for the next call.
@@ -233,7 +232,7 @@ async fn read_whole(mut body: Body, limit: usize) -> Result<Bytes, Status> {
 
 /// tonic's answers to a request it could not decode become INVALID_ARGUMENT; with the code of
 /// a rewritten answer (the RLS service never saw the request, so it did not count it).
-fn rewrite_too_large(answer: Answer) -> (Answer, Option<&'static str>) {
+fn rewrite_too_large(answer: HttpResponse) -> (HttpResponse, Option<&'static str>) {
     let Some(status) = Status::from_header_map(answer.headers()) else {
         return (answer, None);
     };

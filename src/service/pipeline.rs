@@ -99,7 +99,7 @@ impl<S: Store> Pipeline<S> {
         timeout: Option<Duration>,
         want: Want,
     ) -> Result<(Response, Vec<Explanation>), Status> {
-        self.admitted(req, timeout, async |limiter, req, deadline| match want {
+        self.validated(req, timeout, async |limiter, req, deadline| match want {
             Want::Response => limiter
                 .should_rate_limit(req, deadline)
                 .await
@@ -116,14 +116,14 @@ impl<S: Store> Pipeline<S> {
         dry_run: bool,
         timeout: Option<Duration>,
     ) -> Result<NativeResponse, Status> {
-        self.admitted(req, timeout, async |limiter, req, deadline| {
+        self.validated(req, timeout, async |limiter, req, deadline| {
             limiter.check(req, dry_run, deadline).await
         })
         .await
     }
 
     /// Validates and converts `req`, then runs `job` on it under [`Self::slotted`].
-    async fn admitted<T>(
+    async fn validated<T>(
         &self,
         req: RateLimitRequest,
         timeout: Option<Duration>,
@@ -172,7 +172,7 @@ impl<S: Store + Reservations> Pipeline<S> {
         ttl: Micros,
         timeout: Option<Duration>,
     ) -> Result<(NativeResponse, Option<String>), Status> {
-        self.admitted(req, timeout, async |limiter, req, deadline| {
+        self.validated(req, timeout, async |limiter, req, deadline| {
             limiter.reserve(req, ttl, deadline).await
         })
         .await

@@ -42,7 +42,7 @@ use crate::algorithm::{Ask, State};
 use crate::model::Micros;
 
 use super::batch::{self, StateTable, Verdict};
-use super::reservations::Records;
+use super::records::Records;
 use super::{Check, Deadline, Store, StoreError};
 
 const SHARDS: usize = 64;
@@ -94,7 +94,7 @@ pub struct MemoryStore {
     /// `--memory-max-bytes`, shared by keys and reservation records.
     max_bytes: usize,
     stats: MemoryStats,
-    /// The native API's reservation records ([`super::reservations`]).
+    /// The native API's reservation records ([`super::records`]).
     records: Records,
 }
 

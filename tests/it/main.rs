@@ -27,6 +27,7 @@ mod grpc_tls;
 mod health_drain;
 mod hostile;
 mod house;
+mod house_names;
 mod http_bodies;
 mod in_flight;
 mod long_inputs;

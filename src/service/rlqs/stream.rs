@@ -235,7 +235,12 @@ impl<S: Store> Stream<S> {
                 vec![bucket::abandon(id)]
             }
             Err(e) => {
-                if let Some(held) = self.rlqs.shared.store_failed.due() {
+                if let Some(held) = self
+                    .rlqs
+                    .shared
+                    .store_failed
+                    .due(self.rlqs.limiter.clock().monotonic())
+                {
                     tracing::warn!(error = %e, held_back = held, "RLQS: cannot assess a bucket; Envoy keeps its assignment until its TTL");
                 }
                 // A renewal that failed is retried in a second, not at once (the timer would

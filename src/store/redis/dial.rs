@@ -10,7 +10,7 @@ use fred::prelude::{ServerConfig, TlsConnector};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::connect::{self, ConfigError, ConnectOptions};
+use super::connect::{self, ConnectOptions, RedisSettingsError};
 use super::library::LIBRARY;
 use super::resp::{self, Frame};
 use crate::secret::Secret;
@@ -47,7 +47,7 @@ enum Target {
 
 impl Dial {
     /// `None` for Cluster URLs (their nodes are dialled one by one: [`Dial::node`]).
-    pub(super) fn new(opts: &ConnectOptions) -> Result<Option<Dial>, ConfigError> {
+    pub(super) fn new(opts: &ConnectOptions) -> Result<Option<Dial>, RedisSettingsError> {
         let (config, _) = connect::config(opts)?;
         let target = match &config.server {
             ServerConfig::Centralized { server } => {
@@ -70,7 +70,11 @@ impl Dial {
     }
 
     /// One node of a Cluster, with the URL's credentials and TLS.
-    pub(super) fn node(opts: &ConnectOptions, host: &str, port: u16) -> Result<Dial, ConfigError> {
+    pub(super) fn node(
+        opts: &ConnectOptions,
+        host: &str,
+        port: u16,
+    ) -> Result<Dial, RedisSettingsError> {
         let (config, _) = connect::config(opts)?;
         Ok(Dial::with(
             config,

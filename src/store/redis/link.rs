@@ -85,6 +85,8 @@ struct Reply {
 type Answer = oneshot::Receiver<Result<Frame, CallError>>;
 
 impl Reply {
+    // Callers' deadlines and stalls are real time, kept on tokio's timers.
+    #[allow(clippy::disallowed_methods)]
     fn new(timeout: Duration) -> (Reply, Answer) {
         let (tx, rx) = oneshot::channel();
         let deadline = Instant::now() + timeout;
@@ -216,6 +218,8 @@ impl State {
 
     /// Times out every caller past its deadline; returns the earliest deadline left (also
     /// kept as [`State::timer`]).
+    // Callers' deadlines and stalls are real time, kept on tokio's timers.
+    #[allow(clippy::disallowed_methods)]
     fn expire(&mut self) -> Option<Instant> {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
@@ -712,6 +716,8 @@ impl Drop for Down {
 }
 
 /// Connects, serves, and connects again, for as long as the link exists.
+// Callers' deadlines and stalls are real time, kept on tokio's timers.
+#[allow(clippy::disallowed_methods)]
 async fn run(shared: Arc<Shared>, dial: Dial, stall: Duration) {
     let _down = Down(shared.clone());
     let mut delay = Duration::ZERO;
@@ -757,6 +763,8 @@ async fn run(shared: Arc<Shared>, dial: Dial, stall: Duration) {
 }
 
 /// Writes what is queued and hands out replies until the connection fails; returns why.
+// Callers' deadlines and stalls are real time, kept on tokio's timers.
+#[allow(clippy::disallowed_methods)]
 async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
     let mut inbox: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut batch: Vec<u8> = Vec::with_capacity(16 * 1024);
@@ -1322,6 +1330,8 @@ mod tests {
         }
     }
 
+    // Callers' deadlines and stalls are real time, kept on tokio's timers.
+    #[allow(clippy::disallowed_methods)]
     #[test]
     fn callers_past_their_deadline_are_timed_out_and_their_decisions_not_sent() {
         let mut s = State::default();

@@ -106,7 +106,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::breaker::{Breaker, BreakerOptions};
-pub use self::connect::{ConfigError, ConnectOptions, Topology};
+pub use self::connect::{ConnectOptions, RedisSettingsError, Topology};
 use self::dial::Dial;
 pub use self::dial::CLIENT_NAME;
 use self::errors::{error, from_call, from_fred, from_reply};
@@ -223,7 +223,7 @@ impl RedisStore {
     /// Starts connecting in the background and returns at once: Redis being down is not an
     /// error here (calls fail, per the breaker, until it is up); an invalid configuration is.
     /// Must be called within a Tokio runtime.
-    pub fn connect(opts: RedisOptions) -> Result<RedisStore, ConfigError> {
+    pub fn connect(opts: RedisOptions) -> Result<RedisStore, RedisSettingsError> {
         let (pool, topology) = connect::build_pool(&opts.connect)?;
         let (links, connections) = match topology {
             Topology::Cluster => (
@@ -265,7 +265,7 @@ impl RedisStore {
     /// threads, and on this one while its connection is not up, use the shared pool. The
     /// breaker, readiness and status stay the store's as a whole. Must be called within the
     /// thread's (current-thread) Tokio runtime; a second call on one thread does nothing.
-    pub fn attach_thread(&self) -> Result<(), ConfigError> {
+    pub fn attach_thread(&self) -> Result<(), RedisSettingsError> {
         let id = Arc::as_ptr(&self.inner);
         // Cluster: a connection per node, opened on the thread's first call there (the nodes
         // are learnt from the slot map, and change with it).

@@ -19,7 +19,7 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use super::breaker::{Breaker, BreakerOptions};
-use super::connect::{self, ConfigError, ConnectOptions};
+use super::connect::{self, ConnectOptions, RedisSettingsError};
 use super::dial::Dial;
 use super::ConnectionTask;
 
@@ -81,7 +81,10 @@ pub struct Nodes {
 
 impl Nodes {
     /// Must be called within the runtime that is to drive the node connections.
-    pub fn new(opts: &ConnectOptions, breaker: BreakerOptions) -> Result<Nodes, ConfigError> {
+    pub fn new(
+        opts: &ConnectOptions,
+        breaker: BreakerOptions,
+    ) -> Result<Nodes, RedisSettingsError> {
         let seeds = connect::cluster_seeds(opts)?;
         // Fail on a bad configuration now, not when the first node is found.
         let (host, port) = seeds.first().cloned().unwrap_or_default();
@@ -123,7 +126,7 @@ impl Nodes {
     }
 
     /// The node at `addr` (`host:port`), created when new (not yet in the map).
-    pub fn node(&self, addr: &str) -> Result<Arc<Node>, ConfigError> {
+    pub fn node(&self, addr: &str) -> Result<Arc<Node>, RedisSettingsError> {
         if let Some(n) = self.read().nodes.iter().find(|n| n.addr == addr) {
             return Ok(n.clone());
         }
@@ -136,9 +139,10 @@ impl Nodes {
         Ok(node)
     }
 
-    fn create(&self, addr: &str) -> Result<Arc<Node>, ConfigError> {
-        let (host, port) = split_addr(addr)
-            .ok_or_else(|| ConfigError::new(format!("invalid cluster node address {addr}")))?;
+    fn create(&self, addr: &str) -> Result<Arc<Node>, RedisSettingsError> {
+        let (host, port) = split_addr(addr).ok_or_else(|| {
+            RedisSettingsError::new(format!("invalid cluster node address {addr}"))
+        })?;
         let pool = connect::build_node_pool(&self.opts, host, port)?;
         let dial = Dial::node(&self.opts, host, port)?;
         let tasks = {
@@ -159,7 +163,7 @@ impl Nodes {
 
     /// A `MOVED slot addr` reply: the slot is `addr`'s from now on (and the whole map is
     /// read again soon, since a reshard or failover moves more than one slot).
-    pub fn moved(&self, slot: u16, addr: &str) -> Result<Arc<Node>, ConfigError> {
+    pub fn moved(&self, slot: u16, addr: &str) -> Result<Arc<Node>, RedisSettingsError> {
         let node = self.node(addr)?;
         let mut map = self.write();
         if let Some(i) = map.nodes.iter().position(|n| Arc::ptr_eq(n, &node)) {
@@ -244,7 +248,7 @@ impl Nodes {
         Err(last)
     }
 
-    fn install(&self, ranges: &[(u16, u16, String)]) -> Result<(), ConfigError> {
+    fn install(&self, ranges: &[(u16, u16, String)]) -> Result<(), RedisSettingsError> {
         let mut nodes: Vec<Arc<Node>> = Vec::new();
         let mut slots = vec![NONE; SLOTS].into_boxed_slice();
         for (start, end, addr) in ranges {

@@ -108,6 +108,8 @@ impl Plain {
     }
 
     /// A reply told Redis' clock.
+    // Estimates Redis' clock from the real time since a reply told it.
+    #[allow(clippy::disallowed_methods)]
     pub fn saw_clock(&mut self, now: Micros) {
         if now > 0 {
             self.clock = Some((now, crate::clock::monotonic()));
@@ -115,6 +117,8 @@ impl Plain {
     }
 
     /// Redis' clock now, as far as this connection can tell (it lags by the reply's trip).
+    // Estimates Redis' clock from the real time since a reply told it.
+    #[allow(clippy::disallowed_methods)]
     pub fn estimate(&self) -> Option<Micros> {
         let (at, read) = self.clock?;
         let since = i64::try_from(read.elapsed().as_micros()).unwrap_or(i64::MAX);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use fred::prelude::{Client, ClientLike};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::connect::ConfigError;
+use super::connect::RedisSettingsError;
 use super::link::{CallError, Link};
 use super::nodes::{self, Nodes};
 use super::resp::{self, Frame};
@@ -23,6 +23,8 @@ impl Inner {
     /// Redirections are followed (`MOVED` updates the slot map, `ASK` goes to the importing
     /// node after `ASKING`, `TRYAGAIN` waits a moment): a redirected call did not run, so
     /// sending it again charges nothing twice. Bounded by [`MAX_REDIRECTS`] and `timeout`.
+    // Redirects and TRYAGAIN pauses are bounded in real time, as the socket waits are.
+    #[allow(clippy::disallowed_methods)]
     pub(super) async fn run_slot<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
         &self,
         nodes: &Nodes,
@@ -90,7 +92,7 @@ impl Inner {
             };
             // The node answered: it is up, whoever owns the slot now.
             node.breaker.success();
-            let cluster = |e: ConfigError| error(ErrorKind::Cluster, e.to_string());
+            let cluster = |e: RedisSettingsError| error(ErrorKind::Cluster, e.to_string());
             match redirect {
                 Redirect::Moved(addr) => {
                     nodes.moved(slot, &addr).map_err(cluster)?;

@@ -2,7 +2,7 @@
 //! `RateLimitRequest` in, a `RateLimitResponse` out, in protobuf's JSON mapping (camelCase
 //! names out; camelCase or the proto's snake_case names in; enums by name; 64-bit numbers as
 //! numbers or strings), as envoyproxy/ratelimit's `/json` endpoint. The HTTP handler is in
-//! [`super::json_api`].
+//! [`super::json_route`].
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};

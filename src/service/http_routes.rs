@@ -1,5 +1,5 @@
 //! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`; `POST /json`
-//! is merged in from [`super::json_api`]. The Prometheus and debug listeners serve subsets.
+//! is merged in from [`super::json_route`]. The Prometheus and debug listeners serve subsets.
 
 use std::sync::Arc;
 
