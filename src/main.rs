@@ -4,6 +4,8 @@
 // The layout of the RLS handler's future nests the store stack (Fallback<LocalCache<Redis>>)
 // deeper than rustc's default query depth allows in release builds.
 #![recursion_limit = "256"]
+// A binary exports nothing: `pub` would only hide dead code.
+#![deny(unreachable_pub)]
 
 use std::process::ExitCode;
 use std::sync::Arc;

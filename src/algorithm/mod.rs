@@ -6,16 +6,16 @@
 //! Calendar windows (time zones) are the one exception: [`calendar`] computes their bounds in
 //! Rust and hands them over in the [`Frame`]. ALGORITHMS.md states every definition.
 
-pub mod bucket;
-pub mod calendar;
-pub mod concurrency;
+pub(crate) mod bucket;
+pub(crate) mod calendar;
+pub(crate) mod concurrency;
 pub mod distinct;
 pub mod fixed_window;
-pub mod gcra;
-pub mod leaky_bucket;
-pub mod sliding_log;
-pub mod sliding_window;
-pub mod token_bucket;
+pub(crate) mod gcra;
+pub(crate) mod leaky_bucket;
+pub(crate) mod sliding_log;
+pub(crate) mod sliding_window;
+pub(crate) mod token_bucket;
 
 #[cfg(test)]
 pub(crate) mod timeline;

@@ -11,7 +11,12 @@ use super::bucket::{self, Params};
 use super::{Ask, Limit, Outcome};
 use crate::model::Micros;
 
-pub fn evaluate(limit: &Limit, prev: Option<&bucket::State>, now: Micros, ask: Ask) -> Outcome {
+pub(crate) fn evaluate(
+    limit: &Limit,
+    prev: Option<&bucket::State>,
+    now: Micros,
+    ask: Ask,
+) -> Outcome {
     bucket::evaluate(&Params::of(limit), prev, now, ask)
 }
 

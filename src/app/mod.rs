@@ -6,7 +6,7 @@
 //! [`Server`] is the handle of a running server.
 
 mod listeners;
-pub mod open_files;
+pub(crate) mod open_files;
 mod options;
 mod server;
 

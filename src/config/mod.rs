@@ -5,14 +5,14 @@
 
 mod build;
 pub mod compile;
-pub mod error;
-pub mod files;
+pub(crate) mod error;
+pub(crate) mod files;
 mod keys;
 mod lease;
 mod options;
 mod parse;
-pub mod raw;
-pub mod reloader;
+pub(crate) mod raw;
+pub(crate) mod reloader;
 #[cfg(feature = "synthetic")]
 pub mod synthetic;
 mod validate;

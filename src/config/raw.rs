@@ -102,7 +102,7 @@ pub struct RawReplaces {
 pub struct Count(pub Result<u32, &'static str>);
 
 /// The message of a value that is no [`Count`].
-pub const NOT_A_COUNT: &str = "invalid u32: expected a whole number from 0 to 4294967295";
+pub(crate) const NOT_A_COUNT: &str = "invalid u32: expected a whole number from 0 to 4294967295";
 
 impl<'de> Deserialize<'de> for Count {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

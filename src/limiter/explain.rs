@@ -50,7 +50,11 @@ pub struct LimitExplanation {
 }
 
 /// One explanation per descriptor of the plan's request.
-pub fn explain(plan: &Plan<'_>, verdicts: &[Verdict], response: &Response) -> Vec<Explanation> {
+pub(crate) fn explain(
+    plan: &Plan<'_>,
+    verdicts: &[Verdict],
+    response: &Response,
+) -> Vec<Explanation> {
     plan.resolved
         .iter()
         .enumerate()

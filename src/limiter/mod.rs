@@ -10,17 +10,17 @@
 //! (plan, verdicts) into a [`Response`]; [`explain`] and [`observe`] are derived from the
 //! same (plan, verdicts) afterwards.
 
-pub mod assemble;
-pub mod explain;
-pub mod ietf_headers;
-pub mod ietf_items;
-pub mod native;
-pub mod observe;
-pub mod plan;
-pub mod reservation;
-pub mod resolve;
-pub mod response;
-pub mod share;
+pub(crate) mod assemble;
+pub(crate) mod explain;
+pub(crate) mod ietf_headers;
+pub(crate) mod ietf_items;
+pub(crate) mod native;
+pub(crate) mod observe;
+pub(crate) mod plan;
+pub(crate) mod reservation;
+pub(crate) mod resolve;
+pub(crate) mod response;
+pub(crate) mod share;
 #[cfg(test)]
 mod testing;
 

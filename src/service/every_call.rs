@@ -20,13 +20,13 @@ use crate::metrics::Metrics;
 
 /// The layer of [`EveryCall`], for `tonic::transport::Server::layer`.
 #[derive(Clone, Default)]
-pub struct EveryCallLayer {
+pub(crate) struct EveryCallLayer {
     metrics: Option<Arc<Metrics>>,
 }
 
 impl EveryCallLayer {
     /// Counts its refusals in `metrics` (`None`: not counted).
-    pub fn new(metrics: Option<Arc<Metrics>>) -> Self {
+    pub(crate) fn new(metrics: Option<Arc<Metrics>>) -> Self {
         EveryCallLayer { metrics }
     }
 }
@@ -44,7 +44,7 @@ impl<S> tower::Layer<S> for EveryCallLayer {
 
 /// The gRPC router behind the checks every call passes.
 #[derive(Clone)]
-pub struct EveryCall<S> {
+pub(crate) struct EveryCall<S> {
     inner: S,
     metrics: Option<Arc<Metrics>>,
 }

@@ -25,12 +25,9 @@ use hyper::body::Incoming;
 use crate::excerpt::excerpt;
 use crate::metrics::Metrics;
 
-/// Default of `--http-body-timeout`.
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A `POST` route that takes a request body (its other methods take none).
 #[derive(Clone, Debug)]
-pub struct BodyRoute {
+pub(crate) struct BodyRoute {
     pub path: &'static str,
     /// Largest body, in bytes.
     pub max_bytes: usize,
@@ -45,7 +42,7 @@ const OTHER: &str = "http";
 
 /// The checks of one HTTP port.
 #[derive(Clone, Debug, Default)]
-pub struct HttpGate {
+pub(crate) struct HttpGate {
     /// The routes that take a body, all `application/json`; every other route takes none.
     pub bodies: Vec<BodyRoute>,
     /// Time for a body to arrive whole after the headers (`--http-body-timeout`); zero: none.
@@ -58,7 +55,10 @@ struct Refusal(StatusCode, &'static str, String);
 
 impl HttpGate {
     /// The request with its body read whole, or the answer refusing it.
-    pub async fn admit(&self, req: Request<Incoming>) -> Result<Request<Body>, Response<Body>> {
+    pub(crate) async fn admit(
+        &self,
+        req: Request<Incoming>,
+    ) -> Result<Request<Body>, Response<Body>> {
         let started = self.metrics.as_ref().map(|m| m.clock().monotonic());
         let path = req.uri().path();
         let route = self.bodies.iter().find(|r| r.path == path);
@@ -99,7 +99,7 @@ impl HttpGate {
     }
 
     /// The answer on a connection reserved for the health check to any other path.
-    pub fn refuse_reserved(&self) -> Response<Body> {
+    pub(crate) fn refuse_reserved(&self) -> Response<Body> {
         let refused = Refusal(
             StatusCode::SERVICE_UNAVAILABLE,
             "RESOURCE_EXHAUSTED",
@@ -196,7 +196,7 @@ async fn read_within(mut body: Incoming, limit: usize) -> Result<Bytes, Unread> 
 
 /// Whether the content type is `application/json`, with any parameters, in any case: no
 /// browser "simple request" (a cross-site form or `fetch` without a preflight) can send it.
-pub fn is_json(headers: &HeaderMap) -> bool {
+pub(crate) fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -30,7 +30,7 @@ struct JsonApi<S> {
 
 /// What the HTTP port's gate lets through to `/json`: JSON bodies of at most
 /// `--max-request-bytes`.
-pub fn body_route(max_request_bytes: usize) -> BodyRoute {
+pub(crate) fn body_route(max_request_bytes: usize) -> BodyRoute {
     BodyRoute {
         path: "/json",
         max_bytes: max_request_bytes,
@@ -43,7 +43,10 @@ pub fn body_route(max_request_bytes: usize) -> BodyRoute {
 const METHOD: &str = "json";
 
 /// The `/json` route; `pipeline` `None` answers 404 saying how to enable it.
-pub fn router<S: Store>(pipeline: Option<Pipeline<S>>, metrics: Option<Arc<Metrics>>) -> Router {
+pub(crate) fn router<S: Store>(
+    pipeline: Option<Pipeline<S>>,
+    metrics: Option<Arc<Metrics>>,
+) -> Router {
     Router::new()
         .route("/json", post(handle::<S>))
         // The HTTP port's gate has read the body within `--max-request-bytes` already.

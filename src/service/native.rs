@@ -25,15 +25,15 @@ use crate::store::{Reservations, Store};
 
 /// The longest `ttl` a reservation may ask for: reservations cover one unit of work (an LLM
 /// call, a job), and a forgotten one holds quota until then.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
-pub struct NativeService<S> {
+pub(crate) struct NativeService<S> {
     pipeline: Pipeline<S>,
     metrics: Option<Arc<Metrics>>,
 }
 
 impl<S> NativeService<S> {
-    pub fn new(pipeline: Pipeline<S>) -> Self {
+    pub(crate) fn new(pipeline: Pipeline<S>) -> Self {
         NativeService {
             pipeline,
             metrics: None,
@@ -41,7 +41,7 @@ impl<S> NativeService<S> {
     }
 
     /// Counts requests and their latency by method and result code.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
     }

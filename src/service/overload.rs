@@ -55,7 +55,7 @@ fn method_of(path: &str) -> &'static str {
 /// Bytes of the gRPC message prefix: a compression flag and a big-endian length.
 const PREFIX: usize = 5;
 /// Default of `--grpc-request-read-timeout`.
-pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The shared in-flight bound and its counters.
 #[derive(Debug)]
@@ -102,7 +102,7 @@ impl InFlight {
 
 /// Wraps a tonic service (the RLS server) with the gate.
 #[derive(Clone)]
-pub struct Gate<S> {
+pub(crate) struct Gate<S> {
     inner: S,
     max_request_bytes: usize,
     read_timeout: Duration,
@@ -110,7 +110,7 @@ pub struct Gate<S> {
 }
 
 impl<S> Gate<S> {
-    pub fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S) -> Self {
         Gate {
             inner,
             max_request_bytes: super::limits::RequestLimits::default().max_request_bytes,
@@ -120,14 +120,14 @@ impl<S> Gate<S> {
     }
 
     /// The largest message (`--max-request-bytes`) and the time to receive it whole.
-    pub fn with_reading(mut self, max_request_bytes: usize, read_timeout: Duration) -> Self {
+    pub(crate) fn with_reading(mut self, max_request_bytes: usize, read_timeout: Duration) -> Self {
         self.max_request_bytes = max_request_bytes;
         self.read_timeout = read_timeout;
         self
     }
 
     /// Counts refusals in `sluice_rpc_requests_total`.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
     }

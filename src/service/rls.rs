@@ -15,13 +15,13 @@ use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::Store;
 
-pub struct RlsService<S> {
+pub(crate) struct RlsService<S> {
     pipeline: Pipeline<S>,
     metrics: Option<Arc<Metrics>>,
 }
 
 impl<S> RlsService<S> {
-    pub fn new(pipeline: Pipeline<S>) -> Self {
+    pub(crate) fn new(pipeline: Pipeline<S>) -> Self {
         RlsService {
             pipeline,
             metrics: None,
@@ -29,7 +29,7 @@ impl<S> RlsService<S> {
     }
 
     /// Counts requests and their latency by result code.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
     }

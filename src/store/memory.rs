@@ -30,7 +30,7 @@
 //! Whether an entry is over its limit is computed when it is written (the limit is known
 //! then) and kept as the time until which it stays over.
 
-pub mod size;
+pub(crate) mod size;
 #[cfg(test)]
 mod tests;
 

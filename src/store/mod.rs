@@ -2,14 +2,14 @@
 //! check of a request and applies the charging policy atomically (see [`batch`]).
 
 pub mod batch;
-pub mod fallback;
+pub(crate) mod fallback;
 pub mod key;
-pub mod local_cache;
-pub mod map_table;
+pub(crate) mod local_cache;
+pub(crate) mod map_table;
 pub mod memory;
-pub mod records;
+pub(crate) mod records;
 pub mod redis;
-pub mod slot_tag;
+pub(crate) mod slot_tag;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

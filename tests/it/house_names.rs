@@ -13,6 +13,8 @@ const SHARED_FOR_NOW: &[(&str, &str)] = &[
     ("State", "algorithm/"),
     // The algorithm's time frame and the RESP frame of `store/redis/resp.rs`.
     ("Frame", "algorithm/ and store/redis/resp.rs"),
+    // One thing, not two: a descriptor as `sluice::client` builds it and as the model holds it.
+    ("Descriptor", "client/ and model.rs"),
 ];
 
 #[test]

@@ -6,6 +6,8 @@
 
 // A benchmark measures its own runs in real time: clippy.toml's clock rule is for sluice.
 #![allow(clippy::disallowed_methods)]
+// A binary exports nothing: `pub` would only hide dead code.
+#![deny(unreachable_pub)]
 
 mod args;
 mod cpu;

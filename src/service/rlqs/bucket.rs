@@ -19,11 +19,11 @@ use crate::service::convert;
 use crate::service::limits::RequestLimits;
 
 /// A bucket id's entries, sorted by key (the map's order).
-pub type Id = BTreeMap<String, String>;
+pub(crate) type Id = BTreeMap<String, String>;
 
 /// What sluice tells Envoy to do with one bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Assignment {
+pub(crate) enum Assignment {
     AllowAll,
     DenyAll,
     /// A token bucket of `tokens` that does not refill; `generation` makes it differ from the
@@ -36,7 +36,7 @@ pub enum Assignment {
 
 impl Assignment {
     /// The `action` label of `sluice_rlqs_assignments_total`.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Assignment::AllowAll => "allow_all",
             Assignment::DenyAll => "deny_all",
@@ -47,7 +47,7 @@ impl Assignment {
 
 /// The request whose one descriptor is `id`'s entries in key order, checked against `limits`
 /// and converted as an RLS request is (`Err`: the INVALID_ARGUMENT message).
-pub fn request(domain: &str, id: &Id, limits: &RequestLimits) -> Result<Request, String> {
+pub(crate) fn request(domain: &str, id: &Id, limits: &RequestLimits) -> Result<Request, String> {
     if id.is_empty() {
         return Err("the bucket id has no entries".into());
     }
@@ -78,7 +78,7 @@ const NO_REFILL_SECONDS: i64 = 1_000_000_000;
 /// replaces another at the old one's fill ratio (so an emptied bucket's replacement would be
 /// empty too), and full only when the bucket had no token bucket. Envoy applies a response's
 /// actions in order and publishes the result once, so the denial is never in force.
-pub fn assignment(id: &Id, a: Assignment, fresh: bool, ttl: Duration) -> Vec<BucketAction> {
+pub(crate) fn assignment(id: &Id, a: Assignment, fresh: bool, ttl: Duration) -> Vec<BucketAction> {
     let mut actions = Vec::with_capacity(2);
     if fresh && matches!(a, Assignment::Tokens { .. }) {
         actions.push(action(id, Assignment::DenyAll, ttl));
@@ -118,7 +118,7 @@ fn action(id: &Id, a: Assignment, ttl: Duration) -> BucketAction {
 }
 
 /// The bucket action telling Envoy to forget `id` (its rule is gone).
-pub fn abandon(id: &Id) -> BucketAction {
+pub(crate) fn abandon(id: &Id) -> BucketAction {
     BucketAction {
         bucket_id: Some(BucketId { bucket: id.clone() }),
         bucket_action: Some(Action::AbandonAction(AbandonAction {})),

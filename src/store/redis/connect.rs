@@ -73,7 +73,7 @@ impl RedisSettingsError {
 }
 
 /// Rewrites `scheme://[cred@]h1:p1,h2:p2[/db][?q]` into fred's `scheme://[cred@]h1:p1[/db]?node=h2:p2[&q]`.
-pub fn normalize_url(url: &str) -> String {
+pub(crate) fn normalize_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
@@ -113,7 +113,7 @@ fn uses_tls(url: &str) -> bool {
 }
 
 /// Builds the client pool (not connected yet) and tells its topology.
-pub fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), RedisSettingsError> {
+pub(crate) fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), RedisSettingsError> {
     let (builder, topology) = builder(opts)?;
     let pool = builder
         .build_pool(opts.pool_size.max(1))
@@ -122,7 +122,9 @@ pub fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), RedisSettin
 }
 
 /// The nodes named by a Cluster URL (where the slot map is first read).
-pub fn cluster_seeds(opts: &ConnectOptions) -> Result<Vec<(String, u16)>, RedisSettingsError> {
+pub(crate) fn cluster_seeds(
+    opts: &ConnectOptions,
+) -> Result<Vec<(String, u16)>, RedisSettingsError> {
     match config(opts)?.0.server {
         ServerConfig::Clustered { hosts, .. } => Ok(hosts
             .into_iter()
@@ -134,7 +136,7 @@ pub fn cluster_seeds(opts: &ConnectOptions) -> Result<Vec<(String, u16)>, RedisS
 
 /// A pool (not connected yet) to one node of a Cluster, as a plain server: sluice routes by
 /// slot itself ([`super::nodes`]), so one node's trouble never blocks the others' commands.
-pub fn build_node_pool(
+pub(crate) fn build_node_pool(
     opts: &ConnectOptions,
     host: &str,
     port: u16,

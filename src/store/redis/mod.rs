@@ -80,13 +80,13 @@
 
 pub mod breaker;
 mod cluster;
-pub mod connect;
+pub(crate) mod connect;
 mod dial;
 mod errors;
 pub mod library;
 mod link;
 mod monitor;
-pub mod nodes;
+pub(crate) mod nodes;
 mod pipelined;
 mod plain;
 mod records;
