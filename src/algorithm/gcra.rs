@@ -8,7 +8,7 @@
 //! The answers are redis-cell's: `limit_remaining` (its "remaining"), and
 //! `duration_until_reset` = its "retry after" when rejected and its "reset after" when allowed.
 //!
-//! The state is kept as the shared [`bucket`](super::bucket) meter (`TAT = at + level /
+//! The state is kept as the shared [`bucket`] meter (`TAT = at + level /
 //! drain`), so gcra, token_bucket and leaky_bucket decide identically; the test below holds it
 //! to a transcription of redis-cell's code in exact arithmetic.
 

@@ -399,12 +399,6 @@ pub fn evaluate(limit: &Limit, state: Option<&State>, frame: Frame, ask: Ask) ->
     }
 }
 
-/// Whether `state` is over its limit at `frame` (an eviction must not forget such a key
-/// silently).
-pub fn is_over_limit(limit: &Limit, state: &State, frame: Frame) -> bool {
-    !evaluate(limit, Some(state), frame, Ask::take(1)).allowed
-}
-
 /// `a / b` rounded up, for `a >= 0`, `b > 0` (Lua: `math.ceil` of an exact quotient is not
 /// exact above 2^53; ports compute `floor` and correct).
 pub(crate) fn ceil_div(a: u64, b: u64) -> u64 {

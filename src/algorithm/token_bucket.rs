@@ -4,7 +4,7 @@
 //! back-to-back single-hit requests from idle, and never more than `burst + rate * elapsed`
 //! over any stretch of time.
 //!
-//! The arithmetic is the shared [`bucket`](super::bucket) meter: tokens available are
+//! The arithmetic is the shared [`bucket`] meter: tokens available are
 //! `(cap - level) / hit`. The tests below hold it to a textbook token bucket.
 
 use super::bucket::{self, Params};

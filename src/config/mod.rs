@@ -1,6 +1,6 @@
 //! Configuration: YAML files ([`files`]) -> serde types ([`raw`], parsed by `parse`, unknown
 //! keys found by `keys`) -> validation (`validate`) and building (`build`), driven by
-//! [`compile`] -> an immutable [`RuleSet`](crate::rules::RuleSet). [`xds`] takes the rules from
+//! [`mod@compile`] -> an immutable [`RuleSet`]. [`xds`] takes the rules from
 //! a control plane instead of files, through the same compile and swap.
 
 mod build;

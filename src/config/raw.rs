@@ -1,5 +1,5 @@
 //! The YAML as serde reads it: envoyproxy/ratelimit's format plus sluice's extensions.
-//! These types are never used past validation; [`super::compile`] turns them into rules.
+//! These types are never used past validation; [`compile`](mod@super::compile) turns them into rules.
 //! They ignore unknown keys, which [`super::keys`] reports, each one, without stopping the
 //! parse (serde's `deny_unknown_fields` would hide every later error of the file).
 

@@ -1,5 +1,5 @@
 //! The IETF RateLimit fields of a decided plan: one [`QuotaItem`] per limit of each limited
-//! descriptor, in plan order, serialised by [`ietf_headers`](super::ietf_headers). Pure.
+//! descriptor, in plan order, serialised by [`ietf_headers`]. Pure.
 //!
 //! The mapping (README.md, "IETF headers"): the policy's name is the limit's `name`, else the
 //! rule's full key (`domain.key_value.key2`, as in statistics), or `override` for a request's

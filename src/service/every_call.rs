@@ -104,7 +104,7 @@ where
 
 /// Cuts a `grpc-message` longer than [`MAX_MESSAGE_BYTES`], whichever service wrote it
 /// (tonic-reflection echoes a symbol whole): a gRPC client refuses an oversized one as
-/// RESOURCE_EXHAUSTED and never sees the real code. Our own messages quote [`excerpt`]s, so
+/// RESOURCE_EXHAUSTED and never sees the real code. Our own messages quote [`excerpt`](crate::excerpt::excerpt)s, so
 /// they stay below it.
 fn bound_status_message(headers: &mut http::HeaderMap) {
     // Percent-encoding only lengthens a message, so a short header needs no decoding.

@@ -1,7 +1,7 @@
 //! The embedded in-memory store: sharded maps behind short synchronous locks.
 //!
 //! A request's checks lock the shards they touch in ascending order (so two requests can
-//! never deadlock), run the shared [`batch`](super::batch) policy, and unlock; no lock is ever
+//! never deadlock), run the shared [`batch`] policy, and unlock; no lock is ever
 //! held across an await.
 //!
 //! # Memory bound

@@ -69,7 +69,7 @@
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
 //! * **Failures**: a call that fails or exceeds `--redis-command-timeout` (or nine tenths of
-//!   what is left of the request's gRPC deadline, when less: [`deadline`](super::deadline))
+//!   what is left of the request's gRPC deadline, when less: [`Deadline`])
 //!   is an error with its [`ErrorKind`] (the caller's failure policy decides); a script call is never retried on another connection,
 //!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
 //!   the script on every primary and retries once. A [`breaker`] (one per Cluster primary)

@@ -47,7 +47,7 @@ use super::script::MAX_SAFE;
 /// spreading requests over many keys (those are decided by the script, as before).
 const REMEMBERED: usize = 65_536;
 
-/// A plain take's limit and window (µs), when a fast call is one ([`Plain::args`]).
+/// A plain take's limit and window (µs), when a fast call is one ([`Args::of`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Args {
     pub limit: i64,
