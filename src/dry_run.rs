@@ -16,7 +16,7 @@ use crate::limiter::{Code, Limiter, LimiterOptions};
 use crate::model::{display_bytes, MICROS_PER_MILLI};
 use crate::rules::duration::parse as parse_duration;
 use crate::rules::RuleSet;
-use crate::service::json;
+use crate::service::rls_json;
 use crate::store::{Deadline, MemoryStore};
 
 /// The steps of a requests file, each with its line (or array index) for messages.
@@ -65,13 +65,13 @@ pub async fn run(rules: RuleSet, text: &str, as_json: bool) -> Result<String, St
         }
         n += 1;
         let body = serde_json::to_vec(&step).map_err(|e| e.to_string())?;
-        let req = json::request(&body).map_err(|e| format!("item {at}: {e}"))?;
+        let req = rls_json::request(&body).map_err(|e| format!("item {at}: {e}"))?;
         let (resp, explained) = limiter
             .explain(&req, Deadline::NONE)
             .await
             .map_err(|e| format!("item {at}: {e}"))?;
         if as_json {
-            let _ = writeln!(out, "{}", json::response(&resp, Some(&explained)));
+            let _ = writeln!(out, "{}", rls_json::response(&resp, Some(&explained)));
             continue;
         }
         let overall = match resp.overall {

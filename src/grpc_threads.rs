@@ -19,14 +19,14 @@ use tokio::sync::oneshot;
 const BACKLOG: u32 = 1024;
 
 /// The threads to run by default: the cores this process may use (cgroup quotas included).
-pub fn default_count() -> usize {
+pub(crate) fn default_count() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Binds `n` (at least one) listening sockets with `SO_REUSEPORT` on `addr`; with port 0 the
 /// first picks the port and the others join it. Must be called within a Tokio runtime; the
 /// listeners are returned detached from it, for [`spawn`] to hand to their own runtimes.
-pub fn bind(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+pub(crate) fn bind(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
     let mut out = Vec::with_capacity(n.max(1));
     let mut at = addr;
     for _ in 0..n.max(1) {
@@ -48,12 +48,12 @@ pub fn bind(addr: SocketAddr, n: usize) -> std::io::Result<Vec<std::net::TcpList
 
 /// How a serving thread ended: `Err` with a message when its runtime could not start or its
 /// server failed.
-pub type Ended = oneshot::Receiver<Result<(), String>>;
+pub(crate) type Ended = oneshot::Receiver<Result<(), String>>;
 
 /// Starts one thread per listener, each with a current-thread runtime running
 /// `serve(listener)` to completion. `serve` builds the thread's server; its future need not be
 /// `Send` (it never leaves the thread).
-pub fn spawn<F, Fut, E>(
+pub(crate) fn spawn<F, Fut, E>(
     listeners: Vec<std::net::TcpListener>,
     serve: F,
 ) -> std::io::Result<Vec<Ended>>

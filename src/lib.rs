@@ -6,10 +6,13 @@
 // The layout of the RLS handler's future nests the store stack (Fallback<LocalCache<Redis>>)
 // deeper than rustc's default query depth allows in release builds.
 #![recursion_limit = "256"]
+// `pub` means the library's public surface (what main.rs, sluice-bench, the examples and the
+// integration tests use); everything else is `pub(crate)` or narrower, so dead code shows.
+#![deny(unreachable_pub)]
 
 pub mod algorithm;
 pub mod app;
-pub mod background;
+pub(crate) mod background;
 pub mod client;
 pub mod clock;
 pub mod config;
@@ -17,7 +20,7 @@ pub mod dry_run;
 pub mod excerpt;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-pub mod grpc_threads;
+pub(crate) mod grpc_threads;
 pub mod limiter;
 pub mod metrics;
 pub mod model;
@@ -27,8 +30,8 @@ pub mod rules;
 pub mod secret;
 pub mod service;
 pub mod settings;
-pub mod stats;
-pub mod statsd;
+pub(crate) mod stats;
+pub(crate) mod statsd;
 pub mod store;
-pub mod tasks;
-pub mod watch;
+pub(crate) mod tasks;
+pub(crate) mod watch;

@@ -4,6 +4,8 @@
 // The layout of the RLS handler's future nests the store stack (Fallback<LocalCache<Redis>>)
 // deeper than rustc's default query depth allows in release builds.
 #![recursion_limit = "256"]
+// A binary exports nothing: `pub` would only hide dead code.
+#![deny(unreachable_pub)]
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -205,7 +207,7 @@ fn init_logging(
     args: &LogArgs,
     traces: Traces<'_>,
 ) -> anyhow::Result<(Option<SdkTracerProvider>, QuietLog)> {
-    let quiet = QuietLog::default();
+    let quiet = QuietLog::new(std::sync::Arc::new(sluice::clock::SystemClock));
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
         .and(quiet.clone());

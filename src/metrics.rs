@@ -14,6 +14,7 @@ use opentelemetry_sdk::metrics::{Instrument, PeriodicReader, SdkMeterProvider, S
 use opentelemetry_sdk::Resource;
 use prometheus::{Encoder, TextEncoder};
 
+use crate::clock::Clock;
 use crate::stats::{StatsRegistry, COUNTER_NAMES};
 
 /// Bucket bounds (seconds) of config loads: a few rules load in a millisecond, 100,000 in
@@ -97,6 +98,8 @@ pub struct Metrics {
     /// `sluice.xds.updates` {result: applied, rejected}: xDS snapshots ACKed and NACKed.
     pub xds_updates: Counter<u64>,
     pub rlqs: RlqsMetrics,
+    /// Times what the instruments measure (latencies), so tests can drive it.
+    clock: Arc<dyn Clock>,
 }
 
 /// The instruments of the Rate Limit Quota Service.
@@ -134,7 +137,11 @@ pub enum MetricsError {
 
 impl Metrics {
     /// Builds the pipeline; with an OTLP endpoint, must run inside a Tokio runtime.
-    pub fn new(opts: &MetricsOptions, stores: StoreSources) -> Result<Metrics, MetricsError> {
+    pub fn new(
+        opts: &MetricsOptions,
+        stores: StoreSources,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Metrics, MetricsError> {
         let registry = prometheus::Registry::new();
         let prom = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())
@@ -182,6 +189,7 @@ impl Metrics {
         });
         register_observables(&meter, &stats, &gauges);
         Ok(Metrics {
+            clock,
             rpc_requests: meter
                 .u64_counter("sluice.rpc.requests")
                 .with_description("Requests answered, by method and result code")
@@ -287,6 +295,16 @@ impl Metrics {
     }
 
     /// Records one answered request.
+    /// The clock latencies are measured with: a request's start is `clock().monotonic()`.
+    pub fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    /// Counts a request of `method` ended with `code`, started at `started` (of [`Self::clock`]).
+    pub fn rpc_since(&self, method: &'static str, code: &'static str, started: std::time::Instant) {
+        self.rpc(method, code, self.clock.since(started).as_secs_f64());
+    }
+
     pub fn rpc(&self, method: &'static str, code: &'static str, seconds: f64) {
         let attrs = [KeyValue::new("method", method), KeyValue::new("code", code)];
         self.rpc_requests.add(1, &attrs);

@@ -16,7 +16,7 @@ use tracing::{Event, Level, Metadata};
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Filter};
 
-use crate::clock::monotonic;
+use crate::clock::Clock;
 
 /// One warning of a kind per this interval; the others are counted.
 pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
@@ -29,11 +29,10 @@ pub struct QuietWarn {
 }
 
 impl QuietWarn {
-    /// Whether this occurrence may be logged (the first of its interval); if not, it is
-    /// counted as held back.
-    pub fn admit(&self) -> bool {
+    /// Whether this occurrence, at `now` (monotonic), may be logged (the first of its
+    /// interval); if not, it is counted as held back.
+    pub fn passes(&self, now: Instant) -> bool {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let now = monotonic();
         match *last {
             Some(t) if now.duration_since(t) < WARN_INTERVAL => {
                 self.held.fetch_add(1, Ordering::Relaxed);
@@ -51,17 +50,18 @@ impl QuietWarn {
         self.held.swap(0, Ordering::Relaxed)
     }
 
-    /// `Some(held back since the last line)` when this occurrence should be logged.
-    pub fn due(&self) -> Option<u64> {
-        self.admit().then(|| self.take_held())
+    /// `Some(held back since the last line)` when this occurrence, at `now`, should be logged.
+    pub fn due(&self, now: Instant) -> Option<u64> {
+        self.passes(now).then(|| self.take_held())
     }
 }
 
 /// A `tracing` filter: WARN and ERROR events of other crates at most once per call site and
 /// interval. sluice's own events and lower levels pass untouched.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct QuietLog {
     sites: Arc<Mutex<HashMap<Identifier, Site>>>,
+    clock: Arc<dyn Clock>,
 }
 
 #[derive(Clone)]
@@ -71,7 +71,14 @@ struct Site {
 }
 
 impl QuietLog {
-    fn admit(&self, meta: &'static Metadata<'static>) -> bool {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        QuietLog {
+            sites: Arc::default(),
+            clock,
+        }
+    }
+
+    fn passes(&self, meta: &'static Metadata<'static>) -> bool {
         if *meta.level() > Level::WARN || meta.target().starts_with("sluice") {
             return true;
         }
@@ -83,7 +90,7 @@ impl QuietLog {
             });
             site.warn.clone()
         };
-        warn.admit()
+        warn.passes(self.clock.monotonic())
     }
 
     /// Logs, per call site, how many of its events were held back since the last call (meant
@@ -121,22 +128,25 @@ impl<S> Filter<S> for QuietLog {
     }
 
     fn event_enabled(&self, event: &Event<'_>, _: &Context<'_, S>) -> bool {
-        self.admit(event.metadata())
+        self.passes(event.metadata())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
 
     #[test]
     fn a_warning_is_due_once_per_interval_with_the_count_held_back() {
+        let clock = ManualClock::new(0);
         let w = QuietWarn::default();
-        assert_eq!(w.due(), Some(0));
-        assert_eq!(w.due(), None);
-        assert_eq!(w.due(), None);
-        *w.last.lock().unwrap() = monotonic().checked_sub(WARN_INTERVAL);
-        assert_eq!(w.due(), Some(2));
+        assert_eq!(w.due(clock.monotonic()), Some(0));
+        assert_eq!(w.due(clock.monotonic()), None);
+        clock.advance(WARN_INTERVAL.as_micros() as i64 - 1);
+        assert_eq!(w.due(clock.monotonic()), None);
+        clock.advance(1);
+        assert_eq!(w.due(clock.monotonic()), Some(2));
     }
 
     /// Counts the events a layer behind the filter sees.
@@ -153,7 +163,7 @@ mod tests {
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::Layer;
         let seen = Arc::new(AtomicU64::new(0));
-        let quiet = QuietLog::default();
+        let quiet = QuietLog::new(Arc::new(ManualClock::new(0)));
         let subscriber =
             tracing_subscriber::registry().with(Count(seen.clone()).with_filter(quiet.clone()));
         tracing::subscriber::with_default(subscriber, || {

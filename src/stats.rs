@@ -35,15 +35,15 @@ impl std::fmt::Debug for RuleCounters {
     }
 }
 
-pub const TOTAL_HITS: usize = 0;
-pub const OVER_LIMIT: usize = 1;
-pub const NEAR_LIMIT: usize = 2;
-pub const WITHIN_LIMIT: usize = 3;
-pub const SHADOW_MODE: usize = 4;
-pub const OVER_LIMIT_WITH_LOCAL_CACHE: usize = 5;
+pub(crate) const TOTAL_HITS: usize = 0;
+pub(crate) const OVER_LIMIT: usize = 1;
+pub(crate) const NEAR_LIMIT: usize = 2;
+pub(crate) const WITHIN_LIMIT: usize = 3;
+pub(crate) const SHADOW_MODE: usize = 4;
+pub(crate) const OVER_LIMIT_WITH_LOCAL_CACHE: usize = 5;
 
 /// envoyproxy/ratelimit's names of the per-rule counters, in index order.
-pub const COUNTER_NAMES: [&str; 6] = [
+pub(crate) const COUNTER_NAMES: [&str; 6] = [
     "total_hits",
     "over_limit",
     "near_limit",
@@ -290,7 +290,7 @@ impl StatsRegistry {
 /// `value_to_metric` applies to a wildcard or default match, the pattern for other wildcard
 /// matches, nothing for other default matches. A `share_threshold` wildcard always shows its
 /// pattern.
-pub fn dynamic_key(
+pub(crate) fn dynamic_key(
     domain: &str,
     entries: &[Entry],
     steps: &[Step<'_>],
@@ -326,7 +326,7 @@ pub fn dynamic_key(
 /// The stats key of a limit override on a descriptor that matched no rule: the entry keys
 /// only (`domain.key1.key2`); envoyproxy/ratelimit adds the values, which would put
 /// request values in labels unasked.
-pub fn override_key(domain: &str, entries: &[Entry]) -> String {
+pub(crate) fn override_key(domain: &str, entries: &[Entry]) -> String {
     let steps = vec![Step::Default; entries.len()];
     dynamic_key(domain, entries, &steps, &[], false)
 }

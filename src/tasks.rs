@@ -23,10 +23,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 const STORE_HEALTH_EVERY: Duration = Duration::from_millis(500);
 
 /// The server's stop signal: `true` once the drain starts.
-pub type Stop = watch::Receiver<bool>;
+pub(crate) type Stop = watch::Receiver<bool>;
 
 /// Reclaims expired in-memory entries every [`SWEEP_EVERY`].
-pub fn spawn_sweeper(store: &Arc<MemoryStore>, clock: Arc<dyn Clock>) {
+pub(crate) fn spawn_sweeper(store: &Arc<MemoryStore>, clock: Arc<dyn Clock>) {
     // Weak, so the sweeper ends with the server instead of keeping the store alive.
     let store = Arc::downgrade(store);
     tokio::spawn(async move {
@@ -45,7 +45,7 @@ pub fn spawn_sweeper(store: &Arc<MemoryStore>, clock: Arc<dyn Clock>) {
 
 /// Logs the runtime's live tasks and the in-flight gate every [`REPORT_EVERY`] at debug level
 /// (target `sluice::runtime`), for soak runs to see that nothing accumulates.
-pub fn spawn_runtime_report(in_flight: Arc<InFlight>, mut stop: Stop) {
+pub(crate) fn spawn_runtime_report(in_flight: Arc<InFlight>, mut stop: Stop) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(REPORT_EVERY);
         loop {
@@ -67,7 +67,7 @@ pub fn spawn_runtime_report(in_flight: Arc<InFlight>, mut stop: Stop) {
 }
 
 /// Checks the TLS files every `every` (at least 100 ms) until the server stops.
-pub fn spawn_tls_poller(tls: Arc<ReloadingTls>, every: Duration, mut stop: Stop) {
+pub(crate) fn spawn_tls_poller(tls: Arc<ReloadingTls>, every: Duration, mut stop: Stop) {
     let every = every.max(Duration::from_millis(100));
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -82,7 +82,7 @@ pub fn spawn_tls_poller(tls: Arc<ReloadingTls>, every: Duration, mut stop: Stop)
 }
 
 /// With `--health-requires-store`: NOT_SERVING while Redis is down or its breaker open.
-pub fn spawn_store_health(redis: RedisStore, state: Arc<ServiceState>, mut stop: Stop) {
+pub(crate) fn spawn_store_health(redis: RedisStore, state: Arc<ServiceState>, mut stop: Stop) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(STORE_HEALTH_EVERY);
         loop {

@@ -47,7 +47,7 @@ fn rewatch(w: &Mutex<RecommendedWatcher>, dirs: &[PathBuf]) {
 
 /// Calls `on_change` (on a blocking thread) after changes under `paths`, until `stop` turns
 /// true.
-pub fn spawn(
+pub(crate) fn spawn(
     paths: &[PathBuf],
     on_change: Arc<dyn Fn() + Send + Sync>,
     mut stop: watch::Receiver<bool>,

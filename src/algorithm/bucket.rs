@@ -22,7 +22,7 @@ use super::{ceil_div, Ask, Limit, Outcome};
 use crate::model::Micros;
 
 /// The largest capacity in ticks that validation accepts.
-pub const MAX_CAP: u64 = 1 << 50;
+pub(crate) const MAX_CAP: u64 = 1 << 50;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct State {
@@ -34,7 +34,7 @@ pub struct State {
 
 /// A limit's parameters in ticks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Params {
+pub(crate) struct Params {
     /// Ticks one hit adds.
     pub hit: u64,
     /// Ticks drained per µs (0: nothing ever drains; every request is rejected).
@@ -67,7 +67,7 @@ impl Params {
     }
 
     /// `burst * hit`, or `None` when it overflows.
-    pub fn cap_checked(&self) -> Option<u64> {
+    pub(crate) fn cap_checked(&self) -> Option<u64> {
         self.burst.checked_mul(self.hit)
     }
 }
@@ -97,7 +97,7 @@ fn until(p: &Params, level: u64, target: u64) -> Micros {
     }
 }
 
-pub fn evaluate(p: &Params, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
+pub(crate) fn evaluate(p: &Params, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
     if p.drain == 0 {
         // requests_per_unit 0: nothing passes but looks and refunds, and nothing is kept.
         return Outcome {

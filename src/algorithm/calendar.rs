@@ -16,7 +16,7 @@ use crate::model::{Micros, Unit, MICROS_PER_SEC};
 
 /// The calendar window of `now`; falls back to epoch alignment for units shorter than an hour
 /// and for instants outside the tz database's range.
-pub fn frame(now: Micros, cal: Calendar) -> Frame {
+pub(crate) fn frame(now: Micros, cal: Calendar) -> Frame {
     bounds(now, cal)
         .filter(|&(s, e)| s <= now && now < e)
         .map_or_else(

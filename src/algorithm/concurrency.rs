@@ -17,7 +17,7 @@ use super::{ceil_div, Ask, Limit, Outcome};
 use crate::model::Micros;
 
 /// A lease time is cut into this many expiry slots: the most groups of leases a state holds.
-pub const LEASE_SLOTS: u64 = 1_000;
+pub(crate) const LEASE_SLOTS: u64 = 1_000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct State {
@@ -27,7 +27,7 @@ pub struct State {
 
 /// The expiry of a lease taken at `now`: `now + lease_time` rounded up to a whole slot of
 /// `ceil(lease_time / LEASE_SLOTS)` µs.
-pub fn expiry(now: Micros, lease_time: Micros) -> Micros {
+pub(crate) fn expiry(now: Micros, lease_time: Micros) -> Micros {
     let slot = ceil_div(lease_time.max(1) as u64, LEASE_SLOTS) as Micros;
     let e = now + lease_time;
     match e.rem_euclid(slot) {

@@ -8,7 +8,7 @@
 //! The answers are redis-cell's: `limit_remaining` (its "remaining"), and
 //! `duration_until_reset` = its "retry after" when rejected and its "reset after" when allowed.
 //!
-//! The state is kept as the shared [`bucket`](super::bucket) meter (`TAT = at + level /
+//! The state is kept as the shared [`bucket`] meter (`TAT = at + level /
 //! drain`), so gcra, token_bucket and leaky_bucket decide identically; the test below holds it
 //! to a transcription of redis-cell's code in exact arithmetic.
 
@@ -16,7 +16,12 @@ use super::bucket::{self, Params};
 use super::{Ask, Limit, Outcome};
 use crate::model::Micros;
 
-pub fn evaluate(limit: &Limit, prev: Option<&bucket::State>, now: Micros, ask: Ask) -> Outcome {
+pub(crate) fn evaluate(
+    limit: &Limit,
+    prev: Option<&bucket::State>,
+    now: Micros,
+    ask: Ask,
+) -> Outcome {
     bucket::evaluate(&Params::of(limit), prev, now, ask)
 }
 

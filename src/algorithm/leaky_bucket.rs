@@ -5,13 +5,18 @@
 //! Seen from the other side this is token_bucket (level = capacity - tokens), so both make the
 //! same decisions and report the same numbers; the test below proves it over random timelines.
 //! Pick the one whose words fit how you think about the limit. The arithmetic is the shared
-//! [`bucket`](super::bucket) meter.
+//! [`bucket`] meter.
 
 use super::bucket::{self, Params};
 use super::{Ask, Limit, Outcome};
 use crate::model::Micros;
 
-pub fn evaluate(limit: &Limit, prev: Option<&bucket::State>, now: Micros, ask: Ask) -> Outcome {
+pub(crate) fn evaluate(
+    limit: &Limit,
+    prev: Option<&bucket::State>,
+    now: Micros,
+    ask: Ask,
+) -> Outcome {
     bucket::evaluate(&Params::of(limit), prev, now, ask)
 }
 

@@ -6,9 +6,9 @@
 //! Calendar windows (time zones) are the one exception: [`calendar`] computes their bounds in
 //! Rust and hands them over in the [`Frame`]. ALGORITHMS.md states every definition.
 
-pub mod bucket;
-pub mod calendar;
-pub mod concurrency;
+pub(crate) mod bucket;
+pub(crate) mod calendar;
+pub(crate) mod concurrency;
 pub mod distinct;
 pub mod fixed_window;
 pub mod gcra;
@@ -401,12 +401,6 @@ pub fn evaluate(limit: &Limit, state: Option<&State>, frame: Frame, ask: Ask) ->
             concurrency::evaluate(limit, prev, frame.now, ask)
         }
     }
-}
-
-/// Whether `state` is over its limit at `frame` (an eviction must not forget such a key
-/// silently).
-pub fn is_over_limit(limit: &Limit, state: &State, frame: Frame) -> bool {
-    !evaluate(limit, Some(state), frame, Ask::take(1)).allowed
 }
 
 /// `a / b` rounded up, for `a >= 0`, `b > 0` (Lua: `math.ceil` of an exact quotient is not

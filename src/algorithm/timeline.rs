@@ -8,15 +8,15 @@ use crate::model::Micros;
 
 /// A request after `advance` µs of quiet.
 #[derive(Clone, Copy, Debug)]
-pub struct Event {
-    pub advance: Micros,
-    pub hits: u64,
+pub(crate) struct Event {
+    pub(crate) advance: Micros,
+    pub(crate) hits: u64,
 }
 
-pub const START: Micros = 1_000_000_000;
+pub(crate) const START: Micros = 1_000_000_000;
 
 /// Up to `len` events, each after 0..=`max_advance` µs (often 0: bursts), of 0..=3 hits.
-pub fn events(len: usize, max_advance: Micros) -> impl Strategy<Value = Vec<Event>> {
+pub(crate) fn events(len: usize, max_advance: Micros) -> impl Strategy<Value = Vec<Event>> {
     proptest::collection::vec(
         (
             prop_oneof![Just(0), 0..=max_advance / 20, 0..=max_advance],
@@ -36,7 +36,7 @@ fn step(limit: &Limit, state: &mut Option<State>, now: Micros, hits: u64, always
 }
 
 /// The admitted `(time, hits)` of a timeline (charging rejected requests too if `always`).
-pub fn run(limit: &Limit, events: &[Event], always: bool) -> Vec<(Micros, u64)> {
+pub(crate) fn run(limit: &Limit, events: &[Event], always: bool) -> Vec<(Micros, u64)> {
     let mut state = None;
     let mut now = START;
     let mut admitted = Vec::new();
@@ -50,7 +50,11 @@ pub fn run(limit: &Limit, events: &[Event], always: bool) -> Vec<(Micros, u64)> 
 }
 
 /// The state after a timeline, and the time of its last event.
-pub fn final_state(limit: &Limit, events: &[Event], always: bool) -> (Option<State>, Micros) {
+pub(crate) fn final_state(
+    limit: &Limit,
+    events: &[Event],
+    always: bool,
+) -> (Option<State>, Micros) {
     let mut state = None;
     let mut now = START;
     for e in events {
@@ -61,7 +65,11 @@ pub fn final_state(limit: &Limit, events: &[Event], always: bool) -> (Option<Sta
 }
 
 /// Every answer of a timeline: (allowed, remaining, reset, debt_reset).
-pub fn outcomes(limit: &Limit, events: &[Event], always: bool) -> Vec<(bool, u64, Micros, Micros)> {
+pub(crate) fn outcomes(
+    limit: &Limit,
+    events: &[Event],
+    always: bool,
+) -> Vec<(bool, u64, Micros, Micros)> {
     let mut state: Option<State> = None;
     let mut now = START;
     events
@@ -79,7 +87,12 @@ pub fn outcomes(limit: &Limit, events: &[Event], always: bool) -> Vec<(bool, u64
 }
 
 /// One single-hit request every `step` µs in `[from, to)`.
-pub fn hammer(limit: &Limit, from: Micros, to: Micros, step_by: Micros) -> Vec<(Micros, u64)> {
+pub(crate) fn hammer(
+    limit: &Limit,
+    from: Micros,
+    to: Micros,
+    step_by: Micros,
+) -> Vec<(Micros, u64)> {
     let mut state = None;
     let mut admitted = Vec::new();
     let mut now = from;
@@ -93,7 +106,7 @@ pub fn hammer(limit: &Limit, from: Micros, to: Micros, step_by: Micros) -> Vec<(
 }
 
 /// The most hits admitted within any span `(t - span, t]`.
-pub fn max_in_span(admitted: &[(Micros, u64)], span: Micros) -> u64 {
+pub(crate) fn max_in_span(admitted: &[(Micros, u64)], span: Micros) -> u64 {
     let mut best = 0;
     let mut lo = 0;
     let mut sum = 0;
@@ -110,7 +123,7 @@ pub fn max_in_span(admitted: &[(Micros, u64)], span: Micros) -> u64 {
 
 /// sliding_log is exact: a request is rejected exactly when the hits already admitted in
 /// `(now - window, now]` plus its own exceed the limit.
-pub fn check_log_exactness(limit: &Limit, events: &[Event]) {
+pub(crate) fn check_log_exactness(limit: &Limit, events: &[Event]) {
     let mut state = None;
     let mut now = START;
     let mut admitted: Vec<(Micros, u64)> = Vec::new();

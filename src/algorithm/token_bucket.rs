@@ -4,14 +4,19 @@
 //! back-to-back single-hit requests from idle, and never more than `burst + rate * elapsed`
 //! over any stretch of time.
 //!
-//! The arithmetic is the shared [`bucket`](super::bucket) meter: tokens available are
+//! The arithmetic is the shared [`bucket`] meter: tokens available are
 //! `(cap - level) / hit`. The tests below hold it to a textbook token bucket.
 
 use super::bucket::{self, Params};
 use super::{Ask, Limit, Outcome};
 use crate::model::Micros;
 
-pub fn evaluate(limit: &Limit, prev: Option<&bucket::State>, now: Micros, ask: Ask) -> Outcome {
+pub(crate) fn evaluate(
+    limit: &Limit,
+    prev: Option<&bucket::State>,
+    now: Micros,
+    ask: Ask,
+) -> Outcome {
     bucket::evaluate(&Params::of(limit), prev, now, ask)
 }
 

@@ -29,7 +29,7 @@ pub(super) enum GrpcListeners {
 }
 
 impl Listeners {
-    pub async fn bind(args: &ServeArgs) -> anyhow::Result<Listeners> {
+    pub(super) async fn bind(args: &ServeArgs) -> anyhow::Result<Listeners> {
         let grpc = match args
             .grpc_threads
             .unwrap_or_else(grpc_threads::default_count)
@@ -73,7 +73,7 @@ impl Listeners {
 }
 
 impl GrpcListeners {
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+    pub(super) fn local_addr(&self) -> std::io::Result<SocketAddr> {
         match self {
             GrpcListeners::Shared(l) => l.local_addr(),
             GrpcListeners::PerThread(ls) => ls

@@ -6,7 +6,7 @@
 //! [`Server`] is the handle of a running server.
 
 mod listeners;
-pub mod open_files;
+pub(crate) mod open_files;
 mod options;
 mod server;
 
@@ -23,10 +23,10 @@ use crate::metrics::{Metrics, MetricsOptions, StoreSources};
 use crate::rules::RuleSet;
 use crate::service::accept::Port;
 use crate::service::grpc::{GrpcParts, GrpcServer};
-use crate::service::http::{self, HttpContext};
 use crate::service::http_gate::HttpGate;
-use crate::service::http_serve;
-use crate::service::json_api;
+use crate::service::http_routes::{self, HttpContext};
+use crate::service::http_server;
+use crate::service::json_route;
 use crate::service::load_report::ServiceLoadReport;
 use crate::service::overload::InFlight;
 use crate::service::pipeline::Pipeline;
@@ -60,8 +60,10 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
                 memory: vec![("primary", read_memory(&store))],
                 redis: None,
             };
-            let metrics =
-                Arc::new(Metrics::new(&metrics_options, sources).context("cannot set up metrics")?);
+            let metrics = Arc::new(
+                Metrics::new(&metrics_options, sources, clock.clone())
+                    .context("cannot set up metrics")?,
+            );
             run(args, clock, store, listeners, None, metrics).await
         }
         Backend::Redis => {
@@ -76,8 +78,10 @@ pub async fn start(args: ServeArgs, clock: Arc<dyn Clock>) -> anyhow::Result<Ser
                 memory: vec![("fallback", read_memory(&local))],
                 redis: Some(read_redis(&redis)),
             };
-            let metrics =
-                Arc::new(Metrics::new(&metrics_options, sources).context("cannot set up metrics")?);
+            let metrics = Arc::new(
+                Metrics::new(&metrics_options, sources, clock.clone())
+                    .context("cannot set up metrics")?,
+            );
             let errors = metrics.store_errors.clone();
             let cached = LocalCache::new((*redis).clone(), args.redis.local_cache);
             let store = Fallback::new(cached, policy, Some(local)).with_error_hook(Arc::new(
@@ -224,47 +228,54 @@ async fn run<S: Store + Reservations>(
         limiter,
         metrics: Some(metrics.clone()),
     };
-    let json = json_api::router(args.json_api.then_some(pipeline), Some(metrics.clone()));
+    let json = json_route::router(args.json_api.then_some(pipeline), Some(metrics.clone()));
     let gate = HttpGate {
         bodies: vec![],
         body_timeout: hard.http_body_timeout,
         metrics: Some(metrics.clone()),
     };
-    let http_server = http_serve::serve(
+    let http_server = http_server::serve(
         http,
         Port::with_reserve(
             "http",
             hard.http_max_connections,
-            http_serve::HEALTH_RESERVE,
+            http_server::HEALTH_RESERVE,
             hard.http_idle_timeout,
+            clock.clone(),
         ),
-        http::router(cx.clone()).merge(json),
+        http_routes::router(cx.clone()).merge(json),
         HttpGate {
-            bodies: vec![json_api::body_route(hard.max_request_bytes)],
+            bodies: vec![json_route::body_route(hard.max_request_bytes)],
             ..gate.clone()
         },
         hard.http_header_read_timeout,
         stop_rx.clone(),
     );
     let debug_server = debug.map(|l| {
-        http_serve::serve(
+        http_server::serve(
             l,
-            Port::new("debug", hard.http_max_connections, hard.http_idle_timeout),
-            http::debug_router(cx.clone()),
+            Port::new(
+                "debug",
+                hard.http_max_connections,
+                hard.http_idle_timeout,
+                clock.clone(),
+            ),
+            http_routes::debug_router(cx.clone()),
             gate.clone(),
             hard.http_header_read_timeout,
             stop_rx.clone(),
         )
     });
     let prometheus_server = prometheus.map(|l| {
-        http_serve::serve(
+        http_server::serve(
             l,
             Port::new(
                 "prometheus",
                 hard.http_max_connections,
                 hard.http_idle_timeout,
+                clock.clone(),
             ),
-            http::metrics_router(cx, statsd),
+            http_routes::metrics_router(cx, statsd),
             gate,
             hard.http_header_read_timeout,
             stop_rx.clone(),

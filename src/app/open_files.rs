@@ -6,15 +6,15 @@
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
-use crate::service::http_serve::HEALTH_RESERVE;
+use crate::service::http_server::HEALTH_RESERVE;
 use crate::settings::ServeArgs;
 
 /// Descriptors beyond the connections: listeners, Redis connections, the config watcher,
 /// log and metric exporters, files read at reload.
-pub const MARGIN: u64 = 256;
+pub(crate) const MARGIN: u64 = 256;
 
 /// Descriptors the connection caps of `args` need, with [`MARGIN`].
-pub fn needed(args: &ServeArgs) -> u64 {
+pub(crate) fn needed(args: &ServeArgs) -> u64 {
     let h = &args.hardening;
     let prometheus = args.prometheus_addr.map_or(0, |_| h.http_max_connections);
     [
@@ -29,7 +29,7 @@ pub fn needed(args: &ServeArgs) -> u64 {
 }
 
 /// Raises the soft limit towards [`needed`]; warns if the hard limit stops it short.
-pub fn raise(args: &ServeArgs) {
+pub(crate) fn raise(args: &ServeArgs) {
     let need = needed(args);
     let Rlimit { current, maximum } = getrlimit(Resource::Nofile);
     // `None` is unlimited.

@@ -185,7 +185,7 @@ pub(super) fn xds_options(x: &XdsArgs) -> anyhow::Result<Option<XdsOptions>> {
 }
 
 /// The gRPC port's bounds from the hardening flags.
-pub fn grpc_limits(h: &HardeningArgs) -> GrpcLimits {
+pub(super) fn grpc_limits(h: &HardeningArgs) -> GrpcLimits {
     GrpcLimits {
         request_read_timeout: h.grpc_request_read_timeout,
         max_concurrent_streams: h.grpc_max_concurrent_streams,

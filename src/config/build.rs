@@ -13,21 +13,26 @@ use crate::excerpt::excerpt;
 use crate::rules::{Branch, Node, Pattern, Rule, RuleId, Wildcard};
 
 /// Builds one file's descriptors into a domain's tree.
-pub struct Tree<'c, 'a> {
+pub(super) struct Tree<'c, 'a> {
     pub cx: &'c mut Cx<'a>,
     /// A descriptor on the current path has `value_to_metric`.
     value_to_metric_above: bool,
 }
 
 impl<'c, 'a> Tree<'c, 'a> {
-    pub fn new(cx: &'c mut Cx<'a>) -> Self {
+    pub(super) fn new(cx: &'c mut Cx<'a>) -> Self {
         Tree {
             cx,
             value_to_metric_above: false,
         }
     }
 
-    pub fn descriptors(&mut self, parent: &mut Node, path: &str, list: &[Spanned<RawDescriptor>]) {
+    pub(super) fn descriptors(
+        &mut self,
+        parent: &mut Node,
+        path: &str,
+        list: &[Spanned<RawDescriptor>],
+    ) {
         for item in list {
             self.descriptor(parent, path, item);
         }

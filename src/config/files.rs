@@ -22,7 +22,10 @@ pub struct ConfigFile {
 
 /// Expands `paths` and reads every file; unreadable paths become errors, and so does finding
 /// no file at all (unless `opts.allow_empty`).
-pub fn read_all(paths: &[PathBuf], opts: LoadOptions) -> (Vec<ConfigFile>, Vec<ConfigError>) {
+pub(crate) fn read_all(
+    paths: &[PathBuf],
+    opts: LoadOptions,
+) -> (Vec<ConfigFile>, Vec<ConfigError>) {
     let mut files = Vec::new();
     let mut errors = Vec::new();
     for path in paths {

@@ -26,7 +26,7 @@ const CUTS: usize = 8;
 /// runs again on the lines before it, as long as that is valid YAML (a flow map cut in its
 /// middle is not, so the cut moves up to the line the error names in that prefix, a few times
 /// at most).
-pub fn unknown_keys(
+pub(super) fn unknown_keys(
     file: &Arc<str>,
     content: &str,
     opts: serde_saphyr::Options,

@@ -7,7 +7,7 @@ use super::validate::{duration_of, Cx, Shape};
 use crate::model::{Micros, Unit};
 
 /// How long a concurrency lease lasts if it is never released, unless `lease_time` says.
-pub const DEFAULT_LEASE_TIME: Micros = 60 * 1_000_000;
+pub(super) const DEFAULT_LEASE_TIME: Micros = 60 * 1_000_000;
 
 impl Cx<'_> {
     /// A concurrency limit's `max_in_flight` and `lease_time`, in the shape of a rate: the

@@ -1,18 +1,18 @@
 //! Configuration: YAML files ([`files`]) -> serde types ([`raw`], parsed by `parse`, unknown
 //! keys found by `keys`) -> validation (`validate`) and building (`build`), driven by
-//! [`compile`] -> an immutable [`RuleSet`](crate::rules::RuleSet). [`xds`] takes the rules from
+//! [`mod@compile`] -> an immutable [`RuleSet`]. [`xds`] takes the rules from
 //! a control plane instead of files, through the same compile and swap.
 
 mod build;
 pub mod compile;
-pub mod error;
-pub mod files;
+pub(crate) mod error;
+pub(crate) mod files;
 mod keys;
 mod lease;
 mod options;
 mod parse;
-pub mod raw;
-pub mod reloader;
+pub(crate) mod raw;
+pub(crate) mod reloader;
 #[cfg(feature = "synthetic")]
 pub mod synthetic;
 mod validate;

@@ -20,14 +20,14 @@ const PARSE_STACK: usize = 64 << 20;
 type Typed = Result<Option<RawFile>, serde_saphyr::Error>;
 
 /// A file's typed parse, and its unknown keys.
-pub type Parsed = (Typed, Vec<ConfigError>);
+pub(super) type Parsed = (Typed, Vec<ConfigError>);
 
 /// Parses every file, in parallel (parsing is most of a load's time: about 100,000
 /// instructions per rule), on threads with [`PARSE_STACK`] at the lowest priority (serving
 /// threads preempt them: `crate::background`); inline if no thread can start.
 /// The typed parse and the unknown-key walk of one file are separate jobs, so with two cores a
 /// one-file config takes no longer than one walk.
-pub fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
+pub(super) fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
     let typed = |file: &ConfigFile| {
         serde_saphyr::from_str_with_options::<Option<RawFile>>(
             &file.content,
@@ -112,7 +112,7 @@ fn options(content: &str) -> serde_saphyr::Options {
 }
 
 /// serde-saphyr's message, without its own location (we print ours in front).
-pub fn yaml_error(file: &Arc<str>, e: &serde_saphyr::Error) -> ConfigError {
+pub(super) fn yaml_error(file: &Arc<str>, e: &serde_saphyr::Error) -> ConfigError {
     let pos = e
         .location()
         .map_or_else(|| Position::start_of(file), |l| Position::at(file, l));

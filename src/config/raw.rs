@@ -1,5 +1,5 @@
 //! The YAML as serde reads it: envoyproxy/ratelimit's format plus sluice's extensions.
-//! These types are never used past validation; [`super::compile`] turns them into rules.
+//! These types are never used past validation; [`compile`](mod@super::compile) turns them into rules.
 //! They ignore unknown keys, which [`super::keys`] reports, each one, without stopping the
 //! parse (serde's `deny_unknown_fields` would hide every later error of the file).
 
@@ -102,7 +102,7 @@ pub struct RawReplaces {
 pub struct Count(pub Result<u32, &'static str>);
 
 /// The message of a value that is no [`Count`].
-pub const NOT_A_COUNT: &str = "invalid u32: expected a whole number from 0 to 4294967295";
+pub(crate) const NOT_A_COUNT: &str = "invalid u32: expected a whole number from 0 to 4294967295";
 
 impl<'de> Deserialize<'de> for Count {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -1,5 +1,5 @@
 //! Reloads: reads the config files (or takes an xDS snapshot), compiles them, hands a good rule
-//! set to its target and records the outcome (the load metrics, the generation, `/rlconfig`'s
+//! set to its target and records the effect (the load metrics, the generation, `/rlconfig`'s
 //! status, one log line). A bad config changes nothing: the target keeps the rules it has.
 //!
 //! Every source ends in one place, [`Reloader::settle`], after the same compile. A source
@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use super::compile::{compile_raw, RawDocument};
 use super::{files, load_files, ConfigError, ConfigErrors, ConfigFile, LoadOptions};
-use crate::clock::{monotonic, Clock};
+use crate::clock::Clock;
 use crate::model::Micros;
 use crate::rules::{content_hash, RuleSet};
 
@@ -92,7 +92,7 @@ impl Attempt {
 }
 
 /// What one attempt did.
-enum Outcome {
+enum Effect {
     /// The input is the last attempt's: nothing rebuilt; whether that attempt was accepted.
     Unchanged(bool),
     Loaded(RuleSet, u64),
@@ -126,7 +126,7 @@ impl Reloader {
             tracing::info!("reload asked for, but the config comes over xDS; nothing to read");
             return true;
         }
-        let started = monotonic();
+        let started = self.clock.monotonic();
         crate::background::at_lowest_priority(|| {
             let (files, errors) = files::read_all(&self.paths, self.opts);
             self.apply_from(started, files, errors)
@@ -139,7 +139,7 @@ impl Reloader {
     /// parsed or swapped: the attempt is counted as `unchanged` and answers as that attempt
     /// did. `false` when the config is rejected (the running rules stay).
     pub fn apply(&self, files: Vec<ConfigFile>, errors: Vec<ConfigError>) -> bool {
-        let started = monotonic();
+        let started = self.clock.monotonic();
         crate::background::at_lowest_priority(|| self.apply_from(started, files, errors))
     }
 
@@ -147,7 +147,7 @@ impl Reloader {
     /// keeps the running rules and returns every error. `version` is the snapshot's
     /// `version_info`, for the log line.
     pub fn apply_snapshot(&self, docs: &[RawDocument], version: &str) -> Result<u64, ConfigErrors> {
-        let started = monotonic();
+        let started = self.clock.monotonic();
         crate::background::at_lowest_priority(|| self.snapshot_from(started, docs, version))
     }
 
@@ -160,7 +160,7 @@ impl Reloader {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(prev) = last.as_ref().filter(|l| l.same_snapshot(docs)) {
             let accepted = prev.accepted;
-            self.settle(Outcome::Unchanged(accepted), started, Some(version));
+            self.settle(Effect::Unchanged(accepted), started, Some(version));
             return match accepted {
                 true => Ok(self.report.generation()),
                 false => Err(ConfigErrors(vec![ConfigError::new(
@@ -175,19 +175,19 @@ impl Reloader {
             fp.push(0);
             fp.extend_from_slice(&d.hash.to_le_bytes());
         }
-        let outcome = match compile_raw(docs, self.opts) {
-            Ok(rules) => Outcome::Loaded(rules, content_hash(&fp)),
-            Err(errors) => Outcome::Rejected(errors),
+        let effect = match compile_raw(docs, self.opts) {
+            Ok(rules) => Effect::Loaded(rules, content_hash(&fp)),
+            Err(errors) => Effect::Rejected(errors),
         };
         *last = Some(Attempt {
             files: Vec::new(),
             errors: Vec::new(),
             resources: docs.iter().map(|d| (d.name.clone(), d.hash)).collect(),
-            accepted: matches!(outcome, Outcome::Loaded(..)),
+            accepted: matches!(effect, Effect::Loaded(..)),
         });
-        match outcome {
-            Outcome::Rejected(errors) => {
-                self.settle(Outcome::Rejected(errors.clone()), started, Some(version));
+        match effect {
+            Effect::Rejected(errors) => {
+                self.settle(Effect::Rejected(errors.clone()), started, Some(version));
                 Err(errors)
             }
             loaded => {
@@ -205,22 +205,22 @@ impl Reloader {
     ) -> bool {
         // Held until the swap: of two attempts at once, the later one's rules are the ones left.
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let outcome = self.load(&mut last, files, errors);
-        self.settle(outcome, started, None)
+        let effect = self.load(&mut last, files, errors);
+        self.settle(effect, started, None)
     }
 
     /// Records what an attempt did (and swaps a good rule set in); `xds_version` is set for an
     /// xDS snapshot.
     fn settle(
         &self,
-        outcome: Outcome,
+        effect: Effect,
         started: std::time::Instant,
         xds_version: Option<&str>,
     ) -> bool {
         let now = self.clock.now();
-        let seconds = || started.elapsed().as_secs_f64();
-        match outcome {
-            Outcome::Unchanged(accepted) => {
+        let seconds = || self.clock.since(started).as_secs_f64();
+        match effect {
+            Effect::Unchanged(accepted) => {
                 let seconds = seconds();
                 self.count("unchanged", seconds);
                 tracing::info!(
@@ -231,7 +231,7 @@ impl Reloader {
                 );
                 accepted
             }
-            Outcome::Loaded(rules, hash) => {
+            Effect::Loaded(rules, hash) => {
                 let domains = rules.domains.len();
                 let files = rules.sources.len();
                 self.target.set_rules(Arc::new(rules));
@@ -249,7 +249,7 @@ impl Reloader {
                 );
                 true
             }
-            Outcome::Rejected(errors) => {
+            Effect::Rejected(errors) => {
                 self.count("error", seconds());
                 // Read before recording the error: did a good load ever happen?
                 let running = self.report.generation() > 0;
@@ -287,9 +287,9 @@ impl Reloader {
         last: &mut Option<Attempt>,
         files: Vec<ConfigFile>,
         errors: Vec<ConfigError>,
-    ) -> Outcome {
+    ) -> Effect {
         if let Some(last) = last.as_ref().filter(|l| l.same_input(&files, &errors)) {
-            return Outcome::Unchanged(last.accepted);
+            return Effect::Unchanged(last.accepted);
         }
         let mut fp = Vec::new();
         for f in &files {
@@ -302,17 +302,17 @@ impl Reloader {
             fp.extend_from_slice(e.as_bytes());
         }
         let fingerprint = content_hash(&fp);
-        let outcome = match load_files(&files, errors, self.opts) {
-            Ok(rules) => Outcome::Loaded(rules, fingerprint),
-            Err(errors) => Outcome::Rejected(errors),
+        let effect = match load_files(&files, errors, self.opts) {
+            Ok(rules) => Effect::Loaded(rules, fingerprint),
+            Err(errors) => Effect::Rejected(errors),
         };
         *last = Some(Attempt {
             files,
             errors: error_texts,
             resources: Vec::new(),
-            accepted: matches!(outcome, Outcome::Loaded(..)),
+            accepted: matches!(effect, Effect::Loaded(..)),
         });
-        outcome
+        effect
     }
 }
 

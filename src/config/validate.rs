@@ -19,7 +19,7 @@ use crate::rules::{duration, Charge, FailurePolicy, RuleIds, RuleKind, RuleLimit
 pub(super) type Shape = (Unit, Micros, Option<Unit>);
 
 /// Where errors of one file go.
-pub struct Cx<'a> {
+pub(super) struct Cx<'a> {
     pub file: &'a Arc<str>,
     pub errors: &'a mut Vec<ConfigError>,
     /// The ids of this rule set's rules.
@@ -27,7 +27,7 @@ pub struct Cx<'a> {
 }
 
 /// A descriptor's validated limits: what its rule holds beyond the descriptor's own flags.
-pub struct Limits {
+pub(super) struct Limits {
     /// The rule's name (`rate_limit`'s; none for `rate_limits`).
     pub name: Option<String>,
     pub kind: RuleKind,
@@ -38,7 +38,7 @@ pub struct Limits {
 
 vocab::words! {
     /// How windows are placed (`align` of a limit).
-    pub enum Align as "align" {
+    pub(crate) enum Align as "align" {
         /// Windows counted from the Unix epoch.
         Epoch = "epoch",
         /// Windows aligned to local hours, days, weeks, months or years (`timezone`).
@@ -47,11 +47,11 @@ vocab::words! {
 }
 
 impl Cx<'_> {
-    pub fn at<T>(&self, s: &Spanned<T>) -> Position {
+    pub(super) fn at<T>(&self, s: &Spanned<T>) -> Position {
         Position::at(self.file, s.referenced)
     }
 
-    pub fn err(&mut self, pos: Position, msg: impl Into<String>) {
+    pub(super) fn err(&mut self, pos: Position, msg: impl Into<String>) {
         self.errors.push(ConfigError::new(pos, msg));
     }
 
@@ -68,7 +68,7 @@ impl Cx<'_> {
     }
 
     /// An enum-like field: its value, or an error that lists every accepted word.
-    pub fn word<W: Word>(&mut self, s: &Spanned<String>) -> Option<W> {
+    pub(super) fn word<W: Word>(&mut self, s: &Spanned<String>) -> Option<W> {
         match vocab::parse(&s.value) {
             Ok(w) => Some(w),
             Err(e) => {
@@ -81,7 +81,7 @@ impl Cx<'_> {
 
     /// The descriptor's `rate_limit` or `rate_limits`; `None` when it has neither or when
     /// they have errors.
-    pub fn limits(&mut self, d: &RawDescriptor) -> Option<Limits> {
+    pub(super) fn limits(&mut self, d: &RawDescriptor) -> Option<Limits> {
         match (&d.rate_limit, &d.rate_limits) {
             (Some(_), Some(list)) => {
                 let p = self.at(list);

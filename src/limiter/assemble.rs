@@ -14,7 +14,7 @@ use crate::store::batch::{self, Group};
 use crate::store::Verdict;
 
 /// The response to `plan` given the store's `verdicts` (in plan order).
-pub fn assemble(plan: &Plan<'_>, verdicts: &[Verdict], opts: &LimiterOptions) -> Response {
+pub(crate) fn assemble(plan: &Plan<'_>, verdicts: &[Verdict], opts: &LimiterOptions) -> Response {
     let statuses = statuses(plan, verdicts);
     let quota = |i: usize| plan.quota(i);
     let admitted = batch::admitted(
@@ -70,7 +70,7 @@ fn statuses(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<Status> {
 
 /// Which of a descriptor's verdicts its status reports: the rejecting limit with the longest
 /// retry-after (the first on a tie), or when all allow, the one with the least remaining.
-pub fn reported(verdicts: &[Verdict]) -> usize {
+pub(crate) fn reported(verdicts: &[Verdict]) -> usize {
     let mut pick = 0;
     let rejected = verdicts.iter().any(|v| !v.allowed);
     for (j, v) in verdicts.iter().enumerate() {

@@ -2,10 +2,10 @@
 //! `sluice check --requests`: derived after the decision from (plan, verdicts, response),
 //! never built along the way.
 
+use super::observe::stats_key_of;
 use super::plan::Plan;
 use super::resolve::Resolved;
 use super::response::{ceil_millis, Response};
-use super::statistics::stats_key_of;
 use crate::model::{display_bytes, MICROS_PER_MILLI};
 use crate::store::Verdict;
 
@@ -50,7 +50,11 @@ pub struct LimitExplanation {
 }
 
 /// One explanation per descriptor of the plan's request.
-pub fn explain(plan: &Plan<'_>, verdicts: &[Verdict], response: &Response) -> Vec<Explanation> {
+pub(crate) fn explain(
+    plan: &Plan<'_>,
+    verdicts: &[Verdict],
+    response: &Response,
+) -> Vec<Explanation> {
     plan.resolved
         .iter()
         .enumerate()

@@ -15,19 +15,19 @@ use base64::Engine as _;
 use crate::model::{Micros, MICROS_PER_SEC};
 
 /// The field names, as the draft spells them.
-pub const POLICY_FIELD: &str = "RateLimit-Policy";
-pub const RATELIMIT_FIELD: &str = "RateLimit";
+pub(crate) const POLICY_FIELD: &str = "RateLimit-Policy";
+pub(crate) const RATELIMIT_FIELD: &str = "RateLimit";
 
 /// The largest Integer a Structured Field can carry (RFC 9651, section 3.3.1).
-pub const MAX_INTEGER: u64 = 999_999_999_999_999;
+pub(crate) const MAX_INTEGER: u64 = 999_999_999_999_999;
 
 /// Bytes of SHA-256 kept in a partition key: enough that two partitions of one policy do not
 /// collide by chance, short enough for a header.
-pub const PARTITION_KEY_LEN: usize = 16;
+pub(crate) const PARTITION_KEY_LEN: usize = 16;
 
 /// The quota units of the draft's registry (section 3.1.2) that sluice counts in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QuotaUnit {
+pub(crate) enum QuotaUnit {
     /// The default: `qu` is left out.
     Requests,
     /// Requests in flight (the concurrency algorithm): no window.
@@ -35,7 +35,7 @@ pub enum QuotaUnit {
 }
 
 impl QuotaUnit {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             QuotaUnit::Requests => "requests",
             QuotaUnit::ConcurrentRequests => "concurrent-requests",
@@ -46,7 +46,7 @@ impl QuotaUnit {
 /// One limit as both fields describe it: the policy (`name`, `quota`, `unit`, `window_secs`)
 /// and its current state for this request (`remaining`, `reset_secs`), in one partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuotaItem<'a> {
+pub(crate) struct QuotaItem<'a> {
     /// The policy's name: the limit's `name`, else the rule's full key (see README.md).
     pub name: &'a str,
     /// `q`: the quota per window (or the requests allowed in flight).
@@ -66,7 +66,7 @@ pub struct QuotaItem<'a> {
 
 /// The `RateLimit-Policy` value: one quota policy item per entry of `items`. Empty for no
 /// items (the field must then be left out: the draft wants a non-empty List).
-pub fn policy_field(items: &[QuotaItem<'_>]) -> String {
+pub(crate) fn policy_field(items: &[QuotaItem<'_>]) -> String {
     let mut out = String::new();
     for item in items {
         start_item(&mut out, item.name);
@@ -84,7 +84,7 @@ pub fn policy_field(items: &[QuotaItem<'_>]) -> String {
 }
 
 /// The `RateLimit` value: one service limit item per entry of `items`. Empty for no items.
-pub fn ratelimit_field(items: &[QuotaItem<'_>]) -> String {
+pub(crate) fn ratelimit_field(items: &[QuotaItem<'_>]) -> String {
     let mut out = String::new();
     for item in items {
         start_item(&mut out, item.name);
@@ -98,7 +98,7 @@ pub fn ratelimit_field(items: &[QuotaItem<'_>]) -> String {
 }
 
 /// Both fields as (name, value) header pairs, `RateLimit-Policy` first; none for no items.
-pub fn fields(items: &[QuotaItem<'_>]) -> Vec<(String, String)> {
+pub(crate) fn fields(items: &[QuotaItem<'_>]) -> Vec<(String, String)> {
     if items.is_empty() {
         return Vec::new();
     }
@@ -110,13 +110,13 @@ pub fn fields(items: &[QuotaItem<'_>]) -> Vec<(String, String)> {
 
 /// A window in whole seconds for `w`: rounded up (a client pacing itself by `q` per `w` is
 /// then never faster than the limit), at least 1 (the draft forbids 0).
-pub fn window_secs(window: Micros) -> u64 {
+pub(crate) fn window_secs(window: Micros) -> u64 {
     ceil_secs(window).max(1)
 }
 
 /// A time to reset in whole seconds for `t`: rounded up, so a client waiting that long is
 /// never early; 0 for a past or zero reset.
-pub fn reset_secs(reset: Micros) -> u64 {
+pub(crate) fn reset_secs(reset: Micros) -> u64 {
     ceil_secs(reset)
 }
 
@@ -130,7 +130,9 @@ fn ceil_secs(us: Micros) -> u64 {
 /// big-endian integer. Hashed, not raw, because the values are often credentials or addresses
 /// (API keys, user ids) that a header should not echo; a client that knows its values can
 /// compute the same key (README.md, "IETF headers").
-pub fn partition_key<'v>(values: impl IntoIterator<Item = &'v [u8]>) -> [u8; PARTITION_KEY_LEN] {
+pub(crate) fn partition_key<'v>(
+    values: impl IntoIterator<Item = &'v [u8]>,
+) -> [u8; PARTITION_KEY_LEN] {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for v in values {
         // A value longer than 4 GiB cannot reach here (requests are size-limited first).

@@ -1,5 +1,5 @@
 //! The IETF RateLimit fields of a decided plan: one [`QuotaItem`] per limit of each limited
-//! descriptor, in plan order, serialised by [`ietf_headers`](super::ietf_headers). Pure.
+//! descriptor, in plan order, serialised by [`ietf_headers`]. Pure.
 //!
 //! The mapping (README.md, "IETF headers"): the policy's name is the limit's `name`, else the
 //! rule's full key (`domain.key_value.key2`, as in statistics), or `override` for a request's
@@ -18,11 +18,11 @@ use crate::rules::{RuleLimit, Step};
 use crate::store::Verdict;
 
 /// The name of a request's own limit override (it has no rule, hence no name).
-pub const OVERRIDE_POLICY: &str = "override";
+pub(crate) const OVERRIDE_POLICY: &str = "override";
 
 /// `RateLimit-Policy` and `RateLimit` for `plan` given the store's `verdicts` (in plan order);
 /// none when no descriptor is limited.
-pub fn fields(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<(String, String)> {
+pub(crate) fn fields(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<(String, String)> {
     let partitions: Vec<Option<[u8; PARTITION_KEY_LEN]>> = plan
         .planned
         .iter()
@@ -61,7 +61,7 @@ pub fn fields(plan: &Plan<'_>, verdicts: &[Verdict]) -> Vec<(String, String)> {
 }
 
 /// The policy's name: the limit's, else its rule's full key, else [`OVERRIDE_POLICY`].
-pub fn policy_name<'p>(resolved: &Resolved<'p>, limit: &'p RuleLimit) -> &'p str {
+pub(crate) fn policy_name<'p>(resolved: &Resolved<'p>, limit: &'p RuleLimit) -> &'p str {
     match (&limit.name, resolved.rule()) {
         (Some(name), _) => name,
         (None, Some(rule)) => &rule.full_key,
@@ -81,7 +81,7 @@ fn quota_unit(algorithm: Algorithm) -> QuotaUnit {
 
 /// The partition key of a limit of a descriptor matched through `steps` (empty for an override
 /// that matched no rule: then every value picks the counter); `None` when no value does.
-pub fn partition(
+pub(crate) fn partition(
     entries: &[Entry],
     steps: &[Step<'_>],
     algorithm: Algorithm,

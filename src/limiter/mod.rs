@@ -7,20 +7,20 @@
 //!
 //! A decision runs in stages, each usable on its own (RLS, the JSON API and RLQS share them): [`resolve`] (descriptors -> limits) and [`plan`] (limits -> checks
 //! with their keys) build a [`Plan`]; the [`Store`] decides its checks; [`assemble`] turns
-//! (plan, verdicts) into a [`Response`]; [`explain`] and [`statistics`] are derived from the
+//! (plan, verdicts) into a [`Response`]; [`explain`] and [`observe`] are derived from the
 //! same (plan, verdicts) afterwards.
 
-pub mod assemble;
-pub mod explain;
-pub mod ietf_headers;
-pub mod ietf_items;
-pub mod native;
-pub mod plan;
-pub mod reservation;
-pub mod resolve;
-pub mod response;
-pub mod share;
-pub mod statistics;
+pub(crate) mod assemble;
+pub(crate) mod explain;
+pub(crate) mod ietf_headers;
+pub(crate) mod ietf_items;
+pub(crate) mod native;
+pub(crate) mod observe;
+pub(crate) mod plan;
+pub(crate) mod reservation;
+pub(crate) mod resolve;
+pub(crate) mod response;
+pub(crate) mod share;
 #[cfg(test)]
 mod testing;
 
@@ -31,7 +31,7 @@ use opentelemetry::metrics::Histogram;
 use opentelemetry::KeyValue;
 use tracing::Instrument;
 
-use crate::clock::{monotonic, Clock};
+use crate::clock::Clock;
 use crate::model::Request;
 use crate::rules::RuleSet;
 use crate::stats::StatsRegistry;
@@ -182,7 +182,7 @@ impl<S: Store> Limiter<S> {
         if checks.is_empty() {
             return Ok(Vec::new());
         }
-        let started = monotonic();
+        let started = self.clock.monotonic();
         let span =
             tracing::trace_span!(target: "sluice::otel", "store.decide", checks = checks.len());
         let result = self
@@ -192,7 +192,7 @@ impl<S: Store> Limiter<S> {
             .await;
         if let Some(m) = &self.metrics {
             m.store_duration
-                .record(started.elapsed().as_secs_f64(), &m.store_attrs);
+                .record(self.clock.since(started).as_secs_f64(), &m.store_attrs);
         }
         Ok(result?)
     }
@@ -200,7 +200,7 @@ impl<S: Store> Limiter<S> {
     /// Stage 4: the response to the plan, recording per-rule statistics.
     pub fn assemble(&self, plan: &Plan<'_>, verdicts: &[Verdict]) -> Response {
         if let Some(m) = &self.metrics {
-            statistics::record(&m.stats, plan, verdicts);
+            observe::record(&m.stats, plan, verdicts);
         }
         assemble::assemble(plan, verdicts, &self.opts)
     }
@@ -209,7 +209,7 @@ impl<S: Store> Limiter<S> {
     /// `allowed` requests it admitted and `denied` it refused itself, `remaining` of the limit.
     pub fn record_reported(&self, plan: &Plan<'_>, allowed: u64, denied: u64, remaining: u64) {
         if let Some(m) = &self.metrics {
-            statistics::record_reported(&m.stats, plan, allowed, denied, remaining);
+            observe::record_reported(&m.stats, plan, allowed, denied, remaining);
         }
     }
 

@@ -17,7 +17,7 @@ const VERSION: u32 = 1;
 
 /// What one reservation holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     v: u32,
     pub domain: String,
     /// When the reservation expires, by sluice's clock: a claim after it finds nothing,
@@ -28,7 +28,7 @@ pub struct Record {
 
 /// One charged check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hold {
+pub(crate) struct Hold {
     pub key: Vec<u8>,
     algorithm: String,
     requests: u64,
@@ -45,7 +45,7 @@ pub struct Hold {
 
 impl Record {
     /// The checks of `plan` that Reserve charged (a refund or a look holds nothing).
-    pub fn of(plan: &Plan<'_>, verdicts: &[Verdict], expires_at: Micros) -> Record {
+    pub(crate) fn of(plan: &Plan<'_>, verdicts: &[Verdict], expires_at: Micros) -> Record {
         let holds = plan
             .checks()
             .iter()
@@ -79,15 +79,15 @@ impl Record {
     }
 
     /// Each hold's limit, in order.
-    pub fn limits(&self) -> Result<Vec<Limit>, String> {
+    pub(crate) fn limits(&self) -> Result<Vec<Limit>, String> {
         self.holds.iter().map(Hold::limit).collect()
     }
 
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Record, String> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Record, String> {
         let r: Record = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         if r.v != VERSION {
             return Err(format!(
@@ -103,7 +103,7 @@ impl Record {
 }
 
 impl Hold {
-    pub fn limit(&self) -> Result<Limit, String> {
+    pub(crate) fn limit(&self) -> Result<Limit, String> {
         let algorithm = Algorithm::ALL
             .into_iter()
             .find(|a| a.as_str() == self.algorithm)
@@ -157,7 +157,7 @@ impl Hold {
 }
 
 /// A new reservation id: 128 random bits as 32 hex digits.
-pub fn new_id() -> Result<String, String> {
+pub(crate) fn new_id() -> Result<String, String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes)
         .map_err(|e| format!("no random bytes for a reservation id: {e}"))?;

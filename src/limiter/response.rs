@@ -84,11 +84,11 @@ pub struct Response {
 
 /// Durations are reported in whole milliseconds, rounded up so that a client waiting that
 /// long is never early.
-pub fn ceil_millis(us: Micros) -> Micros {
+pub(crate) fn ceil_millis(us: Micros) -> Micros {
     ceil_div(us.max(0), MICROS_PER_MILLI) * MICROS_PER_MILLI
 }
 
 /// `a / b` rounded up, for `a >= 0`, `b > 0`.
-pub fn ceil_div(a: Micros, b: Micros) -> Micros {
+pub(crate) fn ceil_div(a: Micros, b: Micros) -> Micros {
     a / b + Micros::from(a % b != 0)
 }

@@ -24,11 +24,11 @@ use crate::model::Micros;
 
 /// A grant covers at most this many times the demand of the stream's last report interval
 /// (or half of what remains, if that is more).
-pub const HEADROOM: u64 = 2;
+pub(crate) const HEADROOM: u64 = 2;
 
 /// What sluice granted one stream for one bucket and has not yet seen used.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     /// Tokens granted and not yet reported used.
     pub outstanding: u64,
     /// When the grant's tokens stop counting against the window they were charged to (the end
@@ -43,7 +43,7 @@ pub struct Ledger {
 impl Ledger {
     /// Sets the `allowed` requests of a report against the outstanding grant; returns those
     /// admitted beyond it, to be charged as consumed.
-    pub fn settle(&mut self, allowed: u64) -> u64 {
+    pub(crate) fn settle(&mut self, allowed: u64) -> u64 {
         let covered = allowed.min(self.outstanding);
         self.outstanding -= covered;
         allowed - covered
@@ -51,14 +51,14 @@ impl Ledger {
 
     /// Whether a new grant should replace the current one at `now`: the current one is used
     /// up, or its window has ended.
-    pub fn renew(&self, now: Micros) -> bool {
+    pub(crate) fn renew(&self, now: Micros) -> bool {
         self.outstanding == 0 || self.ends.is_some_and(|end| now >= end)
     }
 
     /// Records a new grant of `tokens` (0: a denial) whose tokens count until `ends`. Tokens
     /// left from a grant whose window ended are void (Envoy's bucket is replaced); any of
     /// them used meanwhile are reported later and charged to the new window.
-    pub fn grant(&mut self, tokens: u64, ends: Option<Micros>) {
+    pub(crate) fn grant(&mut self, tokens: u64, ends: Option<Micros>) {
         self.outstanding = tokens;
         self.ends = ends;
         self.generation = self.generation.wrapping_add(1);
@@ -71,7 +71,7 @@ impl Ledger {
 /// remains (an Envoy with demand is never starved), at most [`HEADROOM`] × its demand or half
 /// of `remaining`, whichever is more (a lone Envoy's first grant is not held to its one first
 /// request, nor does it take everything).
-pub fn share(remaining: u64, own: u64, others: u64) -> u64 {
+pub(crate) fn share(remaining: u64, own: u64, others: u64) -> u64 {
     if remaining == 0 {
         return 0;
     }
@@ -85,7 +85,7 @@ pub fn share(remaining: u64, own: u64, others: u64) -> u64 {
 /// The demand of each stream per bucket, for [`share`]. Entries older than the `ttl` given to
 /// [`Demands::others`] do not count; a stream that ends removes its own.
 #[derive(Debug, Default)]
-pub struct Demands {
+pub(crate) struct Demands {
     /// Bucket (its storage key) -> (stream, demand, when reported).
     by_bucket: HashMap<Vec<u8>, Vec<(u64, u64, Micros)>>,
 }
@@ -107,7 +107,7 @@ impl Demands {
     }
 
     /// The demand of the other streams of `bucket` reported within `ttl` of `now`.
-    pub fn others(&self, bucket: &[u8], stream: u64, now: Micros, ttl: Micros) -> u64 {
+    pub(crate) fn others(&self, bucket: &[u8], stream: u64, now: Micros, ttl: Micros) -> u64 {
         self.by_bucket.get(bucket).map_or(0, |list| {
             list.iter()
                 .filter(|(s, _, at)| *s != stream && now - *at <= ttl)
@@ -116,7 +116,7 @@ impl Demands {
     }
 
     /// Forgets `stream`'s demand for `bucket` (the stream ended or dropped the bucket).
-    pub fn remove(&mut self, bucket: &[u8], stream: u64) {
+    pub(crate) fn remove(&mut self, bucket: &[u8], stream: u64) {
         if let Some(list) = self.by_bucket.get_mut(bucket) {
             list.retain(|(s, ..)| *s != stream);
             if list.is_empty() {
@@ -125,12 +125,8 @@ impl Demands {
         }
     }
 
-    /// Buckets with any demand recorded.
-    pub fn len(&self) -> usize {
-        self.by_bucket.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_bucket.is_empty()
     }
 }

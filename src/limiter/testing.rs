@@ -5,7 +5,7 @@ use crate::model::{Descriptor, Entry, Request};
 use crate::rules::RuleSet;
 
 /// The rules of one YAML file (panics on a config error: a broken test).
-pub fn rules(yaml: &str) -> RuleSet {
+pub(crate) fn rules(yaml: &str) -> RuleSet {
     let file = ConfigFile {
         path: "test.yaml".into(),
         content: yaml.to_string(),
@@ -17,7 +17,7 @@ pub fn rules(yaml: &str) -> RuleSet {
 }
 
 /// A descriptor of one hit with these `(key, value)` entries.
-pub fn descriptor(entries: &[(&str, &str)]) -> Descriptor {
+pub(crate) fn descriptor(entries: &[(&str, &str)]) -> Descriptor {
     Descriptor {
         entries: entries
             .iter()
@@ -33,7 +33,7 @@ pub fn descriptor(entries: &[(&str, &str)]) -> Descriptor {
 }
 
 /// A request of domain `d`.
-pub fn request(descriptors: Vec<Descriptor>) -> Request {
+pub(crate) fn request(descriptors: Vec<Descriptor>) -> Request {
     Request {
         domain: "d".into(),
         descriptors,

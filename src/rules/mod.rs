@@ -6,14 +6,14 @@
 //! and the key-only default. Matching a descriptor costs a few hash lookups per entry, however
 //! many rules and patterns there are.
 
-pub mod budget;
-pub mod dump;
+pub(crate) mod budget;
+pub(crate) mod dump;
 pub mod duration;
-pub mod pattern;
-pub mod policy;
-pub mod position;
+pub(crate) mod pattern;
+pub(crate) mod policy;
+pub(crate) mod position;
 pub mod vocab;
-pub mod wildcard;
+pub(crate) mod wildcard;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

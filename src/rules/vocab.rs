@@ -68,13 +68,13 @@ pub fn one_of<W: Word>() -> String {
 macro_rules! words {
     (
         $(#[$meta:meta])*
-        pub enum $T:ident as $what:literal {
+        $vis:vis enum $T:ident as $what:literal {
             $( $(#[doc = $doc:literal])* $V:ident = $word:literal, )+
         }
     ) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $T {
+        $vis enum $T {
             $( $(#[doc = $doc])* $V, )+
         }
 

@@ -183,7 +183,7 @@ impl Wildcards {
 
 /// Builds every wildcard automaton of `set`, so that a config's cost is paid when it is
 /// compiled, not by its first requests.
-pub fn prepare(set: &RuleSet) {
+pub(crate) fn prepare(set: &RuleSet) {
     fn walk(node: &Node) {
         for branch in node.children.values() {
             branch.wildcards.prepare();

@@ -7,7 +7,7 @@
 //! so a connection that only answers keep-alive pings, or sends its own pings and
 //! WINDOW_UPDATEs, is reaped like one that never sends anything after connecting; Envoy's
 //! connections, which carry requests, stay. The servers report requests through the
-//! connection's [`Streams`] (`service::every_call` on the gRPC port, `service::http_serve` on
+//! connection's [`Streams`] (`service::every_call` on the gRPC port, `service::http_server` on
 //! the HTTP ports).
 
 use std::future::Future;
@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 
 use super::preface::Preface;
+use crate::clock::Clock;
 use crate::quiet::QuietWarn;
 
 /// Longest pause after a failed accept; the first is [`FIRST_BACKOFF`], doubling up to this.
@@ -30,7 +31,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
 /// The requests open on one connection, as its server reports them.
 #[derive(Debug, Default)]
-pub struct Streams {
+pub(crate) struct Streams {
     open: AtomicUsize,
     /// A request began since the idle timer last looked.
     began: AtomicBool,
@@ -38,7 +39,7 @@ pub struct Streams {
 
 impl Streams {
     /// One request open until the guard is dropped (with the response body, for streams).
-    pub fn begin(self: &Arc<Self>) -> StreamGuard {
+    pub(crate) fn begin(self: &Arc<Self>) -> StreamGuard {
         self.open.fetch_add(1, Ordering::AcqRel);
         self.began.store(true, Ordering::Release);
         StreamGuard(self.clone())
@@ -53,7 +54,7 @@ impl Streams {
 
 /// An open request of [`Streams`].
 #[derive(Debug)]
-pub struct StreamGuard(Arc<Streams>);
+pub(crate) struct StreamGuard(Arc<Streams>);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
@@ -63,13 +64,13 @@ impl Drop for StreamGuard {
 
 /// What tonic puts in each request's extensions: the connection's [`Streams`].
 #[derive(Debug, Clone)]
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     pub streams: Arc<Streams>,
 }
 
 /// The limits and counters of one port (shared by its `--grpc-threads` listeners).
 #[derive(Debug)]
-pub struct Port {
+pub(crate) struct Port {
     name: &'static str,
     max: usize,
     /// Places beyond `max`, taken only when the port is full (see [`Slot::is_reserved`]).
@@ -80,22 +81,30 @@ pub struct Port {
     refused: AtomicU64,
     accept_failed: QuietWarn,
     over_cap: QuietWarn,
+    /// Times the warnings above.
+    clock: Arc<dyn Clock>,
 }
 
 impl Port {
     /// `max` connections at once (at least one); `idle` of zero never reaps.
-    pub fn new(name: &'static str, max: usize, idle: Duration) -> Arc<Self> {
-        Port::with_reserve(name, max, 0, idle)
+    pub(crate) fn new(
+        name: &'static str,
+        max: usize,
+        idle: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Self> {
+        Port::with_reserve(name, max, 0, idle, clock)
     }
 
     /// [`Port::new`] with `reserve` more places, given only while the `max` are all taken: the
     /// server answers only its health check on them, so that clients holding every regular
     /// place cannot make the health check fail.
-    pub fn with_reserve(
+    pub(crate) fn with_reserve(
         name: &'static str,
         max: usize,
         reserve: usize,
         idle: Duration,
+        clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
         Arc::new(Port {
             name,
@@ -107,22 +116,28 @@ impl Port {
             refused: AtomicU64::new(0),
             accept_failed: QuietWarn::default(),
             over_cap: QuietWarn::default(),
+            clock,
         })
     }
 
     /// Connections open now.
-    pub fn open(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> usize {
         self.open.load(Ordering::Relaxed)
     }
 
     /// Connections closed at once because the port was full.
-    pub fn refused(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
     }
 
     /// The next connection within the cap. Failed accepts (EMFILE and the like) back off,
     /// doubling the pause, and are logged once per interval instead of spinning.
-    pub async fn accept(self: &Arc<Self>, listener: &TcpListener) -> (TcpStream, SocketAddr, Slot) {
+    pub(crate) async fn accept(
+        self: &Arc<Self>,
+        listener: &TcpListener,
+    ) -> (TcpStream, SocketAddr, Slot) {
         let mut backoff = FIRST_BACKOFF;
         loop {
             match listener.accept().await {
@@ -130,7 +145,7 @@ impl Port {
                     backoff = FIRST_BACKOFF;
                     let Some(reserved) = self.take_place() else {
                         self.refused.fetch_add(1, Ordering::Relaxed);
-                        if let Some(held) = self.over_cap.due() {
+                        if let Some(held) = self.over_cap.due(self.clock.monotonic()) {
                             tracing::warn!(
                                 port = self.name,
                                 max = self.max,
@@ -149,7 +164,7 @@ impl Port {
                     return (tcp, peer, slot);
                 }
                 Err(e) => {
-                    if let Some(held) = self.accept_failed.due() {
+                    if let Some(held) = self.accept_failed.due(self.clock.monotonic()) {
                         tracing::warn!(port = self.name, error = %e, more = held,
                             "accept failed (out of file descriptors?); backing off");
                     }
@@ -174,7 +189,7 @@ impl Port {
     }
 
     /// `tcp` with its slot, closed once idle.
-    pub fn track<IO>(&self, io: IO, slot: Slot) -> Tracked<IO> {
+    pub(crate) fn track<IO>(&self, io: IO, slot: Slot) -> Tracked<IO> {
         Tracked {
             io,
             _slot: slot,
@@ -188,14 +203,14 @@ impl Port {
 
 /// One open connection of a [`Port`]; frees its place when dropped.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     port: Arc<Port>,
     reserved: bool,
 }
 
 impl Slot {
     /// Whether this is one of the places given only while the port is full.
-    pub fn is_reserved(&self) -> bool {
+    pub(crate) fn is_reserved(&self) -> bool {
         self.reserved
     }
 }
@@ -213,7 +228,7 @@ impl Drop for Slot {
 /// A connection that fails its reads (so the server closes it) once no request has been open
 /// on it for the port's idle time.
 #[derive(Debug)]
-pub struct Tracked<IO> {
+pub(crate) struct Tracked<IO> {
     io: IO,
     _slot: Slot,
     idle: Duration,
@@ -224,24 +239,22 @@ pub struct Tracked<IO> {
 }
 
 impl<IO> Tracked<IO> {
-    pub fn get_ref(&self) -> &IO {
-        &self.io
-    }
-
     /// Closed unless the HTTP/2 preface and first frame arrive within `within` (zero: no
     /// deadline).
-    pub fn with_preface_deadline(mut self, within: Duration) -> Self {
+    pub(crate) fn with_preface_deadline(mut self, within: Duration) -> Self {
         self.preface = Preface::within(within);
         self
     }
 
     /// Where the server reports this connection's requests.
-    pub fn streams(&self) -> &Arc<Streams> {
+    pub(crate) fn streams(&self) -> &Arc<Streams> {
         &self.streams
     }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {
+    // The idle timer is tokio's own (real time, like every socket wait): it is re-armed on its clock.
+    #[allow(clippy::disallowed_methods)]
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -328,7 +341,7 @@ impl tonic::transport::server::Connected for Tracked<TcpStream> {
 /// The accepted connections of `listener` within `port`'s limits, for tonic's
 /// `serve_with_incoming_shutdown` (dropping the stream closes the listener).
 /// Each is closed unless its HTTP/2 preface arrives within `preface` (see [`Preface`]).
-pub fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     port: Arc<Port>,
     preface: Duration,
@@ -343,12 +356,13 @@ pub fn incoming(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
 
     #[tokio::test]
     async fn the_cap_closes_connections_beyond_it_and_frees_on_close() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let port = Port::new("test", 1, Duration::ZERO);
+        let port = Port::new("test", 1, Duration::ZERO, Arc::new(ManualClock::default()));
         let _a = TcpStream::connect(addr).await.unwrap();
         let (_, _, first) = port.accept(&listener).await;
         assert_eq!(port.open(), 1);
@@ -369,7 +383,13 @@ mod tests {
     async fn reserved_places_only_once_full() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let port = Port::with_reserve("test", 1, 1, Duration::ZERO);
+        let port = Port::with_reserve(
+            "test",
+            1,
+            1,
+            Duration::ZERO,
+            Arc::new(ManualClock::default()),
+        );
         let _clients: Vec<_> =
             futures::future::join_all((0..3).map(|_| TcpStream::connect(addr))).await;
         let (_, _, regular) = port.accept(&listener).await;

@@ -11,7 +11,7 @@ use crate::proto::rate_limit_response::{
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 
 /// Validates and converts a request; the error text is for INVALID_ARGUMENT.
-pub fn request(req: RateLimitRequest) -> Result<Request, String> {
+pub(crate) fn request(req: RateLimitRequest) -> Result<Request, String> {
     if req.domain.is_empty() {
         return Err("rate limit domain must not be empty".into());
     }
@@ -72,7 +72,7 @@ pub fn request(req: RateLimitRequest) -> Result<Request, String> {
     })
 }
 
-pub fn response(r: Response) -> RateLimitResponse {
+pub(crate) fn response(r: Response) -> RateLimitResponse {
     RateLimitResponse {
         overall_code: code(r.overall) as i32,
         statuses: r.statuses.into_iter().map(status).collect(),
@@ -130,7 +130,7 @@ fn proto_unit(u: Unit) -> ProtoUnit {
     }
 }
 
-pub fn duration(us: Micros) -> prost_types::Duration {
+pub(crate) fn duration(us: Micros) -> prost_types::Duration {
     let us = us.max(0);
     prost_types::Duration {
         seconds: us / MICROS_PER_SEC,
@@ -156,7 +156,7 @@ fn json_to_value(v: serde_json::Value) -> prost_types::Value {
 }
 
 /// Parses a `grpc-timeout` header value: up to 8 digits and a unit (H, M, S, m, u, n).
-pub fn grpc_timeout(v: &str) -> Option<Duration> {
+pub(crate) fn grpc_timeout(v: &str) -> Option<Duration> {
     if v.len() < 2 || v.len() > 9 {
         return None;
     }

@@ -20,13 +20,13 @@ use crate::metrics::Metrics;
 
 /// The layer of [`EveryCall`], for `tonic::transport::Server::layer`.
 #[derive(Clone, Default)]
-pub struct EveryCallLayer {
+pub(crate) struct EveryCallLayer {
     metrics: Option<Arc<Metrics>>,
 }
 
 impl EveryCallLayer {
     /// Counts its refusals in `metrics` (`None`: not counted).
-    pub fn new(metrics: Option<Arc<Metrics>>) -> Self {
+    pub(crate) fn new(metrics: Option<Arc<Metrics>>) -> Self {
         EveryCallLayer { metrics }
     }
 }
@@ -44,24 +44,24 @@ impl<S> tower::Layer<S> for EveryCallLayer {
 
 /// The gRPC router behind the checks every call passes.
 #[derive(Clone)]
-pub struct EveryCall<S> {
+pub(crate) struct EveryCall<S> {
     inner: S,
     metrics: Option<Arc<Metrics>>,
 }
 
-type Answer = http::Response<Body>;
+type HttpResponse = http::Response<Body>;
 
 impl<S> tower::Service<http::Request<Body>> for EveryCall<S>
 where
-    S: tower::Service<http::Request<Body>, Response = Answer, Error = Infallible>
+    S: tower::Service<http::Request<Body>, Response = HttpResponse, Error = Infallible>
         + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
 {
-    type Response = Answer;
+    type Response = HttpResponse;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -104,7 +104,7 @@ where
 
 /// Cuts a `grpc-message` longer than [`MAX_MESSAGE_BYTES`], whichever service wrote it
 /// (tonic-reflection echoes a symbol whole): a gRPC client refuses an oversized one as
-/// RESOURCE_EXHAUSTED and never sees the real code. Our own messages quote [`excerpt`]s, so
+/// RESOURCE_EXHAUSTED and never sees the real code. Our own messages quote [`excerpt`](crate::excerpt::excerpt)s, so
 /// they stay below it.
 fn bound_status_message(headers: &mut http::HeaderMap) {
     // Percent-encoding only lengthens a message, so a short header needs no decoding.
@@ -153,7 +153,7 @@ fn is_grpc(headers: &http::HeaderMap) -> bool {
 }
 
 /// HTTP 415, so that no plain HTTP client mistakes a gRPC error (status 200) for success.
-fn unsupported_media_type() -> Answer {
+fn unsupported_media_type() -> HttpResponse {
     let mut answer = http::Response::new(Body::empty());
     *answer.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
     answer.headers_mut().insert(

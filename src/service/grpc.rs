@@ -28,7 +28,7 @@ use crate::store::{Reservations, Store};
 
 /// The gRPC port's bounds and HTTP/2 settings (the hardening flags, converted by `app/`).
 #[derive(Clone, Copy, Debug)]
-pub struct GrpcLimits {
+pub(crate) struct GrpcLimits {
     pub request_read_timeout: Duration,
     pub max_concurrent_streams: u32,
     pub keepalive_interval: Duration,
@@ -41,7 +41,7 @@ pub struct GrpcLimits {
 }
 
 /// What the gRPC server serves and how.
-pub struct GrpcParts<S, H> {
+pub(crate) struct GrpcParts<S, H> {
     /// The one request pipeline (limits, in-flight slot, limiter), shared with `POST /json`.
     pub pipeline: Pipeline<S>,
     pub metrics: Arc<Metrics>,
@@ -57,7 +57,7 @@ pub struct GrpcParts<S, H> {
 
 /// A gRPC server ready to serve any number of listeners.
 #[derive(Clone)]
-pub struct GrpcServer {
+pub(crate) struct GrpcServer {
     router: Router<Stack<EveryCallLayer, tower::layer::util::Identity>>,
     tls: Option<Arc<ReloadingTls>>,
     /// The connection cap and idle reaping, shared by every listener (serving thread).
@@ -69,7 +69,7 @@ pub struct GrpcServer {
 
 impl GrpcServer {
     /// Builds the router; fails only if the reflection service cannot be built.
-    pub fn build<S: Store + Reservations, H: Health>(
+    pub(crate) fn build<S: Store + Reservations, H: Health>(
         parts: GrpcParts<S, H>,
     ) -> Result<GrpcServer, tonic_reflection::server::Error> {
         let hard = parts.limits;
@@ -131,14 +131,19 @@ impl GrpcServer {
         Ok(GrpcServer {
             router,
             tls: parts.tls,
-            port: Port::new("grpc", hard.max_connections, hard.idle_timeout),
+            port: Port::new(
+                "grpc",
+                hard.max_connections,
+                hard.idle_timeout,
+                parts.pipeline.limiter().clock().clone(),
+            ),
             preface: hard.preface_timeout,
             stop: parts.stop,
         })
     }
 
     /// Serves `listener` until the drain has finished, on whichever runtime polls it.
-    pub async fn serve(self, listener: TcpListener) -> Result<(), tonic::transport::Error> {
+    pub(crate) async fn serve(self, listener: TcpListener) -> Result<(), tonic::transport::Error> {
         let mut stop = self.stop;
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;

@@ -22,16 +22,12 @@ use http::{header, HeaderMap, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
-use crate::clock::monotonic;
 use crate::excerpt::excerpt;
 use crate::metrics::Metrics;
 
-/// Default of `--http-body-timeout`.
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A `POST` route that takes a request body (its other methods take none).
 #[derive(Clone, Debug)]
-pub struct BodyRoute {
+pub(crate) struct BodyRoute {
     pub path: &'static str,
     /// Largest body, in bytes.
     pub max_bytes: usize,
@@ -46,7 +42,7 @@ const OTHER: &str = "http";
 
 /// The checks of one HTTP port.
 #[derive(Clone, Debug, Default)]
-pub struct HttpGate {
+pub(crate) struct HttpGate {
     /// The routes that take a body, all `application/json`; every other route takes none.
     pub bodies: Vec<BodyRoute>,
     /// Time for a body to arrive whole after the headers (`--http-body-timeout`); zero: none.
@@ -59,8 +55,11 @@ struct Refusal(StatusCode, &'static str, String);
 
 impl HttpGate {
     /// The request with its body read whole, or the answer refusing it.
-    pub async fn admit(&self, req: Request<Incoming>) -> Result<Request<Body>, Response<Body>> {
-        let started = monotonic();
+    pub(crate) async fn admit(
+        &self,
+        req: Request<Incoming>,
+    ) -> Result<Request<Body>, Response<Body>> {
+        let started = self.metrics.as_ref().map(|m| m.clock().monotonic());
         let path = req.uri().path();
         let route = self.bodies.iter().find(|r| r.path == path);
         let route = route.filter(|_| req.method() == http::Method::POST);
@@ -92,11 +91,15 @@ impl HttpGate {
                 (OTHER, self.read(req, 0, |_| message.clone()).await)
             }
         };
-        result.map_err(|refused| self.answer(method, refused, started.elapsed().as_secs_f64()))
+        let seconds = || match (&self.metrics, started) {
+            (Some(m), Some(started)) => m.clock().since(started).as_secs_f64(),
+            _ => 0.0,
+        };
+        result.map_err(|refused| self.answer(method, refused, seconds()))
     }
 
     /// The answer on a connection reserved for the health check to any other path.
-    pub fn refuse_reserved(&self) -> Response<Body> {
+    pub(crate) fn refuse_reserved(&self) -> Response<Body> {
         let refused = Refusal(
             StatusCode::SERVICE_UNAVAILABLE,
             "RESOURCE_EXHAUSTED",
@@ -193,7 +196,7 @@ async fn read_within(mut body: Incoming, limit: usize) -> Result<Bytes, Unread> 
 
 /// Whether the content type is `application/json`, with any parameters, in any case: no
 /// browser "simple request" (a cross-site form or `fetch` without a preflight) can send it.
-pub fn is_json(headers: &HeaderMap) -> bool {
+pub(crate) fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

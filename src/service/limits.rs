@@ -81,7 +81,7 @@ impl RequestLimits {
 
 /// tonic's message for a request above its decode limit, as an INVALID_ARGUMENT message
 /// naming the setting; `None` for any other message.
-pub fn decode_limit_message(tonic_message: &str) -> Option<String> {
+pub(crate) fn decode_limit_message(tonic_message: &str) -> Option<String> {
     // "Error, decoded message length too large: found {len} bytes, the limit is: {limit} bytes"
     let rest = tonic_message.strip_prefix("Error, decoded message length too large: found ")?;
     let (len, rest) = rest.split_once(" bytes, the limit is: ")?;

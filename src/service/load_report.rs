@@ -13,7 +13,7 @@ use crate::metrics::Metrics;
 use crate::model::Micros;
 
 /// The service's side of a reload.
-pub struct ServiceLoadReport {
+pub(crate) struct ServiceLoadReport {
     pub state: Arc<ServiceState>,
     pub metrics: Arc<Metrics>,
 }

@@ -2,26 +2,26 @@
 //! HTTP side port (with the admin API). Thin: they convert between wire formats and the model and hold
 //! no policy.
 
-pub mod accept;
+pub(crate) mod accept;
 pub mod code_name;
-pub mod convert;
-pub mod every_call;
-pub mod grpc;
-pub mod http;
-pub mod http_gate;
-pub mod http_serve;
-pub mod json;
-pub mod json_api;
-pub mod limits;
-pub mod load_report;
-pub mod native;
-pub mod overload;
-pub mod pipeline;
-pub mod preface;
-pub mod propagation;
+pub(crate) mod convert;
+pub(crate) mod every_call;
+pub(crate) mod grpc;
+pub(crate) mod http_gate;
+pub(crate) mod http_routes;
+pub(crate) mod http_server;
+pub(crate) mod json_route;
+pub(crate) mod limits;
+pub(crate) mod load_report;
+pub(crate) mod native;
+pub(crate) mod overload;
+pub(crate) mod pipeline;
+pub(crate) mod preface;
+pub(crate) mod propagation;
 pub mod rlqs;
-pub mod rls;
-pub mod state;
-pub mod tls;
+pub(crate) mod rls;
+pub(crate) mod rls_json;
+pub(crate) mod state;
+pub(crate) mod tls;
 
 pub use state::ServiceState;

@@ -14,7 +14,6 @@ use tonic::{Request, Response, Status};
 use super::code_name::grpc_code_name;
 use super::convert;
 use super::pipeline::Pipeline;
-use crate::clock::monotonic;
 use crate::limiter::{NativeResponse, NativeStatus};
 use crate::metrics::Metrics;
 use crate::model::{Micros, MICROS_PER_SEC};
@@ -26,15 +25,15 @@ use crate::store::{Reservations, Store};
 
 /// The longest `ttl` a reservation may ask for: reservations cover one unit of work (an LLM
 /// call, a job), and a forgotten one holds quota until then.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
-pub struct NativeService<S> {
+pub(crate) struct NativeService<S> {
     pipeline: Pipeline<S>,
     metrics: Option<Arc<Metrics>>,
 }
 
 impl<S> NativeService<S> {
-    pub fn new(pipeline: Pipeline<S>) -> Self {
+    pub(crate) fn new(pipeline: Pipeline<S>) -> Self {
         NativeService {
             pipeline,
             metrics: None,
@@ -42,7 +41,7 @@ impl<S> NativeService<S> {
     }
 
     /// Counts requests and their latency by method and result code.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
     }
@@ -53,7 +52,7 @@ impl<S> NativeService<S> {
                 Ok(_) => "OK",
                 Err(s) => grpc_code_name(s.code()),
             };
-            m.rpc(method, code, started.elapsed().as_secs_f64());
+            m.rpc_since(method, code, started);
         }
     }
 }
@@ -138,7 +137,7 @@ impl<S: Store + Reservations> RateLimiter for NativeService<S> {
         &self,
         request: Request<pb::CheckRequest>,
     ) -> Result<Response<pb::CheckResponse>, Status> {
-        let started = monotonic();
+        let started = self.pipeline.limiter().clock().monotonic();
         let timeout = timeout(&request);
         let r = request.into_inner();
         let result = self
@@ -161,7 +160,7 @@ impl<S: Store + Reservations> RateLimiter for NativeService<S> {
         &self,
         request: Request<pb::ReserveRequest>,
     ) -> Result<Response<pb::ReserveResponse>, Status> {
-        let started = monotonic();
+        let started = self.pipeline.limiter().clock().monotonic();
         let timeout = timeout(&request);
         let r = request.into_inner();
         let result = match ttl(r.ttl) {
@@ -188,7 +187,7 @@ impl<S: Store + Reservations> RateLimiter for NativeService<S> {
         &self,
         request: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
-        let started = monotonic();
+        let started = self.pipeline.limiter().clock().monotonic();
         let timeout = timeout(&request);
         let r = request.into_inner();
         let result = if r.actual_hits > u64::from(u32::MAX) {
@@ -211,7 +210,7 @@ impl<S: Store + Reservations> RateLimiter for NativeService<S> {
         &self,
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
-        let started = monotonic();
+        let started = self.pipeline.limiter().clock().monotonic();
         let timeout = timeout(&request);
         let r = request.into_inner();
         let result = self

@@ -37,7 +37,6 @@ use tonic::{Code, Status};
 
 use super::code_name::grpc_code_name;
 use super::limits::decode_limit_message;
-use crate::clock::monotonic;
 use crate::metrics::Metrics;
 
 /// The method label of refusals counted here, unless the path names a `sluice.v1` RPC.
@@ -56,7 +55,7 @@ fn method_of(path: &str) -> &'static str {
 /// Bytes of the gRPC message prefix: a compression flag and a big-endian length.
 const PREFIX: usize = 5;
 /// Default of `--grpc-request-read-timeout`.
-pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The shared in-flight bound and its counters.
 #[derive(Debug)]
@@ -103,7 +102,7 @@ impl InFlight {
 
 /// Wraps a tonic service (the RLS server) with the gate.
 #[derive(Clone)]
-pub struct Gate<S> {
+pub(crate) struct Gate<S> {
     inner: S,
     max_request_bytes: usize,
     read_timeout: Duration,
@@ -111,7 +110,7 @@ pub struct Gate<S> {
 }
 
 impl<S> Gate<S> {
-    pub fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S) -> Self {
         Gate {
             inner,
             max_request_bytes: super::limits::RequestLimits::default().max_request_bytes,
@@ -121,14 +120,14 @@ impl<S> Gate<S> {
     }
 
     /// The largest message (`--max-request-bytes`) and the time to receive it whole.
-    pub fn with_reading(mut self, max_request_bytes: usize, read_timeout: Duration) -> Self {
+    pub(crate) fn with_reading(mut self, max_request_bytes: usize, read_timeout: Duration) -> Self {
         self.max_request_bytes = max_request_bytes;
         self.read_timeout = read_timeout;
         self
     }
 
     /// Counts refusals in `sluice_rpc_requests_total`.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
     }
@@ -138,31 +137,31 @@ impl<S: NamedService> NamedService for Gate<S> {
     const NAME: &'static str = S::NAME;
 }
 
-type Answer = http::Response<Body>;
+type HttpResponse = http::Response<Body>;
 
 impl<S> tower::Service<http::Request<Body>> for Gate<S>
 where
-    S: tower::Service<http::Request<Body>, Response = Answer, Error = Infallible>
+    S: tower::Service<http::Request<Body>, Response = HttpResponse, Error = Infallible>
         + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
 {
-    type Response = Answer;
+    type Response = HttpResponse;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let started = monotonic();
         let metrics = self.metrics.clone();
+        let started = metrics.as_ref().map(|m| m.clock().monotonic());
         let method = method_of(req.uri().path());
         let count = move |code: &'static str| {
-            if let Some(m) = &metrics {
-                m.rpc(method, code, started.elapsed().as_secs_f64());
+            if let (Some(m), Some(started)) = (&metrics, started) {
+                m.rpc_since(method, code, started);
             }
         };
         // The ready service goes into the future; a clone stays for the next call.
@@ -233,7 +232,7 @@ async fn read_whole(mut body: Body, limit: usize) -> Result<Bytes, Status> {
 
 /// tonic's answers to a request it could not decode become INVALID_ARGUMENT; with the code of
 /// a rewritten answer (the RLS service never saw the request, so it did not count it).
-fn rewrite_too_large(answer: Answer) -> (Answer, Option<&'static str>) {
+fn rewrite_too_large(answer: HttpResponse) -> (HttpResponse, Option<&'static str>) {
     let Some(status) = Status::from_header_map(answer.headers()) else {
         return (answer, None);
     };

@@ -29,7 +29,7 @@ enum Want {
 }
 
 /// The pipeline, shared by the gRPC and HTTP servers (cheap to clone).
-pub struct Pipeline<S> {
+pub(crate) struct Pipeline<S> {
     limiter: Arc<Limiter<S>>,
     limits: RequestLimits,
     in_flight: Arc<InFlight>,
@@ -46,7 +46,11 @@ impl<S> Clone for Pipeline<S> {
 }
 
 impl<S: Store> Pipeline<S> {
-    pub fn new(limiter: Arc<Limiter<S>>, limits: RequestLimits, in_flight: Arc<InFlight>) -> Self {
+    pub(crate) fn new(
+        limiter: Arc<Limiter<S>>,
+        limits: RequestLimits,
+        in_flight: Arc<InFlight>,
+    ) -> Self {
         Pipeline {
             limiter,
             limits,
@@ -54,16 +58,16 @@ impl<S: Store> Pipeline<S> {
         }
     }
 
-    pub fn limits(&self) -> &RequestLimits {
+    pub(crate) fn limits(&self) -> &RequestLimits {
         &self.limits
     }
 
-    pub fn limiter(&self) -> &Arc<Limiter<S>> {
+    pub(crate) fn limiter(&self) -> &Arc<Limiter<S>> {
         &self.limiter
     }
 
     /// Decides `req`, answering within `timeout` (the caller's deadline) when given.
-    pub async fn decide(
+    pub(crate) async fn decide(
         &self,
         req: RateLimitRequest,
         timeout: Option<Duration>,
@@ -73,7 +77,7 @@ impl<S: Store> Pipeline<S> {
     }
 
     /// [`Self::decide`], telling how each descriptor was decided.
-    pub async fn explain(
+    pub(crate) async fn explain(
         &self,
         req: RateLimitRequest,
         timeout: Option<Duration>,
@@ -83,7 +87,7 @@ impl<S: Store> Pipeline<S> {
 
     /// The size of an encoded request against `--max-request-bytes` (for bodies whose size
     /// no decoder bounded, as the JSON API's).
-    pub fn check_size(&self, bytes: usize) -> Result<(), Status> {
+    pub(crate) fn check_size(&self, bytes: usize) -> Result<(), Status> {
         if bytes > self.limits.max_request_bytes {
             return Err(Status::invalid_argument(format!(
                 "request is {bytes} bytes, more than the limit of {} (--max-request-bytes)",
@@ -99,7 +103,7 @@ impl<S: Store> Pipeline<S> {
         timeout: Option<Duration>,
         want: Want,
     ) -> Result<(Response, Vec<Explanation>), Status> {
-        self.admitted(req, timeout, async |limiter, req, deadline| match want {
+        self.validated(req, timeout, async |limiter, req, deadline| match want {
             Want::Response => limiter
                 .should_rate_limit(req, deadline)
                 .await
@@ -110,20 +114,20 @@ impl<S: Store> Pipeline<S> {
     }
 
     /// The native API's Check: decides `req`, charging it unless `dry_run`.
-    pub async fn check(
+    pub(crate) async fn check(
         &self,
         req: RateLimitRequest,
         dry_run: bool,
         timeout: Option<Duration>,
     ) -> Result<NativeResponse, Status> {
-        self.admitted(req, timeout, async |limiter, req, deadline| {
+        self.validated(req, timeout, async |limiter, req, deadline| {
             limiter.check(req, dry_run, deadline).await
         })
         .await
     }
 
     /// Validates and converts `req`, then runs `job` on it under [`Self::slotted`].
-    async fn admitted<T>(
+    async fn validated<T>(
         &self,
         req: RateLimitRequest,
         timeout: Option<Duration>,
@@ -166,20 +170,20 @@ impl<S: Store> Pipeline<S> {
 
 impl<S: Store + Reservations> Pipeline<S> {
     /// The native API's Reserve: charges `req` and holds it for `ttl`.
-    pub async fn reserve(
+    pub(crate) async fn reserve(
         &self,
         req: RateLimitRequest,
         ttl: Micros,
         timeout: Option<Duration>,
     ) -> Result<(NativeResponse, Option<String>), Status> {
-        self.admitted(req, timeout, async |limiter, req, deadline| {
+        self.validated(req, timeout, async |limiter, req, deadline| {
             limiter.reserve(req, ttl, deadline).await
         })
         .await
     }
 
     /// The native API's Commit.
-    pub async fn commit(
+    pub(crate) async fn commit(
         &self,
         id: &str,
         actual_hits: u64,
@@ -192,7 +196,7 @@ impl<S: Store + Reservations> Pipeline<S> {
     }
 
     /// The native API's Cancel.
-    pub async fn cancel(&self, id: &str, timeout: Option<Duration>) -> Result<(), Status> {
+    pub(crate) async fn cancel(&self, id: &str, timeout: Option<Duration>) -> Result<(), Status> {
         self.slotted(timeout, async |limiter, deadline| {
             limiter.cancel(id, deadline).await
         })

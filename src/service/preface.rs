@@ -23,7 +23,7 @@ const MAX_PAYLOAD: usize = 16_384;
 
 /// The bytes of a connection's beginning seen so far, against a deadline.
 #[derive(Debug)]
-pub struct Preface {
+pub(crate) struct Preface {
     deadline: Pin<Box<Sleep>>,
     head: [u8; PREFACE + FRAME_HEADER],
     seen: usize,
@@ -31,7 +31,7 @@ pub struct Preface {
 
 impl Preface {
     /// Starts the clock; `None` for a zero `within` (no deadline).
-    pub fn within(within: Duration) -> Option<Preface> {
+    pub(crate) fn within(within: Duration) -> Option<Preface> {
         (!within.is_zero()).then(|| Preface {
             deadline: Box::pin(tokio::time::sleep(within)),
             head: [0; PREFACE + FRAME_HEADER],
@@ -40,7 +40,7 @@ impl Preface {
     }
 
     /// Counts `bytes` just read; `true` once the preface and the first frame are complete.
-    pub fn saw(&mut self, bytes: &[u8]) -> bool {
+    pub(crate) fn saw(&mut self, bytes: &[u8]) -> bool {
         let start = self.seen.min(self.head.len());
         let copy = bytes.len().min(self.head.len() - start);
         self.head[start..start + copy].copy_from_slice(&bytes[..copy]);
@@ -63,7 +63,7 @@ impl Preface {
     }
 
     /// Whether the deadline has passed (registering the waker if not).
-    pub fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+    pub(crate) fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         matches!(self.deadline.as_mut().poll(cx), Poll::Ready(()))
     }
 }

@@ -26,7 +26,7 @@ impl Extractor for Metadata<'_> {
 }
 
 /// The remote parent named by `metadata`, or an empty context.
-pub fn extract(metadata: &MetadataMap) -> Context {
+pub(crate) fn extract(metadata: &MetadataMap) -> Context {
     let m = Metadata(metadata);
     let cx = TraceContextPropagator::new().extract(&m);
     if cx.span().span_context().is_valid() {

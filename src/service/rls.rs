@@ -9,20 +9,19 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use super::code_name::grpc_code_name;
 use super::pipeline::Pipeline;
 use super::{convert, propagation};
-use crate::clock::monotonic;
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_response::Code as ProtoCode;
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::Store;
 
-pub struct RlsService<S> {
+pub(crate) struct RlsService<S> {
     pipeline: Pipeline<S>,
     metrics: Option<Arc<Metrics>>,
 }
 
 impl<S> RlsService<S> {
-    pub fn new(pipeline: Pipeline<S>) -> Self {
+    pub(crate) fn new(pipeline: Pipeline<S>) -> Self {
         RlsService {
             pipeline,
             metrics: None,
@@ -30,7 +29,7 @@ impl<S> RlsService<S> {
     }
 
     /// Counts requests and their latency by result code.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
     }
@@ -58,7 +57,7 @@ impl<S: Store> RateLimitService for RlsService<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let started = monotonic();
+        let started = self.pipeline.limiter().clock().monotonic();
         // TRACE level under its own target: free unless OTLP tracing is on (see main.rs).
         let span = tracing::trace_span!(
             target: "sluice::otel",
@@ -81,7 +80,7 @@ impl<S: Store> RateLimitService for RlsService<S> {
         };
         span.record("code", code);
         if let Some(m) = &self.metrics {
-            m.rpc("ShouldRateLimit", code, started.elapsed().as_secs_f64());
+            m.rpc_since("ShouldRateLimit", code, started);
         }
         result
     }

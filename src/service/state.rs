@@ -11,7 +11,7 @@ use crate::model::Micros;
 
 /// The service names gRPC health answers for: the server, envoyproxy/ratelimit's name, and
 /// each API by its full name.
-pub const HEALTH_SERVICES: [&str; 5] = [
+pub(crate) const HEALTH_SERVICES: [&str; 5] = [
     "",
     "ratelimit",
     "envoy.service.ratelimit.v3.RateLimitService",

@@ -33,13 +33,13 @@ use super::accept::{Port, Tracked};
 
 /// TLS handshakes in progress at most (over all listeners); connections beyond it are closed
 /// at once.
-pub const MAX_HANDSHAKES: usize = 1024;
+pub(crate) const MAX_HANDSHAKES: usize = 1024;
 /// A client that has not finished its handshake by then is disconnected.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the listener's certificates come from (`--grpc-tls-*`).
 #[derive(Clone, Debug)]
-pub struct TlsFiles {
+pub(crate) struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
     /// Mutual TLS: clients must present a certificate signed by one of these CAs.
@@ -53,7 +53,7 @@ pub struct TlsFiles {
 pub struct TlsError(String);
 
 /// The current server config and the file contents it was built from.
-pub struct ReloadingTls {
+pub(crate) struct ReloadingTls {
     files: TlsFiles,
     config: ArcSwap<ServerConfig>,
     contents: Mutex<Vec<Vec<u8>>>,
@@ -71,7 +71,7 @@ impl std::fmt::Debug for ReloadingTls {
 
 impl ReloadingTls {
     /// Reads the files; an error here is a start-up error.
-    pub fn load(files: TlsFiles) -> Result<Arc<Self>, TlsError> {
+    pub(crate) fn load(files: TlsFiles) -> Result<Arc<Self>, TlsError> {
         let contents = read_all(&files)?;
         let config = build(&files, &contents)?;
         Ok(Arc::new(ReloadingTls {
@@ -84,7 +84,7 @@ impl ReloadingTls {
 
     /// Re-reads the files; when they changed, builds and publishes a new config. `Ok(true)`
     /// when a new config is in use, `Ok(false)` when nothing changed; on error the old stays.
-    pub fn reload(&self) -> Result<bool, TlsError> {
+    pub(crate) fn reload(&self) -> Result<bool, TlsError> {
         let contents = read_all(&self.files)?;
         let mut seen = self.contents.lock().unwrap_or_else(|e| e.into_inner());
         if *seen == contents {
@@ -97,7 +97,7 @@ impl ReloadingTls {
     }
 
     /// [`Self::reload`], logged.
-    pub fn reload_logged(&self) {
+    pub(crate) fn reload_logged(&self) {
         match self.reload() {
             Ok(true) => {
                 tracing::info!(cert = %self.files.cert.display(), "TLS certificates reloaded")
@@ -109,7 +109,7 @@ impl ReloadingTls {
         }
     }
 
-    pub fn current(&self) -> Arc<ServerConfig> {
+    pub(crate) fn current(&self) -> Arc<ServerConfig> {
         self.config.load_full()
     }
 }
@@ -257,7 +257,7 @@ impl ClientCertVerifier for SanVerifier {
 /// Accepted and handshaken connections of `listener` within `port`'s limits, for tonic's
 /// `serve_with_incoming_shutdown`. The accept loop ends (closing the listener) when the stream
 /// is dropped.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     tls: Arc<ReloadingTls>,
     port: Arc<Port>,

@@ -162,6 +162,6 @@ pub struct TlsArgs {
 }
 
 /// clap parser of a [`Secret`].
-pub fn parse_secret(s: &str) -> Result<Secret, String> {
+pub(crate) fn parse_secret(s: &str) -> Result<Secret, String> {
     Ok(Secret::new(s))
 }

@@ -2,10 +2,10 @@
 //! The hardening flags live in [`hardening`]; the environment variables of envoyproxy/ratelimit
 //! are mapped onto these flags by [`ratelimit_env`]; the xDS config source's flags live in [`xds`]. Nothing here imports another layer.
 
-pub mod hardening;
+pub(crate) mod hardening;
 pub mod ratelimit_env;
-pub mod rlqs;
-pub mod xds;
+pub(crate) mod rlqs;
+pub(crate) mod xds;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -99,7 +99,7 @@ pub struct XdsArgs {
 }
 
 /// `key=value`.
-pub fn parse_pair(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_pair(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
         _ => Err(format!("'{s}': expected key=value")),

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 /// A mapping file that cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum MapperError {
+pub(crate) enum MapperError {
     #[error("cannot read the statsd mapping file {path}: {source}")]
     Read {
         path: String,
@@ -77,7 +77,7 @@ struct RawMapping {
 
 /// The kind of a statsd event, for `match_metric_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
+pub(crate) enum EventType {
     Counter,
     Gauge,
     Observer,
@@ -93,14 +93,14 @@ struct Mapping {
 }
 
 /// A compiled mapping file.
-pub struct Mapper {
+pub(crate) struct Mapper {
     /// Globs first, then regexes, each in file order.
     mappings: Vec<Mapping>,
 }
 
 /// Where a statsd name ends up.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Mapped {
+pub(crate) struct Mapped {
     pub name: String,
     pub labels: Vec<(String, String)>,
     pub help: Option<String>,
@@ -108,12 +108,12 @@ pub struct Mapped {
 
 impl Mapper {
     /// envoyproxy/ratelimit's built-in mapping, used when PROMETHEUS_MAPPER_YAML is unset.
-    pub fn builtin() -> Mapper {
+    pub(crate) fn builtin() -> Mapper {
         Mapper::parse("envoyproxy/ratelimit's default mapper", DEFAULT)
             .expect("the built-in mapping file is valid")
     }
 
-    pub fn load(path: &Path) -> Result<Mapper, MapperError> {
+    pub(crate) fn load(path: &Path) -> Result<Mapper, MapperError> {
         let text = std::fs::read_to_string(path).map_err(|source| MapperError::Read {
             path: path.display().to_string(),
             source,
@@ -121,7 +121,7 @@ impl Mapper {
         Mapper::parse(&path.display().to_string(), &text)
     }
 
-    pub fn parse(path: &str, text: &str) -> Result<Mapper, MapperError> {
+    pub(crate) fn parse(path: &str, text: &str) -> Result<Mapper, MapperError> {
         let invalid = |message: String| MapperError::Invalid {
             path: path.to_string(),
             message,
@@ -177,7 +177,7 @@ impl Mapper {
     }
 
     /// The Prometheus name and labels of the statsd event `name`; `None` when dropped.
-    pub fn map(&self, name: &str, kind: EventType) -> Option<Mapped> {
+    pub(crate) fn map(&self, name: &str, kind: EventType) -> Option<Mapped> {
         for m in &self.mappings {
             if m.only.is_some_and(|t| t != kind) {
                 continue;

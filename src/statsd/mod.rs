@@ -10,7 +10,7 @@
 //! `ratelimit.service.call.should_rate_limit.{redis_error,service_error}` and
 //! `ratelimit_server.ShouldRateLimit.total_requests`.
 
-pub mod mapper;
+pub(crate) mod mapper;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -20,11 +20,11 @@ use regex::Regex;
 
 use crate::metrics::Metrics;
 use crate::stats::COUNTER_NAMES;
-pub use mapper::{EventType, Mapped, Mapper, MapperError};
+pub(crate) use mapper::{EventType, Mapped, Mapper};
 
 /// envoyproxy/ratelimit's `SanitizeStatName`: `:` and `|` become `_`, and so do the dots of
 /// anything shaped like an IPv4 address (so `10.0.0.1` stays one statsd name component).
-pub fn sanitize(key: &str) -> String {
+pub(crate) fn sanitize(key: &str) -> String {
     static IPV4: OnceLock<Regex> = OnceLock::new();
     let ipv4 = IPV4.get_or_init(|| {
         Regex::new(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}").expect("valid regex")
@@ -38,7 +38,7 @@ pub fn sanitize(key: &str) -> String {
 type Labels = [(String, String)];
 
 /// Every statsd counter sluice has a value for, with its value now.
-pub fn events(metrics: &Metrics) -> Vec<(String, f64)> {
+pub(crate) fn events(metrics: &Metrics) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     for c in metrics.stats.snapshot() {
         let key = sanitize(&c.key);
@@ -96,7 +96,7 @@ pub fn events(metrics: &Metrics) -> Vec<(String, f64)> {
 
 /// The Prometheus text exposition of [`events`] through `mapper` (counters; series that map
 /// to the same name and labels are summed, as statsd_exporter adds them up).
-pub fn render(metrics: &Metrics, mapper: &Mapper) -> String {
+pub(crate) fn render(metrics: &Metrics, mapper: &Mapper) -> String {
     type Series = BTreeMap<Vec<(String, String)>, f64>;
     let mut families: BTreeMap<String, (Option<String>, Series)> = BTreeMap::new();
     for (name, value) in events(metrics) {

@@ -40,7 +40,7 @@ impl FailurePolicy {
 
 /// Told of every failure of the primary store, with the policy that answers instead (for
 /// metrics).
-pub type ErrorHook = Arc<dyn Fn(&StoreError, FailurePolicy) + Send + Sync>;
+pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError, FailurePolicy) + Send + Sync>;
 
 /// A store that applies a [`FailurePolicy`] when `primary` fails.
 pub struct Fallback<S> {

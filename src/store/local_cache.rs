@@ -35,7 +35,7 @@ use super::{Charge, Check, Deadline, Store, StoreError, Verdict};
 const SHARDS: usize = 16;
 const SWEEP_EVERY: Micros = 1_000_000;
 
-struct Entry {
+struct Cached {
     limit: Limit,
     hits: u64,
     until: Micros,
@@ -43,7 +43,7 @@ struct Entry {
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<Box<[u8]>, Entry>,
+    map: HashMap<Box<[u8]>, Cached>,
     next_sweep: Micros,
 }
 
@@ -131,7 +131,7 @@ impl<S: Store> LocalCache<S> {
                 }
                 shard.map.insert(
                     c.key.into(),
-                    Entry {
+                    Cached {
                         limit: c.limit.clone(),
                         hits: c.ask.hits,
                         until: now.saturating_add(v.reset),

@@ -1,7 +1,7 @@
 //! The embedded in-memory store: sharded maps behind short synchronous locks.
 //!
 //! A request's checks lock the shards they touch in ascending order (so two requests can
-//! never deadlock), run the shared [`batch`](super::batch) policy, and unlock; no lock is ever
+//! never deadlock), run the shared [`batch`] policy, and unlock; no lock is ever
 //! held across an await.
 //!
 //! # Memory bound
@@ -30,7 +30,7 @@
 //! Whether an entry is over its limit is computed when it is written (the limit is known
 //! then) and kept as the time until which it stays over.
 
-pub mod size;
+pub(crate) mod size;
 #[cfg(test)]
 mod tests;
 
@@ -42,7 +42,7 @@ use crate::algorithm::{Ask, State};
 use crate::model::Micros;
 
 use super::batch::{self, StateTable, Verdict};
-use super::reservations::Records;
+use super::records::Records;
 use super::{Check, Deadline, Store, StoreError};
 
 const SHARDS: usize = 64;
@@ -94,7 +94,7 @@ pub struct MemoryStore {
     /// `--memory-max-bytes`, shared by keys and reservation records.
     max_bytes: usize,
     stats: MemoryStats,
-    /// The native API's reservation records ([`super::reservations`]).
+    /// The native API's reservation records ([`super::records`]).
     records: Records,
 }
 

@@ -44,12 +44,12 @@ fn hex(n: u32, buf: &mut [u8; 8]) -> &[u8] {
 }
 
 /// The slot of `key` (its `{...}` hash tag's, when it has one).
-pub fn slot_of(key: &[u8]) -> u16 {
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
     redis_keyslot(key)
 }
 
 /// The tag of `slot` (taken modulo the slot count).
-pub fn tag(slot: u16) -> String {
+pub(crate) fn tag(slot: u16) -> String {
     let mut buf = [0u8; 8];
     let n = TAGS[usize::from(slot) % SLOTS];
     String::from_utf8_lossy(hex(n, &mut buf)).into_owned()

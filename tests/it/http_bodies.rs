@@ -39,10 +39,10 @@ fn post_head(path: &str, length: Option<usize>) -> String {
 async fn stall_body(addr: SocketAddr, head: String, drip: bool) -> Option<String> {
     let mut tcp = TcpStream::connect(addr).await.expect("connect");
     tcp.write_all(head.as_bytes()).await.expect("headers");
-    let deadline = tokio::time::Instant::now() + WITHIN;
+    let deadline = crate::support::poll::tokio_now() + WITHIN;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
-    while tokio::time::Instant::now() < deadline {
+    while crate::support::poll::tokio_now() < deadline {
         if drip && tcp.write_all(b" ").await.is_err() {
             return Some(String::from_utf8_lossy(&buf).into_owned());
         }

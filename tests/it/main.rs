@@ -23,6 +23,7 @@ mod health_drain;
 mod helpers_once;
 mod hostile;
 mod house;
+mod house_names;
 mod http_bodies;
 mod in_flight;
 mod long_inputs;

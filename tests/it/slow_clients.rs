@@ -25,10 +25,10 @@ async fn dripping_is_cut_off(addr: std::net::SocketAddr, within: Duration) -> bo
     let head = b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n";
     let filler = b"X-Drip: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
     let bytes = head.iter().chain(filler.iter().cycle());
-    let deadline = tokio::time::Instant::now() + within;
+    let deadline = crate::support::poll::tokio_now() + within;
     let mut buf = [0u8; 256];
     for &b in bytes {
-        if tokio::time::Instant::now() > deadline {
+        if crate::support::poll::tokio_now() > deadline {
             return false;
         }
         if tcp.write_all(&[b]).await.is_err() {

@@ -2,10 +2,10 @@
 //! descriptor templates (`k=v,k2=v{i}`), with the `{i}` substitution done per request.
 
 /// Durations (`500ms`, `1.5s`, `1m`): the grammar of the flags and the config.
-pub use sluice::rules::duration::parse as parse_duration;
+pub(crate) use sluice::rules::duration::parse as parse_duration;
 
 /// `HOST:PORT`, kept as text (a host name is fine): only checked for the port.
-pub fn parse_host_port(s: &str) -> Result<String, String> {
+pub(crate) fn parse_host_port(s: &str) -> Result<String, String> {
     match s.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(s.to_string()),
         _ => Err(format!("`{s}`: expected HOST:PORT")),
@@ -21,14 +21,14 @@ enum Part {
 
 /// One descriptor of every request: entries whose values may contain `{i}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DescriptorTemplate {
+pub(crate) struct DescriptorTemplate {
     entries: Vec<(Vec<u8>, Vec<Part>)>,
 }
 
 impl DescriptorTemplate {
     /// Parses `k=v,k2=v{i}`: comma-separated `key=value` entries (values may be empty,
     /// keys may not). `{i}` may appear in values only.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let mut entries = Vec::new();
         for entry in s.split(',') {
             let (k, v) = entry
@@ -57,14 +57,14 @@ impl DescriptorTemplate {
     }
 
     /// Whether any value contains `{i}`.
-    pub fn uses_index(&self) -> bool {
+    pub(crate) fn uses_index(&self) -> bool {
         self.entries
             .iter()
             .any(|(_, parts)| parts.contains(&Part::Index))
     }
 
     /// The entries with `{i}` replaced by `index`.
-    pub fn render(&self, index: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    pub(crate) fn render(&self, index: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
         let digits = index.to_string();
         self.entries
             .iter()

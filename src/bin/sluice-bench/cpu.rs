@@ -5,7 +5,7 @@
 const USER_HZ: f64 = 100.0;
 
 /// User + system CPU seconds of `pid` (`None`: this process) so far.
-pub fn cpu_seconds(pid: Option<u32>) -> Result<f64, String> {
+pub(crate) fn cpu_seconds(pid: Option<u32>) -> Result<f64, String> {
     let path = match pid {
         Some(p) => format!("/proc/{p}/stat"),
         None => "/proc/self/stat".to_string(),
@@ -27,12 +27,12 @@ fn parse_stat(text: &str) -> Option<f64> {
 }
 
 /// The summed CPU seconds of several processes.
-pub fn sum_cpu_seconds(pids: &[u32]) -> Result<f64, String> {
+pub(crate) fn sum_cpu_seconds(pids: &[u32]) -> Result<f64, String> {
     pids.iter().map(|&p| cpu_seconds(Some(p))).sum()
 }
 
 /// Resident set size of this process in bytes, from /proc/self/statm (pages of 4 KiB).
-pub fn rss_bytes() -> Result<u64, String> {
+pub(crate) fn rss_bytes() -> Result<u64, String> {
     let text = std::fs::read_to_string("/proc/self/statm")
         .map_err(|e| format!("cannot read /proc/self/statm: {e}"))?;
     let pages: u64 = text

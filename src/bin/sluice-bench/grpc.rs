@@ -34,13 +34,13 @@ const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
 
 /// One HTTP/2 connection; clones share it.
 #[derive(Clone)]
-pub struct Client {
+pub(crate) struct Client {
     send: SendRequest<Bytes>,
     uri: Uri,
 }
 
 /// Opens a connection to `target` (`host:port`, plaintext HTTP/2 as sluice serves gRPC).
-pub async fn connect(target: &str) -> anyhow::Result<Client> {
+pub(crate) async fn connect(target: &str) -> anyhow::Result<Client> {
     let uri: Uri = format!("http://{target}{PATH}")
         .parse()
         .with_context(|| format!("bad target {target}"))?;
@@ -75,7 +75,7 @@ pub async fn connect(target: &str) -> anyhow::Result<Client> {
 }
 
 /// A request as it goes on the wire: the gRPC frame (flag, length, message).
-pub fn encode(request: &RateLimitRequest) -> Bytes {
+pub(crate) fn encode(request: &RateLimitRequest) -> Bytes {
     let len = request.encoded_len();
     let mut buf = BytesMut::with_capacity(5 + len);
     buf.put_u8(0);
@@ -88,7 +88,7 @@ pub fn encode(request: &RateLimitRequest) -> Bytes {
 impl Client {
     /// One call with an [`encode`]d request: the answer's overall code, or the gRPC status
     /// code of a failed call (`UNAVAILABLE` when the connection failed).
-    pub async fn should_rate_limit(&self, body: Bytes) -> Result<i32, tonic::Code> {
+    pub(crate) async fn should_rate_limit(&self, body: Bytes) -> Result<i32, tonic::Code> {
         let unavailable = |_| tonic::Code::Unavailable;
         let request = Request::builder()
             .method(Method::POST)

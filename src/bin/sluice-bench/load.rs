@@ -22,7 +22,7 @@ use crate::grpc::{self, Client};
 
 /// Requests the open loop did not send because `--max-in-flight` were outstanding: counted as
 /// errors under this name (the server never saw them).
-pub const CLIENT_OVERLOAD: &str = "client_overload";
+pub(crate) const CLIENT_OVERLOAD: &str = "client_overload";
 
 /// The open loop sends what is due within this much of now: tokio's timer has a resolution of
 /// 1 ms, so sleeping until each due time would add up to 1 ms of timer lag to every latency.
@@ -33,7 +33,7 @@ const EARLY: Duration = Duration::from_millis(1);
 const MAX_LATENCY_US: u64 = 3_600_000_000;
 
 #[derive(Clone, Copy, Debug)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Keep this many calls outstanding per connection.
     Closed { in_flight: usize },
     /// Start `rate` calls per second in total; at most `max_in_flight` outstanding in total.
@@ -42,7 +42,7 @@ pub enum Mode {
 
 /// What to send and for how long.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub target: String,
     pub connections: usize,
     pub mode: Mode,
@@ -82,7 +82,7 @@ impl Plan {
 }
 
 /// What the connections saw in the measured interval, merged.
-pub struct Tally {
+pub(crate) struct Tally {
     pub latency_us: Histogram<u64>,
     pub ok: u64,
     pub over_limit: u64,
@@ -104,12 +104,12 @@ impl Tally {
     }
 
     /// Answers (OK, OVER_LIMIT or UNKNOWN overall codes).
-    pub fn answered(&self) -> u64 {
+    pub(crate) fn answered(&self) -> u64 {
         self.ok + self.over_limit + self.unknown
     }
 
     /// Every request of the measured interval, answered or not.
-    pub fn requests(&self) -> u64 {
+    pub(crate) fn requests(&self) -> u64 {
         self.answered() + self.errors.values().sum::<u64>()
     }
 
@@ -140,7 +140,7 @@ impl Tally {
 type Outcome = Result<i32, tonic::Code>;
 
 /// Opens one HTTP/2 connection per `--connections`.
-pub async fn connect(plan: &Plan) -> anyhow::Result<Vec<Client>> {
+pub(crate) async fn connect(plan: &Plan) -> anyhow::Result<Vec<Client>> {
     let mut clients = Vec::with_capacity(plan.connections);
     for _ in 0..plan.connections {
         clients.push(grpc::connect(&plan.target).await?);
@@ -151,7 +151,7 @@ pub async fn connect(plan: &Plan) -> anyhow::Result<Vec<Client>> {
 /// Runs the plan on `clients` from `t0`: warm-up, then the measured interval, then waits for
 /// the calls still outstanding. Only calls sent (open loop: due) within the measured interval
 /// are counted.
-pub async fn run(plan: Arc<Plan>, clients: Vec<Client>, t0: Instant) -> Tally {
+pub(crate) async fn run(plan: Arc<Plan>, clients: Vec<Client>, t0: Instant) -> Tally {
     let n = clients.len();
     let tasks: Vec<_> = clients
         .into_iter()

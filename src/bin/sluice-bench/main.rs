@@ -4,6 +4,11 @@
 //! the in-memory store's bytes per key. README.md, "sluice-bench",
 //! documents the command line; the JSON fields are a contract with bench/run.sh.
 
+// A benchmark measures its own runs in real time: clippy.toml's clock rule is for sluice.
+#![allow(clippy::disallowed_methods)]
+// A binary exports nothing: `pub` would only hide dead code.
+#![deny(unreachable_pub)]
+
 mod args;
 mod cpu;
 mod grpc;

@@ -16,7 +16,7 @@ use sluice::store::{Charge, Check, Deadline, MemoryStore, Store};
 use crate::cpu;
 
 #[derive(Debug, Serialize, serde::Deserialize)]
-pub struct MemoryReport {
+pub(crate) struct MemoryReport {
     pub algorithm: String,
     pub keys: u64,
     /// The store's own estimate (key, state, bookkeeping), per key.
@@ -28,7 +28,7 @@ pub struct MemoryReport {
 }
 
 /// Fills a fresh store with `keys` keys of `algorithm` in this process.
-pub fn measure(algorithm: Algorithm, keys: u64) -> anyhow::Result<MemoryReport> {
+pub(crate) fn measure(algorithm: Algorithm, keys: u64) -> anyhow::Result<MemoryReport> {
     // A realistic limit: 100 per minute (burst 100 for the buckets).
     let limit = Limit::new(algorithm, 100, 60_000_000)?;
     let store = MemoryStore::new(usize::try_from(keys)?.saturating_mul(2).max(64));
@@ -97,7 +97,7 @@ pub fn measure(algorithm: Algorithm, keys: u64) -> anyhow::Result<MemoryReport> 
 
 /// Measures each algorithm in a child process (see the module comment); one algorithm runs
 /// here.
-pub fn run(algorithms: &[Algorithm], keys: u64) -> anyhow::Result<Vec<MemoryReport>> {
+pub(crate) fn run(algorithms: &[Algorithm], keys: u64) -> anyhow::Result<Vec<MemoryReport>> {
     if let [one] = algorithms {
         return Ok(vec![measure(*one, keys)?]);
     }
@@ -124,7 +124,7 @@ pub fn run(algorithms: &[Algorithm], keys: u64) -> anyhow::Result<Vec<MemoryRepo
     Ok(out)
 }
 
-pub fn text(reports: &[MemoryReport]) -> String {
+pub(crate) fn text(reports: &[MemoryReport]) -> String {
     let mut s = format!(
         "{:<15} {:>10} {:>14} {:>14} {:>8}\n",
         "algorithm", "keys", "store B/key", "RSS B/key", "key len"

@@ -31,7 +31,7 @@ use sluice::store::redis::{ConnectOptions, PipelinedConnection};
 
 /// How the noop server runs its runtime(s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum RuntimeKind {
+pub(crate) enum RuntimeKind {
     /// One current-thread tokio runtime on one thread.
     Current,
     /// tokio's multi-thread runtime with `--threads` workers.
@@ -48,7 +48,7 @@ const SEED_LIMIT: i64 = 1_000_000_000;
 /// The floor a `--seed-redis` server calls per descriptor: on which Redis, which script with
 /// which arguments after its one key.
 #[derive(Clone, Debug)]
-pub struct Floor {
+pub(crate) struct Floor {
     pub redis: String,
     pub script: String,
     pub args: Vec<String>,
@@ -56,7 +56,7 @@ pub struct Floor {
 
 impl Floor {
     /// The seeds' fixed-window script, or `script` (its source) with `args`.
-    pub fn new(redis: String, script: Option<String>, args: Vec<String>) -> Floor {
+    pub(crate) fn new(redis: String, script: Option<String>, args: Vec<String>) -> Floor {
         match script {
             Some(script) => Floor {
                 redis,
@@ -246,7 +246,7 @@ fn announce(addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(
+pub(crate) fn run(
     addr: SocketAddr,
     runtime: RuntimeKind,
     threads: usize,

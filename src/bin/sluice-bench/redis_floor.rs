@@ -26,7 +26,7 @@ use crate::redis_info;
 /// it as it is (it would percent-encode the underscores of `__rand_int__`).
 const PLACEHOLDER: &str = "RANDINTPLACEHOLDER";
 
-pub struct FloorArgs {
+pub(crate) struct FloorArgs {
     pub redis: String,
     pub algorithm: Algorithm,
     pub pipeline: u32,
@@ -42,7 +42,7 @@ pub struct FloorArgs {
 }
 
 #[derive(Debug, Serialize)]
-pub struct FloorReport {
+pub(crate) struct FloorReport {
     pub algorithm: &'static str,
     pub pipeline: u32,
     pub clients: u32,
@@ -141,7 +141,7 @@ async fn load_script(addr: &str, lua: &str) -> anyhow::Result<String> {
     Ok(sha)
 }
 
-pub fn run(a: &FloorArgs) -> anyhow::Result<FloorReport> {
+pub(crate) fn run(a: &FloorArgs) -> anyhow::Result<FloorReport> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 
 /// One reading of one or more Redis nodes, summed.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Calls per command name (`evalsha`, `script|load`, ...).
     pub calls: BTreeMap<String, u64>,
     /// Microseconds spent in each command, as Redis counts them.
@@ -20,7 +20,7 @@ pub struct Sample {
 impl Sample {
     /// `self - before`, per command (commands with no new calls are left out), and CPU. The
     /// INFO commands of the readings themselves are left out.
-    pub fn since(&self, before: &Sample) -> Sample {
+    pub(crate) fn since(&self, before: &Sample) -> Sample {
         let diff = |now: &BTreeMap<String, u64>, then: &BTreeMap<String, u64>| {
             now.iter()
                 .filter(|(name, _)| name.as_str() != "info")
@@ -49,7 +49,7 @@ impl Sample {
 }
 
 /// Reads every node in `addrs` and sums them.
-pub async fn sample(addrs: &[String]) -> anyhow::Result<Sample> {
+pub(crate) async fn sample(addrs: &[String]) -> anyhow::Result<Sample> {
     let mut total = Sample::default();
     for addr in addrs {
         let text = info(addr).await?;
@@ -78,7 +78,9 @@ async fn info(addr: &str) -> anyhow::Result<String> {
 }
 
 /// Reads one RESP bulk string reply (`$len\r\n...\r\n`); an error reply (`-ERR ...`) fails.
-pub async fn read_bulk<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> anyhow::Result<String> {
+pub(crate) async fn read_bulk<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+) -> anyhow::Result<String> {
     let mut header = String::new();
     r.read_line(&mut header).await?;
     let header = header.trim_end();

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::load::{Tally, CLIENT_OVERLOAD};
 
 #[derive(Debug, Serialize)]
-pub struct LoadReport {
+pub(crate) struct LoadReport {
     pub label: Option<String>,
     /// "closed" or "open".
     pub mode: &'static str,
@@ -38,7 +38,7 @@ pub struct LoadReport {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Latency {
+pub(crate) struct Latency {
     pub p50: u64,
     pub p90: u64,
     pub p99: u64,
@@ -48,7 +48,7 @@ pub struct Latency {
 }
 
 #[derive(Debug, Serialize)]
-pub struct RedisReport {
+pub(crate) struct RedisReport {
     /// Calls per command name over the measured interval, summed over the nodes (the INFO
     /// commands of the readings left out).
     pub commands: BTreeMap<String, u64>,
@@ -92,16 +92,16 @@ impl RedisReport {
 }
 
 /// `x / answered`, or null when nothing was answered.
-pub fn per_request(x: f64, answered: u64) -> Option<f64> {
+pub(crate) fn per_request(x: f64, answered: u64) -> Option<f64> {
     (answered > 0).then(|| x / answered as f64)
 }
 
 impl Latency {
-    pub fn from_tally(t: &Tally) -> Latency {
+    pub(crate) fn from_tally(t: &Tally) -> Latency {
         Latency::from_histogram(&t.latency_us)
     }
 
-    pub fn from_histogram(h: &hdrhistogram::Histogram<u64>) -> Latency {
+    pub(crate) fn from_histogram(h: &hdrhistogram::Histogram<u64>) -> Latency {
         if h.is_empty() {
             return Latency {
                 p50: 0,
@@ -125,7 +125,7 @@ impl Latency {
 
 impl LoadReport {
     /// The human summary (stderr).
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
         let label = self
@@ -224,7 +224,7 @@ impl LoadReport {
 }
 
 /// Writes `json` to `path` ("-": stdout), with a final newline.
-pub fn write_json(path: &str, json: &impl Serialize) -> anyhow::Result<()> {
+pub(crate) fn write_json(path: &str, json: &impl Serialize) -> anyhow::Result<()> {
     use anyhow::Context;
     let mut text = serde_json::to_string_pretty(json)?;
     text.push('\n');

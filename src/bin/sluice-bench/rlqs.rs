@@ -27,7 +27,7 @@ use crate::redis_info;
 use crate::report::{self, Latency, RedisReport};
 
 #[derive(Debug, clap::Args)]
-pub struct RlqsArgs {
+pub(crate) struct RlqsArgs {
     /// The server, HOST:PORT.
     #[arg(long, default_value = "127.0.0.1:8081", value_parser = parse_host_port)]
     pub target: String,
@@ -64,7 +64,7 @@ pub struct RlqsArgs {
 }
 
 /// What to run.
-pub struct Plan {
+pub(crate) struct Plan {
     pub target: String,
     pub server_pid: u32,
     pub streams: u32,
@@ -80,7 +80,7 @@ pub struct Plan {
 }
 
 #[derive(Debug, Serialize)]
-pub struct RlqsReport {
+pub(crate) struct RlqsReport {
     pub streams: u32,
     pub buckets_per_stream: u32,
     pub interval_ms: u64,
@@ -130,7 +130,7 @@ struct Tally {
     latency: Mutex<Histogram<u64>>,
 }
 
-pub async fn run(plan: Plan) -> anyhow::Result<RlqsReport> {
+pub(crate) async fn run(plan: Plan) -> anyhow::Result<RlqsReport> {
     let rss_before = rss_of(plan.server_pid)?;
     let mut channels = Vec::new();
     for _ in 0..plan.connections {
@@ -313,7 +313,7 @@ async fn stream(
 }
 
 /// `sluice-bench rlqs`: runs the plan, prints the summary (stderr) and the JSON.
-pub fn command(a: RlqsArgs) -> anyhow::Result<()> {
+pub(crate) fn command(a: RlqsArgs) -> anyhow::Result<()> {
     let plan = Plan {
         target: a.target,
         server_pid: a.server_pid,

@@ -24,7 +24,7 @@ const INVALID_ARGUMENT: i32 = 3;
 
 /// Why a stream ended.
 #[derive(Debug, thiserror::Error)]
-pub enum XdsError {
+pub(super) enum XdsError {
     #[error("cannot read {path}: {source}")]
     File {
         path: String,

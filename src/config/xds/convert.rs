@@ -21,7 +21,7 @@ pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.Ra
 
 /// A resource of a snapshot that is no `RateLimitConfig`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ResourceError {
+pub(crate) enum ResourceError {
     #[error("resource {index} has type {found}, expected {TYPE_URL}")]
     WrongType { index: usize, found: String },
     #[error("resource {index} does not decode as a RateLimitConfig: {reason}")]
@@ -29,7 +29,7 @@ pub enum ResourceError {
 }
 
 /// Every resource of a snapshot as a document to compile.
-pub fn documents(resources: &[Any]) -> Result<Vec<RawDocument>, ResourceError> {
+pub(crate) fn documents(resources: &[Any]) -> Result<Vec<RawDocument>, ResourceError> {
     resources
         .iter()
         .enumerate()
@@ -52,7 +52,7 @@ pub fn documents(resources: &[Any]) -> Result<Vec<RawDocument>, ResourceError> {
 }
 
 /// One `RateLimitConfig` as a document named `xds:<name>` (its domain when unnamed).
-pub fn document(config: RateLimitConfig, hash: u64) -> RawDocument {
+pub(crate) fn document(config: RateLimitConfig, hash: u64) -> RawDocument {
     let name = if config.name.is_empty() {
         &config.domain
     } else {

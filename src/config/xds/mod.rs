@@ -7,7 +7,7 @@
 //! jittered exponential backoff (the rules kept meanwhile), TLS files re-read on every connect.
 
 mod client;
-pub mod convert;
+pub(crate) mod convert;
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;

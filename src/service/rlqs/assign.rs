@@ -15,7 +15,7 @@ use crate::store::{Charge, Check, Deadline, Store, Verdict};
 
 /// What a bucket matched, to tell on a reload whether its assignment must change.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Matched {
+pub(crate) enum Matched {
     /// No rule, or a rule whose limits another replaced.
     Nothing,
     Unlimited,
@@ -28,7 +28,7 @@ pub enum Matched {
 }
 
 /// One bucket of a stream.
-pub struct BucketState {
+pub(crate) struct BucketState {
     /// The bucket as an RLS request of one descriptor (its hits are set per store call).
     pub request: Request,
     pub ledger: Ledger,
@@ -45,7 +45,7 @@ pub struct BucketState {
 }
 
 impl BucketState {
-    pub fn new(request: Request) -> Self {
+    pub(crate) fn new(request: Request) -> Self {
         BucketState {
             request,
             ledger: Ledger::default(),
@@ -59,7 +59,7 @@ impl BucketState {
 }
 
 /// What an assessment needs besides the bucket.
-pub struct Context<'a, S> {
+pub(crate) struct Context<'a, S> {
     pub limiter: &'a Limiter<S>,
     pub rules: &'a RuleSet,
     pub demands: &'a Mutex<Demands>,
@@ -71,7 +71,7 @@ pub struct Context<'a, S> {
 
 /// Why a bucket is assessed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cause {
+pub(crate) enum Cause {
     /// A report: `allowed` and `denied` since the last one.
     Report { allowed: u64, denied: u64 },
     /// A window ended or the rules changed: renew if due.
@@ -81,7 +81,7 @@ pub enum Cause {
 /// Assesses `b`: charges what the report admitted beyond its grant, records demand and
 /// statistics, and decides its assignment (a new grant only when [`Ledger::renew`] says so).
 /// `Ok(None)`: the bucket no longer matches a rule it matched before (abandon it).
-pub async fn assess<S: Store>(
+pub(crate) async fn assess<S: Store>(
     cx: &Context<'_, S>,
     b: &mut BucketState,
     cause: Cause,

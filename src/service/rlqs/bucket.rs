@@ -19,7 +19,7 @@ use crate::service::convert;
 use crate::service::limits::RequestLimits;
 
 /// A bucket id's entries, sorted by key (the map's order).
-pub type Id = BTreeMap<String, String>;
+pub(crate) type Id = BTreeMap<String, String>;
 
 /// A bucket id as a stream holds it: the entries in key order, each key and value prefixed by
 /// its length (4 bytes, little-endian), in one allocation. A `BTreeMap` of one entry allocates
@@ -63,7 +63,7 @@ pub fn id_of(key: &[u8]) -> Id {
 
 /// What sluice tells Envoy to do with one bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Assignment {
+pub(crate) enum Assignment {
     AllowAll,
     DenyAll,
     /// A token bucket of `tokens` that does not refill; `generation` makes it differ from the
@@ -76,7 +76,7 @@ pub enum Assignment {
 
 impl Assignment {
     /// The `action` label of `sluice_rlqs_assignments_total`.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Assignment::AllowAll => "allow_all",
             Assignment::DenyAll => "deny_all",
@@ -87,7 +87,7 @@ impl Assignment {
 
 /// The request whose one descriptor is `id`'s entries in key order, checked against `limits`
 /// and converted as an RLS request is (`Err`: the INVALID_ARGUMENT message).
-pub fn request(domain: &str, id: &Id, limits: &RequestLimits) -> Result<Request, String> {
+pub(crate) fn request(domain: &str, id: &Id, limits: &RequestLimits) -> Result<Request, String> {
     if id.is_empty() {
         return Err("the bucket id has no entries".into());
     }

@@ -44,7 +44,7 @@ pub fn bucket_bytes(id: &[u8], b: &BucketState, planned: usize) -> usize {
 
 /// The bytes the storage keys of a new bucket's `request` will hold once it is assessed
 /// ([`keys_bytes`] of its plan; 0 if it cannot be planned).
-pub fn planned_key_bytes<S: Store>(
+pub(crate) fn planned_key_bytes<S: Store>(
     limiter: &Limiter<S>,
     rules: &RuleSet,
     request: &Request,
@@ -58,7 +58,7 @@ pub fn planned_key_bytes<S: Store>(
 
 /// What a bucket that matched `m` holds for its keys: those of its limits, and its share key of
 /// `share` bytes twice (in the bucket and in the shared demands, with a slot and a list there).
-pub fn keys_bytes(m: &Matched, share: usize) -> usize {
+pub(crate) fn keys_bytes(m: &Matched, share: usize) -> usize {
     let Matched::Limited { limits, keys, .. } = m else {
         return 0;
     };
@@ -82,7 +82,7 @@ fn request_bytes(r: &Request) -> usize {
 }
 
 /// One stream's bytes, taken from both caps; given back when it is dropped.
-pub struct Account {
+pub(crate) struct Account {
     shared: Arc<Shared>,
     metrics: Arc<RlqsMetrics>,
     per_stream: usize,
@@ -93,7 +93,7 @@ pub struct Account {
 }
 
 impl Account {
-    pub fn new(
+    pub(crate) fn new(
         shared: Arc<Shared>,
         metrics: Arc<RlqsMetrics>,
         per_stream: usize,
@@ -110,7 +110,7 @@ impl Account {
     }
 
     /// Counts the buffers of a report of `read` bytes or an answer of `sent` (0: none).
-    pub fn message(&mut self, read: usize, sent: usize) {
+    pub(crate) fn message(&mut self, read: usize, sent: usize) {
         let before = 2 * (self.largest.0 + self.largest.1);
         self.largest = (self.largest.0.max(read), self.largest.1.max(sent));
         self.recount(before, 2 * (self.largest.0 + self.largest.1));
@@ -118,7 +118,7 @@ impl Account {
 
     /// Takes `n` bytes for a new bucket, or refuses (RESOURCE_EXHAUSTED naming the cap's flag)
     /// and takes nothing.
-    pub fn take(&mut self, n: usize) -> Result<(), Status> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<(), Status> {
         if self.held + n > self.per_stream {
             return Err(Status::resource_exhausted(format!(
                 "the stream's buckets would hold {} bytes, more than {} (--rlqs-max-bytes-per-stream)",
@@ -141,7 +141,7 @@ impl Account {
 
     /// Re-counts a bucket that held `from` bytes and holds `to` now (an assessed bucket is
     /// counted by what it holds, even past a cap: the next new bucket is then refused).
-    pub fn recount(&mut self, from: usize, to: usize) {
+    pub(crate) fn recount(&mut self, from: usize, to: usize) {
         if to >= from {
             self.shared.bytes.fetch_add(to - from, Ordering::SeqCst);
             self.held += to - from;
@@ -153,16 +153,11 @@ impl Account {
     }
 
     /// Gives back `n` bytes (a bucket dropped).
-    pub fn release(&mut self, n: usize) {
+    pub(crate) fn release(&mut self, n: usize) {
         let n = n.min(self.held);
         self.held -= n;
         self.shared.bytes.fetch_sub(n, Ordering::SeqCst);
         self.metrics.bytes.add(-(n as i64), &[]);
-    }
-
-    /// What the stream's buckets hold.
-    pub fn held(&self) -> usize {
-        self.held
     }
 }
 

@@ -5,10 +5,10 @@
 //! (`assign.rs`); `stream.rs` runs one stream. The stream count, the buckets per stream, their
 //! bytes (`budget.rs`) and the report size are bounded (`RlqsOptions`).
 
-pub mod assign;
-pub mod bucket;
-pub mod budget;
-pub mod stream;
+pub(crate) mod assign;
+pub(crate) mod bucket;
+pub(crate) mod budget;
+pub(crate) mod stream;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -18,10 +18,10 @@ use crate::proto::rlqs::rate_limit_quota_response::BucketAction;
 use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
 use crate::store::Store;
 
-pub type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
+pub(crate) type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
 
 /// A stream's state.
-pub struct Stream<S> {
+pub(crate) struct Stream<S> {
     rlqs: Rlqs<S>,
     id: u64,
     domain: Option<String>,
@@ -31,7 +31,7 @@ pub struct Stream<S> {
 }
 
 impl<S: Store> Stream<S> {
-    pub fn new(rlqs: Rlqs<S>, id: u64) -> Self {
+    pub(crate) fn new(rlqs: Rlqs<S>, id: u64) -> Self {
         let account = Account::new(
             rlqs.shared.clone(),
             rlqs.metrics.clone(),
@@ -49,7 +49,7 @@ impl<S: Store> Stream<S> {
 
     /// Serves the stream until the client ends it, it breaks a bound, or sluice drains.
     /// Returns the status it ended with.
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         mut inbound: Streaming<RateLimitQuotaUsageReports>,
         out: Outbound,
@@ -236,7 +236,12 @@ impl<S: Store> Stream<S> {
                 vec![bucket::abandon(id)]
             }
             Err(e) => {
-                if let Some(held) = self.rlqs.shared.store_failed.due() {
+                if let Some(held) = self
+                    .rlqs
+                    .shared
+                    .store_failed
+                    .due(self.rlqs.limiter.clock().monotonic())
+                {
                     tracing::warn!(error = %e, held_back = held, "RLQS: cannot assess a bucket; Envoy keeps its assignment until its TTL");
                 }
                 // A renewal that failed is retried in a second, not at once (the timer would

@@ -21,7 +21,7 @@ const CONFIG_SOURCE_VARS: [&str; 4] = [
     "CONFIG_TYPE",
 ];
 
-/// The command line to parse: invoked as `ratelimit` (argv[0]'s file name, as Envoy Gateway's
+/// The command line to parse: invoked as `ratelimit` (`argv[0]`'s file name, as Envoy Gateway's
 /// `/bin/ratelimit`) with no arguments, sluice serves from the environment with
 /// envoyproxy/ratelimit's defaults; anything else is sluice's own command line.
 pub fn command_line(argv: Vec<OsString>) -> Vec<OsString> {

@@ -14,7 +14,7 @@ const MMAP_THRESHOLD: usize = 128 * 1024;
 /// sluice runs on rounds it up more: the binary's jemalloc (`jemalloc`) or glibc's malloc (the
 /// library's default). Under-counting jemalloc's rounding let large keys and tables (up to
 /// 25% above their request) push the resident set past 1.25 times the cap.
-pub fn allocated(n: usize) -> usize {
+pub(crate) fn allocated(n: usize) -> usize {
     glibc(n).max(jemalloc(n))
 }
 

@@ -64,16 +64,16 @@ impl ConnectOptions {
 /// A configuration error: the settings can never work, so start-up fails.
 #[derive(Debug, thiserror::Error)]
 #[error("redis: {0}")]
-pub struct ConfigError(String);
+pub struct RedisSettingsError(String);
 
-impl ConfigError {
+impl RedisSettingsError {
     pub fn new(message: impl Into<String>) -> Self {
-        ConfigError(message.into())
+        RedisSettingsError(message.into())
     }
 }
 
 /// Rewrites `scheme://[cred@]h1:p1,h2:p2[/db][?q]` into fred's `scheme://[cred@]h1:p1[/db]?node=h2:p2[&q]`.
-pub fn normalize_url(url: &str) -> String {
+pub(crate) fn normalize_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
@@ -113,54 +113,60 @@ fn uses_tls(url: &str) -> bool {
 }
 
 /// Builds the client pool (not connected yet) and tells its topology.
-pub fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), ConfigError> {
+pub(crate) fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), RedisSettingsError> {
     let (builder, topology) = builder(opts)?;
     let pool = builder
         .build_pool(opts.pool_size.max(1))
-        .map_err(|e| ConfigError(e.details().to_string()))?;
+        .map_err(|e| RedisSettingsError(e.details().to_string()))?;
     Ok((pool, topology))
 }
 
 /// The nodes named by a Cluster URL (where the slot map is first read).
-pub fn cluster_seeds(opts: &ConnectOptions) -> Result<Vec<(String, u16)>, ConfigError> {
+pub(crate) fn cluster_seeds(
+    opts: &ConnectOptions,
+) -> Result<Vec<(String, u16)>, RedisSettingsError> {
     match config(opts)?.0.server {
         ServerConfig::Clustered { hosts, .. } => Ok(hosts
             .into_iter()
             .map(|s| (s.host.to_string(), s.port))
             .collect()),
-        _ => Err(ConfigError("not a Cluster URL".into())),
+        _ => Err(RedisSettingsError("not a Cluster URL".into())),
     }
 }
 
 /// A pool (not connected yet) to one node of a Cluster, as a plain server: sluice routes by
 /// slot itself ([`super::nodes`]), so one node's trouble never blocks the others' commands.
-pub fn build_node_pool(opts: &ConnectOptions, host: &str, port: u16) -> Result<Pool, ConfigError> {
+pub(crate) fn build_node_pool(
+    opts: &ConnectOptions,
+    host: &str,
+    port: u16,
+) -> Result<Pool, RedisSettingsError> {
     let (mut config, _) = config(opts)?;
     config.server = ServerConfig::new_centralized(host, port);
     configure(Builder::from_config(config), opts)
         .build_pool(opts.pool_size.max(1))
-        .map_err(|e| ConfigError(e.details().to_string()))
+        .map_err(|e| RedisSettingsError(e.details().to_string()))
 }
 
-fn builder(opts: &ConnectOptions) -> Result<(Builder, Topology), ConfigError> {
+fn builder(opts: &ConnectOptions) -> Result<(Builder, Topology), RedisSettingsError> {
     let (config, topology) = config(opts)?;
     Ok((configure(Builder::from_config(config), opts), topology))
 }
 
 /// The fred configuration the URL and flags describe.
-pub(super) fn config(opts: &ConnectOptions) -> Result<(Config, Topology), ConfigError> {
+pub(super) fn config(opts: &ConnectOptions) -> Result<(Config, Topology), RedisSettingsError> {
     let url = normalize_url(&opts.url);
     let mut config = Config::from_url(&url)
-        .map_err(|e| ConfigError(format!("invalid --redis-url: {}", e.details())))?;
+        .map_err(|e| RedisSettingsError(format!("invalid --redis-url: {}", e.details())))?;
     let topology = match &config.server {
         ServerConfig::Centralized { .. } => Topology::Standalone,
         ServerConfig::Clustered { .. } => Topology::Cluster,
         ServerConfig::Sentinel { .. } => Topology::Sentinel,
         #[allow(unreachable_patterns)]
-        _ => return Err(ConfigError("unsupported --redis-url".into())),
+        _ => return Err(RedisSettingsError("unsupported --redis-url".into())),
     };
     if (opts.tls_ca.is_some() || opts.tls_client.is_some()) && !uses_tls(&opts.url) {
-        return Err(ConfigError(
+        return Err(RedisSettingsError(
             "--redis-tls-ca and --redis-tls-cert need a TLS URL (rediss://, rediss-cluster://, rediss-sentinel://)"
                 .into(),
         ));
@@ -198,7 +204,7 @@ fn configure(mut builder: Builder, opts: &ConnectOptions) -> Builder {
 }
 
 /// The password from `--redis-password` / `SLUICE_REDIS_PASSWORD` or `--redis-password-file`.
-fn password(opts: &ConnectOptions) -> Result<Option<Secret>, ConfigError> {
+fn password(opts: &ConnectOptions) -> Result<Option<Secret>, RedisSettingsError> {
     if let Some(p) = &opts.password {
         return Ok(Some(p.clone()));
     }
@@ -206,7 +212,7 @@ fn password(opts: &ConnectOptions) -> Result<Option<Secret>, ConfigError> {
         return Ok(None);
     };
     let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError(format!(
+        RedisSettingsError(format!(
             "cannot read --redis-password-file {}: {e}",
             path.display()
         ))
@@ -216,30 +222,30 @@ fn password(opts: &ConnectOptions) -> Result<Option<Secret>, ConfigError> {
     Ok(Some(Secret::new(text)))
 }
 
-fn roots(path: &Path) -> Result<rustls::RootCertStore, ConfigError> {
+fn roots(path: &Path) -> Result<rustls::RootCertStore, RedisSettingsError> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;
 
     let mut roots = rustls::RootCertStore::empty();
     let certs = CertificateDer::pem_file_iter(path).map_err(|e| {
-        ConfigError(format!(
+        RedisSettingsError(format!(
             "cannot read --redis-tls-ca {}: {e}",
             path.display()
         ))
     })?;
     for cert in certs {
         let cert = cert.map_err(|e| {
-            ConfigError(format!(
+            RedisSettingsError(format!(
                 "invalid PEM in --redis-tls-ca {}: {e}",
                 path.display()
             ))
         })?;
         roots.add(cert).map_err(|e| {
-            ConfigError(format!("invalid CA certificate in {}: {e}", path.display()))
+            RedisSettingsError(format!("invalid CA certificate in {}: {e}", path.display()))
         })?;
     }
     if roots.is_empty() {
-        return Err(ConfigError(format!(
+        return Err(RedisSettingsError(format!(
             "--redis-tls-ca {}: no certificate found",
             path.display()
         )));
@@ -251,14 +257,14 @@ fn roots(path: &Path) -> Result<rustls::RootCertStore, ConfigError> {
 fn tls_config(
     ca: Option<&Path>,
     client: Option<&(PathBuf, PathBuf)>,
-) -> Result<TlsConnector, ConfigError> {
+) -> Result<TlsConnector, RedisSettingsError> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
     // fred's own TLS default (system roots) cannot carry a client certificate: with one, the
     // CA that signed the server's certificate must be named too.
     let Some(ca) = ca else {
-        return Err(ConfigError(
+        return Err(RedisSettingsError(
             "--redis-tls-cert needs --redis-tls-ca (the CA that signed the Redis server's certificate)"
                 .into(),
         ));
@@ -266,7 +272,7 @@ fn tls_config(
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| ConfigError(format!("TLS: {e}")))?
+        .map_err(|e| RedisSettingsError(format!("TLS: {e}")))?
         .with_root_certificates(roots(ca)?);
     let config = match client {
         None => builder.with_no_client_auth(),
@@ -274,26 +280,26 @@ fn tls_config(
             let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
                 .and_then(|it| it.collect::<Result<_, _>>())
                 .map_err(|e| {
-                    ConfigError(format!(
+                    RedisSettingsError(format!(
                         "cannot read --redis-tls-cert {}: {e}",
                         cert.display()
                     ))
                 })?;
             if chain.is_empty() {
-                return Err(ConfigError(format!(
+                return Err(RedisSettingsError(format!(
                     "--redis-tls-cert {}: no certificate found",
                     cert.display()
                 )));
             }
             let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                ConfigError(format!(
+                RedisSettingsError(format!(
                     "cannot read --redis-tls-key {}: {e}",
                     key.display()
                 ))
             })?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| ConfigError(format!("--redis-tls-cert / --redis-tls-key: {e}")))?
+            builder.with_client_auth_cert(chain, key).map_err(|e| {
+                RedisSettingsError(format!("--redis-tls-cert / --redis-tls-key: {e}"))
+            })?
         }
     };
     Ok(TlsConnector::from(config))

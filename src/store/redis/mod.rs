@@ -70,7 +70,7 @@
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
 //! * **Failures**: a call that fails or exceeds `--redis-command-timeout` (or nine tenths of
-//!   what is left of the request's gRPC deadline, when less: [`deadline`](super::deadline))
+//!   what is left of the request's gRPC deadline, when less: [`Deadline`])
 //!   is an error with its [`ErrorKind`] (the caller's failure policy decides); a script call is never retried on another connection,
 //!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
 //!   the script on every primary and retries once. A [`breaker`] (one per Cluster primary)
@@ -107,7 +107,7 @@ use self::breaker::{Breaker, BreakerOptions};
 use self::calls::{eval, load_script, MIN_TIMEOUT, REJECTED};
 pub use self::cluster::nodes;
 use self::cluster::redirect;
-pub use self::connect::{ConfigError, ConnectOptions, Topology};
+pub use self::connect::{RedisSettingsError, ConnectOptions, Topology};
 pub use self::dial::CLIENT_NAME;
 use self::errors::{error, from_call, from_fred, from_reply};
 use self::link::dial::{self, Dial};
@@ -225,7 +225,7 @@ impl RedisStore {
     /// Starts connecting in the background and returns at once: Redis being down is not an
     /// error here (calls fail, per the breaker, until it is up); an invalid configuration is.
     /// Must be called within a Tokio runtime.
-    pub fn connect(opts: RedisOptions) -> Result<RedisStore, ConfigError> {
+    pub fn connect(opts: RedisOptions) -> Result<RedisStore, RedisSettingsError> {
         let (pool, topology) = connect::build_pool(&opts.connect)?;
         let (links, connections) = match topology {
             Topology::Cluster => (
@@ -267,7 +267,7 @@ impl RedisStore {
     /// threads, and on this one while its connection is not up, use the shared pool. The
     /// breaker, readiness and status stay the store's as a whole. Must be called within the
     /// thread's (current-thread) Tokio runtime; a second call on one thread does nothing.
-    pub fn attach_thread(&self) -> Result<(), ConfigError> {
+    pub fn attach_thread(&self) -> Result<(), RedisSettingsError> {
         let id = Arc::as_ptr(&self.inner);
         // Cluster: a connection per node, opened on the thread's first call there (the nodes
         // are learnt from the slot map, and change with it).

@@ -29,6 +29,8 @@ const WARN_EVERY: Duration = Duration::from_secs(5);
 /// interval, `probe_every`, when it is longer.
 const TICK: Duration = Duration::from_millis(20);
 
+// Probes and warnings are paced in real time on tokio's timers, which ManualClock cannot drive.
+#[allow(clippy::disallowed_methods)]
 pub(super) async fn run(store: Weak<Inner>, ready: watch::Sender<bool>) {
     let probe_every = match store.upgrade() {
         Some(inner) => inner.breaker_opts.probe_every,

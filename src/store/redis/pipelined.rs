@@ -6,7 +6,7 @@ use std::time::Duration;
 use fred::types::Value;
 use tokio::task::JoinHandle;
 
-use super::connect::{ConfigError, ConnectOptions};
+use super::connect::{ConnectOptions, RedisSettingsError};
 use super::dial::Dial;
 use super::errors::from_call;
 use super::link::Link;
@@ -24,9 +24,10 @@ pub struct PipelinedConnection {
 }
 
 impl PipelinedConnection {
-    pub fn connect(opts: &ConnectOptions) -> Result<PipelinedConnection, ConfigError> {
-        let dial = Dial::new(opts)?
-            .ok_or_else(|| ConfigError::new("a pipeline needs a standalone or Sentinel URL"))?;
+    pub fn connect(opts: &ConnectOptions) -> Result<PipelinedConnection, RedisSettingsError> {
+        let dial = Dial::new(opts)?.ok_or_else(|| {
+            RedisSettingsError::new("a pipeline needs a standalone or Sentinel URL")
+        })?;
         let (link, task) =
             Link::start(dial, opts.connect_timeout.max(Duration::from_secs(1)), true);
         Ok(PipelinedConnection { link, task })

@@ -47,7 +47,7 @@ use super::script::MAX_SAFE;
 /// spreading requests over many keys (those are decided by the script, as before).
 const REMEMBERED: usize = 65_536;
 
-/// A plain take's limit and window (µs), when a fast call is one ([`Plain::args`]).
+/// A plain take's limit and window (µs), when a fast call is one ([`Args::of`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Args {
     pub limit: i64,
@@ -59,7 +59,7 @@ impl Args {
     /// plain take can decide it: the Redis clock, one hit, mode 0 (no refund, no
     /// charge-always), a limit of at least 1 below the count cap (where the script's common
     /// case decides alone).
-    pub fn of(now: Option<Micros>, ints: &[i64]) -> Option<Args> {
+    pub(super) fn of(now: Option<Micros>, ints: &[i64]) -> Option<Args> {
         match (now, ints) {
             (None, &[limit, window, 1, 0]) if limit >= 1 && limit as u64 <= COUNT_CAP => {
                 Some(Args { limit, window })
@@ -103,31 +103,35 @@ pub(super) struct Plain {
 
 impl Plain {
     /// Forgets everything (a new connection may reach another server).
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         *self = Plain::default();
     }
 
     /// A reply told Redis' clock.
-    pub fn saw_clock(&mut self, now: Micros) {
+    // Estimates Redis' clock from the real time since a reply told it.
+    #[allow(clippy::disallowed_methods)]
+    pub(super) fn saw_clock(&mut self, now: Micros) {
         if now > 0 {
             self.clock = Some((now, crate::clock::monotonic()));
         }
     }
 
     /// Redis' clock now, as far as this connection can tell (it lags by the reply's trip).
-    pub fn estimate(&self) -> Option<Micros> {
+    // Estimates Redis' clock from the real time since a reply told it.
+    #[allow(clippy::disallowed_methods)]
+    pub(super) fn estimate(&self) -> Option<Micros> {
         let (at, read) = self.clock?;
         let since = i64::try_from(read.elapsed().as_micros()).unwrap_or(i64::MAX);
         Some(at.saturating_add(since))
     }
 
     /// The fingerprint the cache knows a key by (its RESP bulk string).
-    pub fn fingerprint(key: &[u8]) -> u64 {
+    pub(super) fn fingerprint(key: &[u8]) -> u64 {
         BuildHasherDefault::<DefaultHasher>::default().hash_one(key)
     }
 
     /// The key was charged in the window starting at `start`.
-    pub fn charged(&mut self, fingerprint: u64, start: Micros) {
+    pub(super) fn charged(&mut self, fingerprint: u64, start: Micros) {
         if self.charged.len() >= REMEMBERED && !self.charged.contains_key(&fingerprint) {
             self.charged.clear();
         }
@@ -137,7 +141,7 @@ impl Plain {
     /// A script's answer for a fixed_window take charged the key at `now`, in the window
     /// ending `reset` later. Only a charge in the window of `now` counts: one in a later
     /// window (the key holds one) must not send takes to the window of `now`.
-    pub fn learn(&mut self, fingerprint: u64, window: i64, now: Micros, reset: Micros) {
+    pub(super) fn learn(&mut self, fingerprint: u64, window: i64, now: Micros, reset: Micros) {
         let w = Window::epoch_aligned(now, window);
         if now.saturating_add(reset) == w.window_end.min(MAX_SAFE as i64) {
             self.charged(fingerprint, w.window_start);
@@ -146,7 +150,13 @@ impl Plain {
 
     /// The take to send plain for a queued fixed_window decision on `key`, if it may go so
     /// (`now`: [`Plain::estimate`], read once per write).
-    pub fn take(&self, now: Micros, key: &[u8], fingerprint: u64, args: Args) -> Option<Take> {
+    pub(super) fn take(
+        &self,
+        now: Micros,
+        key: &[u8],
+        fingerprint: u64,
+        args: Args,
+    ) -> Option<Take> {
         let start = Window::epoch_aligned(now, args.window).window_start;
         (self.charged.get(&fingerprint) == Some(&start)).then(|| Take {
             key: key.to_vec(),
@@ -157,12 +167,12 @@ impl Plain {
     }
 
     /// The `TIME` that begins a write of plain takes.
-    pub fn encode_time(out: &mut Vec<u8>) {
+    pub(super) fn encode_time(out: &mut Vec<u8>) {
         resp::encode_strs(out, &[b"TIME"]);
     }
 
     /// `HINCRBY key <start> <hits>`.
-    pub fn encode_take(out: &mut Vec<u8>, t: &Take, hits: i64) {
+    pub(super) fn encode_take(out: &mut Vec<u8>, t: &Take, hits: i64) {
         resp::command_header(out, 4);
         resp::bulk(out, b"HINCRBY");
         out.extend_from_slice(&t.key);
@@ -171,7 +181,7 @@ impl Plain {
     }
 
     /// `FCALL <fixed_window_mend> 1 key what start limit window`.
-    pub fn encode_mend(out: &mut Vec<u8>, function: &str, t: &Take, what: &str) {
+    pub(super) fn encode_mend(out: &mut Vec<u8>, function: &str, t: &Take, what: &str) {
         resp::command_header(out, 8);
         resp::bulk(out, b"FCALL");
         resp::bulk(out, function.as_bytes());
@@ -184,7 +194,7 @@ impl Plain {
     }
 
     /// The reply to the write's `TIME` (`[seconds, microseconds]`); false if it is not one.
-    pub fn saw_time(&mut self, f: &Frame) -> bool {
+    pub(super) fn saw_time(&mut self, f: &Frame) -> bool {
         self.written_at = None;
         let Frame::Array(Some(parts)) = f else {
             return false;
@@ -207,7 +217,7 @@ impl Plain {
 
     /// Decides a plain take from its `HINCRBY` reply (`c`: the field after it, `count + 1`),
     /// as `fixed_window.lua`'s common case does.
-    pub fn decide(&mut self, t: &Take, c: i64) -> Outcome {
+    pub(super) fn decide(&mut self, t: &Take, c: i64) -> Outcome {
         let Some(now) = self.written_at else {
             return Outcome::Mend("retake");
         };

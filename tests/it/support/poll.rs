@@ -3,17 +3,35 @@
 //! else makes progress (nothing here stands in for moving time).
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The longest any readiness wait may take before the test fails (a bound, not a timing).
 pub const READY_WITHIN: Duration = Duration::from_secs(60);
 
+/// Real monotonic time, for the tests' bounds (a hung process fails the test instead of
+/// hanging it) and for when a fault happened; tests read the clock only through these.
+#[allow(clippy::disallowed_methods)]
+pub fn real_now() -> Instant {
+    Instant::now()
+}
+
+/// Real time since `start` (a [`real_now`]).
+pub fn real_since(start: Instant) -> Duration {
+    real_now().saturating_duration_since(start)
+}
+
+/// tokio's now, for deadlines on tokio's timers.
+#[allow(clippy::disallowed_methods)]
+pub fn tokio_now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
+}
+
 /// Polls `cond` until it holds; panics with `what` if it does not within [`READY_WITHIN`].
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = sluice::clock::monotonic();
+    let start = real_now();
     while !cond() {
         assert!(
-            start.elapsed() < READY_WITHIN,
+            real_since(start) < READY_WITHIN,
             "timed out waiting for {what}"
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -36,10 +54,10 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let start = sluice::clock::monotonic();
+    let start = real_now();
     while !cond().await {
         assert!(
-            start.elapsed() < READY_WITHIN,
+            real_since(start) < READY_WITHIN,
             "timed out waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -217,7 +217,7 @@ impl RedisNode {
             .spawn()
             .expect("the Redis server (SLUICE_REDIS_SERVER or redis-server on PATH)");
         self.child = Some(child);
-        let start = sluice::clock::monotonic();
+        let start = crate::support::poll::real_now();
         loop {
             if self.answers() {
                 return true;
@@ -229,7 +229,7 @@ impl RedisNode {
                 }
             }
             assert!(
-                start.elapsed() < READY_WITHIN,
+                crate::support::poll::real_since(start) < READY_WITHIN,
                 "redis-server not ready: {}",
                 self.log()
             );
@@ -441,8 +441,8 @@ impl RedisSentinel {
                 child: Some(child),
                 _tmp: None,
             };
-            let start = sluice::clock::monotonic();
-            while !ping(port) && start.elapsed() < READY_WITHIN {
+            let start = crate::support::poll::real_now();
+            while !ping(port) && crate::support::poll::real_since(start) < READY_WITHIN {
                 if let Some(Ok(Some(_))) = node.child.as_mut().map(|c| c.try_wait()) {
                     node.child = None;
                     break;

@@ -19,19 +19,19 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use crate::store::redis::breaker::{Breaker, BreakerOptions};
-use crate::store::redis::connect::{self, ConfigError, ConnectOptions};
+use crate::store::redis::connect::{self, RedisSettingsError, ConnectOptions};
 use crate::store::redis::dial::Dial;
 use crate::store::redis::ConnectionTask;
 
 /// Slots of a Redis Cluster.
-pub const SLOTS: usize = 16_384;
+pub(crate) const SLOTS: usize = 16_384;
 
 /// How often the slot map is read while some node fails (or a slot has no node).
-pub const REFRESH_UNHEALTHY: Duration = Duration::from_millis(100);
+pub(crate) const REFRESH_UNHEALTHY: Duration = Duration::from_millis(100);
 
 /// How often the slot map is read while all is well (to see failovers and reshards that
 /// caused no error here).
-pub const REFRESH_HEALTHY: Duration = Duration::from_secs(5);
+pub(crate) const REFRESH_HEALTHY: Duration = Duration::from_secs(5);
 
 /// One primary: its pool and breaker, and how a serving thread opens its own connection to
 /// it ([`crate::store::redis::link`], made by the store on the thread's first call to this node).
@@ -66,7 +66,7 @@ struct SlotMap {
 const NONE: u16 = u16::MAX;
 
 /// The Cluster's primaries and who owns which slot.
-pub struct Nodes {
+pub(crate) struct Nodes {
     opts: ConnectOptions,
     breaker: BreakerOptions,
     /// The store's runtime: node connections run there, whichever thread found the node.
@@ -81,7 +81,10 @@ pub struct Nodes {
 
 impl Nodes {
     /// Must be called within the runtime that is to drive the node connections.
-    pub fn new(opts: &ConnectOptions, breaker: BreakerOptions) -> Result<Nodes, ConfigError> {
+    pub(crate) fn new(
+        opts: &ConnectOptions,
+        breaker: BreakerOptions,
+    ) -> Result<Nodes, RedisSettingsError> {
         let seeds = connect::cluster_seeds(opts)?;
         // Fail on a bad configuration now, not when the first node is found.
         let (host, port) = seeds.first().cloned().unwrap_or_default();
@@ -110,7 +113,7 @@ impl Nodes {
     }
 
     /// The primary owning `slot`, if known (if not, the map is read again soon).
-    pub fn route(&self, slot: u16) -> Option<Arc<Node>> {
+    pub(crate) fn route(&self, slot: u16) -> Option<Arc<Node>> {
         let map = self.read();
         let node = match map.slots.get(usize::from(slot)) {
             Some(&i) if i != NONE => map.nodes.get(usize::from(i)).cloned(),
@@ -123,7 +126,7 @@ impl Nodes {
     }
 
     /// The node at `addr` (`host:port`), created when new (not yet in the map).
-    pub fn node(&self, addr: &str) -> Result<Arc<Node>, ConfigError> {
+    pub(crate) fn node(&self, addr: &str) -> Result<Arc<Node>, RedisSettingsError> {
         if let Some(n) = self.read().nodes.iter().find(|n| n.addr == addr) {
             return Ok(n.clone());
         }
@@ -136,9 +139,10 @@ impl Nodes {
         Ok(node)
     }
 
-    fn create(&self, addr: &str) -> Result<Arc<Node>, ConfigError> {
-        let (host, port) = split_addr(addr)
-            .ok_or_else(|| ConfigError::new(format!("invalid cluster node address {addr}")))?;
+    fn create(&self, addr: &str) -> Result<Arc<Node>, RedisSettingsError> {
+        let (host, port) = split_addr(addr).ok_or_else(|| {
+            RedisSettingsError::new(format!("invalid cluster node address {addr}"))
+        })?;
         let pool = connect::build_node_pool(&self.opts, host, port)?;
         let dial = Dial::node(&self.opts, host, port)?;
         let tasks = {
@@ -159,7 +163,7 @@ impl Nodes {
 
     /// A `MOVED slot addr` reply: the slot is `addr`'s from now on (and the whole map is
     /// read again soon, since a reshard or failover moves more than one slot).
-    pub fn moved(&self, slot: u16, addr: &str) -> Result<Arc<Node>, ConfigError> {
+    pub(crate) fn moved(&self, slot: u16, addr: &str) -> Result<Arc<Node>, RedisSettingsError> {
         let node = self.node(addr)?;
         let mut map = self.write();
         if let Some(i) = map.nodes.iter().position(|n| Arc::ptr_eq(n, &node)) {
@@ -172,12 +176,12 @@ impl Nodes {
     }
 
     /// Every node of the map (primaries, and nodes learnt from redirections).
-    pub fn all(&self) -> Vec<Arc<Node>> {
+    pub(crate) fn all(&self) -> Vec<Arc<Node>> {
         self.read().nodes.clone()
     }
 
     /// Every slot has a node, and that node is connected with the script loaded.
-    pub fn ready(&self) -> bool {
+    pub(crate) fn ready(&self) -> bool {
         let map = self.read();
         let used = used_nodes(&map);
         map.slots.iter().all(|&i| i != NONE)
@@ -189,7 +193,7 @@ impl Nodes {
     }
 
     /// Some slot has no node, or its node is down or its breaker open.
-    pub fn unhealthy(&self) -> bool {
+    pub(crate) fn unhealthy(&self) -> bool {
         let map = self.read();
         map.slots.contains(&NONE)
             || used_nodes(&map).iter().any(|&i| {
@@ -199,13 +203,13 @@ impl Nodes {
     }
 
     /// Takes the "read the map again now" flag.
-    pub fn take_stale(&self) -> bool {
+    pub(crate) fn take_stale(&self) -> bool {
         self.stale.swap(false, Ordering::Relaxed)
     }
 
     /// Reads `CLUSTER SLOTS` from a node that answers (a known primary, else a seed) and
     /// replaces the map; nodes no longer owning a slot are dropped.
-    pub async fn refresh(&self, timeout: Duration) -> Result<(), String> {
+    pub(crate) async fn refresh(&self, timeout: Duration) -> Result<(), String> {
         let mut candidates: Vec<String> = self
             .all()
             .iter()
@@ -244,7 +248,7 @@ impl Nodes {
         Err(last)
     }
 
-    fn install(&self, ranges: &[(u16, u16, String)]) -> Result<(), ConfigError> {
+    fn install(&self, ranges: &[(u16, u16, String)]) -> Result<(), RedisSettingsError> {
         let mut nodes: Vec<Arc<Node>> = Vec::new();
         let mut slots = vec![NONE; SLOTS].into_boxed_slice();
         for (start, end, addr) in ranges {
@@ -286,7 +290,7 @@ fn used_nodes(map: &SlotMap) -> Vec<usize> {
 }
 
 /// `host:port` (the host may be an IPv6 address: the port follows the last colon).
-pub fn split_addr(addr: &str) -> Option<(&str, u16)> {
+pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
     let (host, port) = addr.rsplit_once(':')?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     Some((host, port.parse().ok()?))

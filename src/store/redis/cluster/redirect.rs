@@ -21,7 +21,7 @@ use fred::prelude::{Client, ClientLike};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::nodes::{self, Nodes};
-use crate::store::redis::connect::ConfigError;
+use crate::store::redis::connect::RedisSettingsError;
 use crate::store::redis::link::{CallError, Link};
 use crate::store::redis::resp::{self, Frame};
 use crate::store::redis::script::{self, Scope};
@@ -96,7 +96,7 @@ impl Inner {
             };
             // The node answered: it is up, whoever owns the slot now.
             node.breaker.success();
-            let cluster = |e: ConfigError| error(ErrorKind::Cluster, e.to_string());
+            let cluster = |e: RedisSettingsError| error(ErrorKind::Cluster, e.to_string());
             let mut redirected = |what: &str| {
                 redirects += 1;
                 if redirects > MAX_REDIRECTS {

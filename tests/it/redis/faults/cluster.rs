@@ -161,24 +161,24 @@ async fn killed_primary(threads: Option<usize>) {
     let load = load(&store, keys, threads, 6, Duration::from_millis(5));
     load.more(200).await;
 
-    let killed_at = sluice::clock::monotonic();
+    let killed_at = crate::support::poll::real_now();
     let victim_node = cluster.nodes.iter_mut().find(|n| n.port == victim).unwrap();
     victim_node.kill();
     // The replica takes over after the cluster node timeout (5 s here).
     let promoted = tokio::task::spawn_blocking({
         let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();
         move || {
-            let start = sluice::clock::monotonic();
+            let start = crate::support::poll::real_now();
             loop {
                 let masters = ports
                     .iter()
                     .filter(|&&p| ping(p) && redis_support::cli(p, &["ROLE"]).starts_with("master"))
                     .count();
                 if masters == 3 {
-                    return sluice::clock::monotonic();
+                    return crate::support::poll::real_now();
                 }
                 assert!(
-                    start.elapsed() < Duration::from_secs(50),
+                    crate::support::poll::real_since(start) < Duration::from_secs(50),
                     "no replica promoted"
                 );
                 std::thread::sleep(Duration::from_millis(10));
@@ -305,7 +305,7 @@ async fn a_stalled_cluster_primary_costs_only_its_own_slots_on_serving_threads()
     );
     assert!(!load.opened.load(Ordering::Relaxed), "a breaker opened");
 
-    let started = sluice::clock::monotonic();
+    let started = crate::support::poll::real_now();
     let ended = debug_sleep(victim, "1.5").await;
     load.more(300).await;
     let outcomes = load.stop().await;

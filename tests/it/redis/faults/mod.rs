@@ -113,11 +113,11 @@ impl Worker {
         while !self.stop.load(Ordering::Relaxed) {
             let k = i % self.keys.len();
             let check = [Check::new(&self.keys[k], &limit, Ask::take(1))];
-            let started = sluice::clock::monotonic();
+            let started = crate::support::poll::real_now();
             let result = self.store.decide_checks(&check, T0, Deadline::NONE).await;
             let ok = result.is_ok();
             let error = result.err().map(|e| e.kind().as_str());
-            let at = sluice::clock::monotonic();
+            let at = crate::support::poll::real_now();
             if self.store.status().breaker_open {
                 self.opened.store(true, Ordering::Relaxed);
             }
@@ -247,7 +247,7 @@ async fn debug_sleep(port: u16, secs: &str) -> Instant {
             .status()
             .expect("redis-cli runs");
         assert!(status.success());
-        sluice::clock::monotonic()
+        crate::support::poll::real_now()
     })
     .await
     .unwrap()

@@ -17,7 +17,7 @@ async fn a_sentinel_failover_is_followed() {
     load.more(50).await;
 
     setup.master.kill();
-    let killed = sluice::clock::monotonic();
+    let killed = crate::support::poll::real_now();
     let want = replica.port.to_string();
     wait_until_async("the sentinel to promote the replica", || async {
         setup
@@ -26,7 +26,7 @@ async fn a_sentinel_failover_is_followed() {
             .contains(&want)
     })
     .await;
-    let promoted = sluice::clock::monotonic();
+    let promoted = crate::support::poll::real_now();
     wait_until_async("calls to succeed on the new primary", || async {
         load.outcomes().iter().any(|o| o.ok && o.at > promoted)
     })

@@ -62,7 +62,7 @@ async fn a_killed_and_restarted_redis_is_used_again_within_a_second() {
     })
     .await;
     redis.restart();
-    let back = sluice::clock::monotonic();
+    let back = crate::support::poll::real_now();
     wait_until_async("calls to succeed again", || async {
         load.outcomes().iter().any(|o| o.ok && o.at > back)
     })

@@ -1,5 +1,5 @@
 //! `POST /json[?explain=true]` on the HTTP port: the RLS API in JSON (codec in
-//! [`super::json`]) through the same [`Pipeline`] as gRPC (size limits, in-flight bound,
+//! [`super::rls_json`]) through the same [`Pipeline`] as gRPC (size limits, in-flight bound,
 //! deadline from a `grpc-timeout` header), after the HTTP port's gate ([`super::http_gate`],
 //! [`body_route`]) has read its body: `application/json` only, within `--max-request-bytes` and
 //! `--http-body-timeout`. 200 when OK, 429 when over the limit; refusals get
@@ -17,8 +17,7 @@ use axum::Router;
 use super::code_name::grpc_code_name;
 use super::http_gate::BodyRoute;
 use super::pipeline::Pipeline;
-use super::{convert, json};
-use crate::clock::monotonic;
+use super::{convert, rls_json};
 use crate::limiter::Code;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -31,7 +30,7 @@ struct JsonApi<S> {
 
 /// What the HTTP port's gate lets through to `/json`: JSON bodies of at most
 /// `--max-request-bytes`.
-pub fn body_route(max_request_bytes: usize) -> BodyRoute {
+pub(crate) fn body_route(max_request_bytes: usize) -> BodyRoute {
     BodyRoute {
         path: "/json",
         max_bytes: max_request_bytes,
@@ -44,7 +43,10 @@ pub fn body_route(max_request_bytes: usize) -> BodyRoute {
 const METHOD: &str = "json";
 
 /// The `/json` route; `pipeline` `None` answers 404 saying how to enable it.
-pub fn router<S: Store>(pipeline: Option<Pipeline<S>>, metrics: Option<Arc<Metrics>>) -> Router {
+pub(crate) fn router<S: Store>(
+    pipeline: Option<Pipeline<S>>,
+    metrics: Option<Arc<Metrics>>,
+) -> Router {
     Router::new()
         .route("/json", post(handle::<S>))
         // The HTTP port's gate has read the body within `--max-request-bytes` already.
@@ -75,7 +77,8 @@ async fn handle<S: Store>(
             }),
         );
     };
-    let started = monotonic();
+    let clock = pipeline.limiter().clock();
+    let started = clock.monotonic();
     let explain = uri
         .query()
         .is_some_and(|q| q.split('&').any(|p| p == "explain" || p == "explain=true"));
@@ -85,13 +88,13 @@ async fn handle<S: Store>(
         .and_then(convert::grpc_timeout);
     let result = async {
         pipeline.check_size(body.len())?;
-        let req = json::parse(&body).map_err(tonic::Status::invalid_argument)?;
+        let req = rls_json::parse(&body).map_err(tonic::Status::invalid_argument)?;
         if explain {
             let (r, e) = pipeline.explain(req, timeout).await?;
-            Ok((json::response(&r, Some(&e)), r.overall))
+            Ok((rls_json::response(&r, Some(&e)), r.overall))
         } else {
             let r = pipeline.decide(req, timeout).await?;
-            Ok((json::response(&r, None), r.overall))
+            Ok((rls_json::response(&r, None), r.overall))
         }
     }
     .await;
@@ -106,7 +109,7 @@ async fn handle<S: Store>(
         ),
     };
     if let Some(m) = &api.metrics {
-        m.rpc(METHOD, code, started.elapsed().as_secs_f64());
+        m.rpc_since(METHOD, code, started);
     }
     reply(status, body)
 }

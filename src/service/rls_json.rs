@@ -2,7 +2,7 @@
 //! `RateLimitRequest` in, a `RateLimitResponse` out, in protobuf's JSON mapping (camelCase
 //! names out; camelCase or the proto's snake_case names in; enums by name; 64-bit numbers as
 //! numbers or strings), as envoyproxy/ratelimit's `/json` endpoint. The HTTP handler is in
-//! [`super::json_api`].
+//! [`super::json_route`].
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -92,12 +92,12 @@ fn unit(v: &Value) -> Result<i32, String> {
 
 /// Parses and validates a JSON `RateLimitRequest` (the same checks as over gRPC, without
 /// the size limits: for `sluice check --requests`).
-pub fn request(body: &[u8]) -> Result<Request, String> {
+pub(crate) fn request(body: &[u8]) -> Result<Request, String> {
     convert::request(parse(body)?)
 }
 
 /// Parses a JSON `RateLimitRequest` into its protobuf form.
-pub fn parse(body: &[u8]) -> Result<RateLimitRequest, String> {
+pub(crate) fn parse(body: &[u8]) -> Result<RateLimitRequest, String> {
     let r: JsonRequest = serde_json::from_slice(body).map_err(|e| format!("invalid JSON: {e}"))?;
     let hits_addend = match &r.hits_addend {
         None => 0,
@@ -155,7 +155,7 @@ fn duration(us: i64) -> String {
 
 /// The response in protobuf's JSON form (fields at their default value left out, as
 /// protojson does), with `explain` when given.
-pub fn response(r: &Response, explain: Option<&[Explanation]>) -> Value {
+pub(crate) fn response(r: &Response, explain: Option<&[Explanation]>) -> Value {
     let mut out = Map::new();
     out.insert("overallCode".into(), json!(r.overall.as_str()));
     let statuses: Vec<Value> = r

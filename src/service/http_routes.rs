@@ -1,5 +1,5 @@
 //! The HTTP side port: `/healthcheck`, `/rlconfig`, `/metrics`, `/version`; `POST /json`
-//! is merged in from [`super::json_api`]. The Prometheus and debug listeners serve subsets.
+//! is merged in from [`super::json_route`]. The Prometheus and debug listeners serve subsets.
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use crate::statsd::Mapper;
 use crate::store::Store;
 
 /// What the HTTP handlers read.
-pub struct HttpContext<S> {
+pub(crate) struct HttpContext<S> {
     pub state: Arc<ServiceState>,
     /// Whose rules `/rlconfig` shows.
     pub limiter: Arc<Limiter<S>>,
@@ -34,7 +34,7 @@ impl<S> Clone for HttpContext<S> {
     }
 }
 
-pub fn router<S: Store>(cx: HttpContext<S>) -> Router {
+pub(crate) fn router<S: Store>(cx: HttpContext<S>) -> Router {
     Router::new()
         .route("/healthcheck", get(healthcheck::<S>))
         .route("/rlconfig", get(rlconfig::<S>))
@@ -45,7 +45,7 @@ pub fn router<S: Store>(cx: HttpContext<S>) -> Router {
 
 /// Only `/metrics`, for a separate Prometheus listener (`--prometheus-addr`): sluice's names,
 /// or with `statsd` envoyproxy/ratelimit's statsd names through that mapping.
-pub fn metrics_router<S: Store>(cx: HttpContext<S>, statsd: Option<Arc<Mapper>>) -> Router {
+pub(crate) fn metrics_router<S: Store>(cx: HttpContext<S>, statsd: Option<Arc<Mapper>>) -> Router {
     match statsd {
         None => Router::new()
             .route("/metrics", get(metrics::<S>))
@@ -76,7 +76,7 @@ fn statsd_metrics(metrics: Option<&Metrics>, mapper: &Mapper) -> HttpResponse {
 
 /// Only `/rlconfig`, for envoyproxy/ratelimit's debug port (`--debug-addr`), where
 /// `egctl x config ratelimit` reads it.
-pub fn debug_router<S: Store>(cx: HttpContext<S>) -> Router {
+pub(crate) fn debug_router<S: Store>(cx: HttpContext<S>) -> Router {
     Router::new()
         .route("/rlconfig", get(rlconfig::<S>))
         .with_state(cx)
@@ -91,7 +91,7 @@ async fn healthcheck<S>(State(cx): State<HttpContext<S>>) -> (StatusCode, &'stat
 }
 
 /// RFC 3339 UTC, to the millisecond.
-pub fn timestamp(us: Micros) -> String {
+pub(crate) fn timestamp(us: Micros) -> String {
     chrono::DateTime::from_timestamp_micros(us)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
         .unwrap_or_else(|| us.to_string())

@@ -31,15 +31,15 @@ use super::accept::Port;
 use super::http_gate::HttpGate;
 
 /// Connections a port accepts beyond `--http-max-connections`, for `/healthcheck` only.
-pub const HEALTH_RESERVE: usize = 8;
+pub(crate) const HEALTH_RESERVE: usize = 8;
 /// The time a reserved connection has to send its request's headers.
-pub const RESERVE_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const RESERVE_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 /// The one path a reserved connection answers.
 const HEALTH_PATH: &str = "/healthcheck";
 
 /// Serves `router` on `listener` within `port`'s limits until `stop` turns `true`, then drains.
 /// A zero `header_read_timeout` sets none.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     port: Arc<Port>,
     router: Router,

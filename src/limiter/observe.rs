@@ -12,7 +12,7 @@ use crate::stats::{self, Observation, RuleCounters, StatsRegistry};
 use crate::store::Verdict;
 
 /// Counts each limited descriptor of `plan` (refunds excepted) by its reported verdict.
-pub fn record(stats: &StatsRegistry, plan: &Plan<'_>, verdicts: &[Verdict]) {
+pub(crate) fn record(stats: &StatsRegistry, plan: &Plan<'_>, verdicts: &[Verdict]) {
     let Some(domain) = plan.domain else {
         return;
     };
@@ -42,7 +42,7 @@ pub fn record(stats: &StatsRegistry, plan: &Plan<'_>, verdicts: &[Verdict]) {
 
 /// Counts what an RLQS client reported for each limited descriptor of `plan`: `allowed`
 /// requests as charged and within the limit (`remaining` left), `denied` as over it.
-pub fn record_reported(
+pub(crate) fn record_reported(
     stats: &StatsRegistry,
     plan: &Plan<'_>,
     allowed: u64,
@@ -77,7 +77,7 @@ pub fn record_reported(
 }
 
 /// The stats key of a limited descriptor (see [`crate::stats`]).
-pub fn stats_key_of(domain: &Domain, r: &Resolved<'_>, d: &Descriptor) -> Option<String> {
+pub(crate) fn stats_key_of(domain: &Domain, r: &Resolved<'_>, d: &Descriptor) -> Option<String> {
     match r {
         Resolved::Limited {
             rule: Some(rule),
