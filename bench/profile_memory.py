@@ -44,7 +44,7 @@ import tools  # noqa: E402
 # Stage -> patterns of the functions whose inclusive instructions it is. No function of one
 # stage calls a function of another, so the stages add up.
 STAGES = [
-    ("decode", [r"ProstDecoder<.*RateLimitRequest.*>.*decode\b",
+    ("decode", [r"ProstDecoder<.*> as tonic::codec::Decoder>::decode\b",
                 r"sluice::service::limits::RequestLimits::check\b",
                 r"sluice::service::convert::request\b"]),
     ("match", [r"sluice::limiter::resolve::resolve\b"]),
@@ -54,7 +54,7 @@ STAGES = [
     ("metrics", [r"sluice::metrics::Metrics::rpc\b", r"sluice::limiter::statistics::record\b",
                  r"sluice::limiter::Limiter<.*>::record_store_time\b"]),
     ("encode", [r"sluice::service::convert::response\b",
-                r"ProstEncoder<.*RateLimitResponse.*>.*encode\b"]),
+                r"ProstEncoder<.*> as tonic::codec::Encoder>::encode\b"]),
 ]
 SUBJECTS = {
     "floor": ("noop", ["--descriptor", "k=x"]),
