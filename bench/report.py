@@ -16,6 +16,7 @@ import statistics
 import sys
 from collections import defaultdict
 
+import report_memory_cost
 import report_redis_cost
 
 HEAD = "c16"
@@ -184,6 +185,7 @@ class Report:
         row(f"Memory, 1M keys: server CPU/request ≤ 1.3× the floor ({HEAD})",
             self.ratio(("memory-1m-keys", "sluice", HEAD), "server_cpu_us_per_request",
                        ("floor", "noop-current", HEAD)), 1.3, True, "×")
+        report_memory_cost.target_rows(self, row)
         row(f"Memory: throughput on 2 cores above a one-thread server's (× no-op current-thread, {HEAD})",
             self.ratio(("memory-1-key", "sluice", HEAD), "throughput_rps",
                        ("floor", "noop-current", HEAD)), 1.0, False, "×")
@@ -345,6 +347,8 @@ class Report:
             self.closed_row("floor: no-op, current-thread, 5 descriptors", floor5, floor5),
             self.closed_row("sluice, 5 descriptors per request", ("memory-5-descriptors", "sluice", HEAD),
                             floor5),
+            self.closed_row("sluice, 5 descriptors × 2 limits, 10k keys",
+                            ("memory-5x2", "sluice", HEAD), floor5),
         ])
         algos = sorted(k[0] for k in self.r if k[0].startswith("algorithm-") and k[2] == HEAD)
         if algos:
@@ -643,6 +647,8 @@ class Report:
         self.header()
         self.targets()
         self.memory()
+        report_memory_cost.profile_section(self)
+        report_memory_cost.peers_section(self)
         self.sweep(plots)
         self.open_loop(plots)
         self.redis()

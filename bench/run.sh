@@ -11,7 +11,8 @@
 # server itself on free 127.0.0.1 ports (never 6379) and stops them on exit. Writes one JSON per
 # measurement to bench/results/MODE/, then bench/report.py writes BENCHMARKS.md and
 # bench/plots/*.png. SCENARIOS="memory redis ..." runs a subset (names: memory open-memory
-# redis two-instances cluster envoy reload rlqs memory-bytes matching peers); the report then shows what was measured.
+# redis two-instances cluster envoy reload rlqs memory-bytes matching profile peers); the report
+# then shows what was measured.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,7 +32,7 @@ case "$MODE" in
 esac
 # peers (sluice against Kuadrant/limitador on one Redis) runs when LIMITADOR_BIN names a
 # limitador-server built from its public source: this suite does not build it (bench/peers.py).
-SCENARIOS=${SCENARIOS:-"memory open-memory redis two-instances cluster envoy reload rlqs memory-bytes matching${LIMITADOR_BIN:+ peers}"}
+SCENARIOS=${SCENARIOS:-"memory open-memory redis two-instances cluster envoy reload rlqs memory-bytes matching profile${LIMITADOR_BIN:+ peers}"}
 # The concurrency of every headline table: requests in flight, over 2 HTTP/2 connections.
 HEAD=16
 # Requests in flight that the open loop allows before it counts a request as late.
@@ -66,7 +67,7 @@ install_tools() {
         *" envoy "*) command -v wrk >/dev/null 2>&1 || packages+=(wrk) ;;
     esac
     case " $SCENARIOS " in
-        *" redis "*) command -v valgrind >/dev/null 2>&1 || packages+=(valgrind) ;;
+        *" redis "* | *" profile "*) command -v valgrind >/dev/null 2>&1 || packages+=(valgrind) ;;
     esac
     command -v curl >/dev/null 2>&1 || packages+=(curl)
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
@@ -236,6 +237,9 @@ MANY_KEYS=(--descriptor "k=u{i}" --keys 1000000)
 TEN_K_KEYS=(--descriptor "k=u{i}" --keys 10000)
 FIVE_DESCRIPTORS=(--descriptor "k=a" --descriptor "k=b" --descriptor "k=c"
     --descriptor "k=d" --descriptor "k=e")
+# Five descriptors of two limits each (bench/config's `two`) over 10,000 keys.
+FIVE_BY_TWO=(--descriptor "two=a{i}" --descriptor "two=b{i}" --descriptor "two=c{i}"
+    --descriptor "two=d{i}" --descriptor "two=e{i}" --keys 10000)
 
 algorithm_flags() {
     if [ "$1" = distinct ]; then
@@ -268,6 +272,7 @@ scenario_memory() {
             "${FIVE_DESCRIPTORS[@]}"
         closed memory-5-descriptors sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
             "${FIVE_DESCRIPTORS[@]}"
+        closed memory-5x2 sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" "${FIVE_BY_TWO[@]}"
         for a in $ALGORITHMS; do
             # shellcheck disable=SC2046 # algorithm_flags prints flags to split
             closed "algorithm-$a" sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
@@ -600,6 +605,15 @@ scenario_peers() {
         { tail -n 20 "$WORK/peers.log" >&2; die "bench/peers.py failed"; }
 }
 
+# Instructions per request of the memory path by stage, against the no-op floor, counted by
+# callgrind (deterministic: one run; bench/profile_memory.py).
+scenario_profile() {
+    log "instructions per request by stage, under callgrind (bench/profile_memory.py)"
+    python3 bench/profile_memory.py --sluice "$SLUICE" --bench "$BENCH" --out "$OUT" \
+        2>>"$WORK/profile.log" >"$WORK/profile.md" ||
+        { tail -n 20 "$WORK/profile.log" >&2; die "bench/profile_memory.py failed"; }
+}
+
 # --- Main -----------------------------------------------------------------------------------
 
 install_tools
@@ -628,6 +642,7 @@ for s in $SCENARIOS; do
         rlqs) scenario_rlqs ;;
         memory-bytes) scenario_memory_bytes ;;
         matching) scenario_matching ;;
+        profile) scenario_profile ;;
         peers) scenario_peers ;;
         *) die "unknown scenario $s" ;;
     esac

@@ -12,6 +12,7 @@ use crate::stats::{self, Observation, RuleCounters, StatsRegistry};
 use crate::store::Verdict;
 
 /// Counts each limited descriptor of `plan` (refunds excepted) by its reported verdict.
+#[inline(never)] // a stage the profile counts (bench/profile_memory.py)
 pub(crate) fn record(stats: &StatsRegistry, plan: &Plan<'_>, verdicts: &[Verdict]) {
     let Some(domain) = plan.domain else {
         return;

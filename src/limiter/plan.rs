@@ -77,6 +77,7 @@ impl<'a> Plan<'a> {
         Ok(plan)
     }
 
+    #[inline(never)] // a stage the profile counts (bench/profile_memory.py)
     fn add_checks(&mut self, domain: &Domain, i: usize, prefix: &[u8]) {
         let Resolved::Limited {
             steps,
@@ -139,6 +140,7 @@ impl<'a> Plan<'a> {
     }
 
     /// The checks for [`Store::decide`](crate::store::Store::decide), in plan order.
+    #[inline(never)] // a stage the profile counts (bench/profile_memory.py)
     pub fn checks(&self) -> Vec<Check<'_>> {
         let on_store_error = self.domain.and_then(|d| d.on_store_error);
         self.planned

@@ -65,6 +65,7 @@ impl<'r> Resolved<'r> {
 /// Resolves every descriptor of `req` in `domain` (`None`: a domain with no rules), giving up
 /// with DEADLINE_EXCEEDED once `deadline` passes while matching (asked at a coarse
 /// granularity: see [`Budget`]).
+#[inline(never)] // a stage the profile counts (bench/profile_memory.py)
 pub(crate) fn resolve<'r>(
     domain: Option<&'r Domain>,
     req: &Request,

@@ -35,6 +35,7 @@ impl Default for RequestLimits {
 
 impl RequestLimits {
     /// The first limit `req` breaks, as the INVALID_ARGUMENT message (naming the setting).
+    #[inline(never)] // a stage the profile counts (bench/profile_memory.py)
     pub fn check(&self, req: &RateLimitRequest) -> Result<(), String> {
         if req.domain.len() > self.max_domain_bytes {
             return Err(format!(

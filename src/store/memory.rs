@@ -204,6 +204,7 @@ impl MemoryStore {
     }
 
     /// Decides synchronously (the memory store never waits).
+    #[inline(never)] // a stage the profile counts (bench/profile_memory.py)
     pub fn decide_now(&self, checks: &[Check<'_>], now: Micros) -> Vec<Verdict> {
         let mut order: Vec<usize> = checks.iter().map(|c| self.shard_of(c.key)).collect();
         order.sort_unstable();
