@@ -294,7 +294,6 @@ impl Metrics {
             .collect()
     }
 
-    /// Records one answered request.
     /// The clock latencies are measured with: a request's start is `clock().monotonic()`.
     pub fn clock(&self) -> &dyn Clock {
         &*self.clock
@@ -305,6 +304,7 @@ impl Metrics {
         self.rpc(method, code, self.clock.since(started).as_secs_f64());
     }
 
+    /// Records one answered request.
     #[inline(never)] // a stage the profile counts (bench/profile_memory.py)
     pub fn rpc(&self, method: &'static str, code: &'static str, seconds: f64) {
         let attrs = [KeyValue::new("method", method), KeyValue::new("code", code)];

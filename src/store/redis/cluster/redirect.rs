@@ -45,6 +45,8 @@ impl Inner {
     /// The one redirect loop: `send` on the primary owning `slot` (or the node an `ASK` names),
     /// behind its breaker, until it is not redirected; bounded by [`MAX_REDIRECTS`] and
     /// `timeout`. The outcome is told to the node's breaker (see the module docs).
+    // Callers' deadlines, stalls and redirect pauses are real time, kept on tokio's timers.
+    #[allow(clippy::disallowed_methods)]
     pub(in crate::store::redis) async fn follow<T, F, Fut>(
         &self,
         nodes: &Nodes,

@@ -95,6 +95,8 @@ struct Reply {
 type Answer = oneshot::Receiver<Result<Frame, CallError>>;
 
 impl Reply {
+    // Callers' deadlines, stalls and redirect pauses are real time, kept on tokio's timers.
+    #[allow(clippy::disallowed_methods)]
     fn new(timeout: Duration) -> (Reply, Answer) {
         let (tx, rx) = oneshot::channel();
         let deadline = Instant::now() + timeout;
@@ -226,6 +228,8 @@ impl State {
 
     /// Times out every caller past its deadline; returns the earliest deadline left (also
     /// kept as [`State::timer`]).
+    // Callers' deadlines, stalls and redirect pauses are real time, kept on tokio's timers.
+    #[allow(clippy::disallowed_methods)]
     fn expire(&mut self) -> Option<Instant> {
         let now = Instant::now();
         let mut next: Option<Instant> = None;

@@ -4,6 +4,8 @@
 use super::*;
 
 /// Connects, serves, and connects again, for as long as the link exists.
+// Callers' deadlines, stalls and redirect pauses are real time, kept on tokio's timers.
+#[allow(clippy::disallowed_methods)]
 pub(super) async fn run(shared: Arc<Shared>, dial: Dial, stall: Duration) {
     let _down = Down(shared.clone());
     let mut delay = Duration::ZERO;
@@ -49,6 +51,8 @@ pub(super) async fn run(shared: Arc<Shared>, dial: Dial, stall: Duration) {
 }
 
 /// Writes what is queued and hands out replies until the connection fails; returns why.
+// Callers' deadlines, stalls and redirect pauses are real time, kept on tokio's timers.
+#[allow(clippy::disallowed_methods)]
 pub(super) async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) -> String {
     let mut inbox: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut batch: Vec<u8> = Vec::with_capacity(16 * 1024);
