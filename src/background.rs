@@ -8,7 +8,7 @@
 /// threads (tokio's blocking pool, at normal priority) never compete with serving threads for
 /// the tens of milliseconds a large config takes. Runs `work` on the calling thread when no
 /// thread can be started.
-pub fn at_lowest_priority<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+pub(crate) fn at_lowest_priority<T: Send>(work: impl FnOnce() -> T + Send) -> T {
     let mut work = Some(work);
     let ran = std::thread::scope(|scope| {
         let handle = std::thread::Builder::new()

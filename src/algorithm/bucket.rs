@@ -45,7 +45,7 @@ pub(crate) struct Params {
 }
 
 impl Params {
-    pub fn of(limit: &Limit) -> Params {
+    pub(crate) fn of(limit: &Limit) -> Params {
         if limit.requests() == 0 {
             return Params {
                 hit: 1,

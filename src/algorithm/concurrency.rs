@@ -36,7 +36,7 @@ pub(crate) fn expiry(now: Micros, lease_time: Micros) -> Micros {
     }
 }
 
-pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
+pub(crate) fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
     let n = limit.requests();
     let mut leases: Vec<(Micros, u64)> = match prev {
         Some(s) => {

@@ -11,12 +11,12 @@ pub(crate) mod calendar;
 pub(crate) mod concurrency;
 pub mod distinct;
 pub mod fixed_window;
-pub mod gcra;
-pub mod leaky_bucket;
+pub(crate) mod gcra;
+pub(crate) mod leaky_bucket;
 mod limit;
-pub mod sliding_log;
-pub mod sliding_window;
-pub mod token_bucket;
+pub(crate) mod sliding_log;
+pub(crate) mod sliding_window;
+pub(crate) mod token_bucket;
 
 #[cfg(test)]
 pub(crate) mod timeline;

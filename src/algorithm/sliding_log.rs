@@ -16,7 +16,7 @@ pub struct State {
     pub log: Vec<Micros>,
 }
 
-pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
+pub(crate) fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
     let window = limit.window();
     let n = limit.requests();
     let mut log: Vec<Micros> = match prev {

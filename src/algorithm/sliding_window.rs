@@ -24,7 +24,7 @@ pub struct State {
     pub counts: Vec<u64>,
 }
 
-pub fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
+pub(crate) fn evaluate(limit: &Limit, prev: Option<&State>, now: Micros, ask: Ask) -> Outcome {
     let p = limit.precision().map_or(1, |p| p.get()) as usize;
     let sub = (limit.window() / p as Micros).max(1);
     let window = sub * p as Micros;

@@ -133,7 +133,12 @@ impl Hold {
     /// not used, or charges the overrun even over the limit (a debt the next requests pay).
     /// A `concurrency` hold is leases, not usage: the work is over once it is settled, so
     /// every lease is released whatever `actual` is. `None` when there is nothing to do.
-    pub fn settle<'a>(&'a self, limit: &'a Limit, actual: u64, group: u32) -> Option<Check<'a>> {
+    pub(crate) fn settle<'a>(
+        &'a self,
+        limit: &'a Limit,
+        actual: u64,
+        group: u32,
+    ) -> Option<Check<'a>> {
         let actual = if limit.algorithm().leases() {
             0
         } else {

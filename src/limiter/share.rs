@@ -92,7 +92,7 @@ pub(crate) struct Demands {
 
 impl Demands {
     /// Records `stream`'s demand for `bucket` at `now`.
-    pub fn set(&mut self, bucket: &[u8], stream: u64, demand: u64, now: Micros) {
+    pub(crate) fn set(&mut self, bucket: &[u8], stream: u64, demand: u64, now: Micros) {
         // Looked up before inserting: a bucket's key is copied once, not on every report. A
         // new list holds one stream (most buckets have one), not `Vec`'s first four.
         let Some(list) = self.by_bucket.get_mut(bucket) else {

@@ -62,7 +62,7 @@ pub(crate) struct FloorReport {
 
 /// The script the store runs for this decision, and the EVALSHA arguments after the SHA, as
 /// text: numkeys, KEYS, ARGV.
-pub fn evalsha_args(a: &FloorArgs) -> anyhow::Result<(&'static str, Vec<String>)> {
+pub(crate) fn evalsha_args(a: &FloorArgs) -> anyhow::Result<(&'static str, Vec<String>)> {
     // A bucket's burst is its limit.
     let limit = Limit::new(a.algorithm, a.limit, a.window_us)?;
     let mut k = Vec::new();

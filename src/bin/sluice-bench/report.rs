@@ -65,7 +65,7 @@ pub(crate) struct RedisReport {
 impl RedisReport {
     /// The report of what Redis did (`d`, the difference of two readings) for `answered`
     /// requests (or bucket reports).
-    pub fn of(d: crate::redis_info::Sample, answered: u64) -> RedisReport {
+    pub(crate) fn of(d: crate::redis_info::Sample, answered: u64) -> RedisReport {
         const SCRIPTS: [&str; 6] = [
             "eval",
             "evalsha",

@@ -25,10 +25,10 @@ pub(crate) type Id = BTreeMap<String, String>;
 /// its length (4 bytes, little-endian), in one allocation. A `BTreeMap` of one entry allocates
 /// a whole 640-byte node plus a `String` per key and value; at 10,000 streams of 100 buckets
 /// that alone was 0.7 GB. Sorted and length-prefixed, equal ids have equal keys.
-pub type Key = Box<[u8]>;
+pub(crate) type Key = Box<[u8]>;
 
 /// The key of `id` (its bytes, see [`Key`]).
-pub fn key_of(id: &Id) -> Key {
+pub(crate) fn key_of(id: &Id) -> Key {
     let len = id.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
     let mut out = Vec::with_capacity(len);
     for (k, v) in id {
@@ -42,7 +42,7 @@ pub fn key_of(id: &Id) -> Key {
 }
 
 /// The id a [`Key`] was made of (for the answers, which name it).
-pub fn id_of(key: &[u8]) -> Id {
+pub(crate) fn id_of(key: &[u8]) -> Id {
     let mut id = Id::new();
     let mut rest = key;
     let mut next = || {
@@ -118,7 +118,12 @@ const NO_REFILL_SECONDS: i64 = 1_000_000_000;
 /// replaces another at the old one's fill ratio (so an emptied bucket's replacement would be
 /// empty too), and full only when the bucket had no token bucket. Envoy applies a response's
 /// actions in order and publishes the result once, so the denial is never in force.
-pub fn assignment(id: &[u8], a: Assignment, fresh: bool, ttl: Duration) -> Vec<BucketAction> {
+pub(crate) fn assignment(
+    id: &[u8],
+    a: Assignment,
+    fresh: bool,
+    ttl: Duration,
+) -> Vec<BucketAction> {
     let mut actions = Vec::with_capacity(2);
     if fresh && matches!(a, Assignment::Tokens { .. }) {
         actions.push(action(id, Assignment::DenyAll, ttl));
@@ -158,7 +163,7 @@ fn action(id: &[u8], a: Assignment, ttl: Duration) -> BucketAction {
 }
 
 /// The bucket action telling Envoy to forget `id` (its rule is gone).
-pub fn abandon(id: &[u8]) -> BucketAction {
+pub(crate) fn abandon(id: &[u8]) -> BucketAction {
     BucketAction {
         bucket_id: Some(BucketId { bucket: id_of(id) }),
         bucket_action: Some(Action::AbandonAction(AbandonAction {})),

@@ -33,7 +33,7 @@ const DEMAND_LIST: usize = size_of::<(u64, u64, Micros)>();
 
 /// What `id` and its state `b` hold; `planned`: the storage keys' bytes of a bucket not yet
 /// assessed ([`keys_bytes`] of its plan).
-pub fn bucket_bytes(id: &[u8], b: &BucketState, planned: usize) -> usize {
+pub(crate) fn bucket_bytes(id: &[u8], b: &BucketState, planned: usize) -> usize {
     let slot = SLOTS_PER_ENTRY * (size_of::<(Key, BucketState)>() + 1);
     let keys = match &b.matched {
         None => planned,

@@ -43,7 +43,7 @@ fn jemalloc(n: usize) -> usize {
 
 /// The heap bytes of one entry outside its table slot: the boxed key and the state's own
 /// allocation, if any.
-pub fn entry_bytes(key: &[u8], state: &State) -> usize {
+pub(crate) fn entry_bytes(key: &[u8], state: &State) -> usize {
     allocated(key.len()) + allocated(state.heap_bytes())
 }
 

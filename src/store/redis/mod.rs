@@ -82,7 +82,7 @@
 pub mod breaker;
 mod calls;
 mod cluster;
-pub mod connect;
+pub(crate) mod connect;
 mod errors;
 pub mod library;
 mod link;
@@ -105,9 +105,9 @@ use tokio::task::JoinHandle;
 
 use self::breaker::{Breaker, BreakerOptions};
 use self::calls::{eval, load_script, MIN_TIMEOUT, REJECTED};
-pub use self::cluster::nodes;
+pub(crate) use self::cluster::nodes;
 use self::cluster::redirect;
-pub use self::connect::{RedisSettingsError, ConnectOptions, Topology};
+pub use self::connect::{ConnectOptions, RedisSettingsError, Topology};
 pub use self::dial::CLIENT_NAME;
 use self::errors::{error, from_call, from_fred, from_reply};
 use self::link::dial::{self, Dial};

@@ -170,7 +170,7 @@ fn move_slot(
 #[test]
 fn a_domain_slot_resharded_under_load_fails_no_request_and_counts_exactly() {
     let cluster = RedisCluster::start();
-    let limit = Limit::fixed_window(LIMIT, 3_600 * SEC);
+    let limit = Limit::fixed_window(LIMIT, 3_600 * SEC).unwrap();
     let keys: Vec<Vec<u8>> = (0..USERS).map(|i| key_of(i, &limit)).collect();
     let slots: HashSet<u16> = keys.iter().map(|k| cluster.keyslot(k)).collect();
     assert_eq!(slots.len(), 1, "the domain's keys share one slot");

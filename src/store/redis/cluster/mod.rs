@@ -4,7 +4,7 @@
 
 use super::*;
 
-pub mod nodes;
+pub(crate) mod nodes;
 pub(super) mod redirect;
 
 impl Inner {

@@ -19,7 +19,7 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use crate::store::redis::breaker::{Breaker, BreakerOptions};
-use crate::store::redis::connect::{self, RedisSettingsError, ConnectOptions};
+use crate::store::redis::connect::{self, ConnectOptions, RedisSettingsError};
 use crate::store::redis::dial::Dial;
 use crate::store::redis::ConnectionTask;
 
@@ -35,7 +35,7 @@ pub(crate) const REFRESH_HEALTHY: Duration = Duration::from_secs(5);
 
 /// One primary: its pool and breaker, and how a serving thread opens its own connection to
 /// it ([`crate::store::redis::link`], made by the store on the thread's first call to this node).
-pub struct Node {
+pub(crate) struct Node {
     pub addr: String,
     pub pool: Pool,
     pub breaker: Breaker,

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 
 use super::resp::{self, Frame};
 use crate::secret::Secret;
-use crate::store::redis::connect::{self, RedisSettingsError, ConnectOptions};
+use crate::store::redis::connect::{self, ConnectOptions, RedisSettingsError};
 use crate::store::redis::library::LIBRARY;
 
 /// A byte stream to Redis, plain or TLS.
@@ -50,7 +50,9 @@ enum Target {
 
 impl Dial {
     /// `None` for Cluster URLs (their nodes are dialled one by one: [`Dial::node`]).
-    pub(in crate::store::redis) fn new(opts: &ConnectOptions) -> Result<Option<Dial>, RedisSettingsError> {
+    pub(in crate::store::redis) fn new(
+        opts: &ConnectOptions,
+    ) -> Result<Option<Dial>, RedisSettingsError> {
         let (config, _) = connect::config(opts)?;
         let target = match &config.server {
             ServerConfig::Centralized { server } => {

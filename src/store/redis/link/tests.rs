@@ -290,6 +290,7 @@ fn a_batch_reply_out_of_its_layout_is_refused() {
     }
 }
 
+#[allow(clippy::disallowed_methods)] // deadlines are real time, as in the link
 #[test]
 fn callers_past_their_deadline_are_timed_out_and_their_decisions_not_sent() {
     let mut s = State::default();

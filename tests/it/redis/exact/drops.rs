@@ -196,7 +196,7 @@ impl Settle {
 /// on NOT_FOUND.
 async fn settle(c: &mut RateLimiterClient<Channel>, id: &str, how: Settle) -> (u32, bool) {
     let mut failed = 0;
-    let start = sluice::clock::monotonic();
+    let start = crate::support::poll::real_now();
     loop {
         let r = match how {
             Settle::Commit(actual) => c
@@ -220,7 +220,7 @@ async fn settle(c: &mut RateLimiterClient<Channel>, id: &str, how: Settle) -> (u
                 assert_ne!(e.code(), Code::NotFound, "settled before it was: {e:?}");
                 failed += 1;
                 assert!(
-                    start.elapsed() < crate::support::poll::READY_WITHIN,
+                    crate::support::poll::real_since(start) < crate::support::poll::READY_WITHIN,
                     "a settlement succeeds within a minute ({failed} tries failed)"
                 );
             }

@@ -94,7 +94,7 @@ async fn a_sentinel_failover_under_load_loses_only_what_replication_lost() {
         .iter()
         .map(|v| stored(replica.port, v).map_or(0, |(_, n)| n))
         .collect();
-    let read = sluice::clock::monotonic();
+    let read = crate::support::poll::real_now();
     let want = replica.port.to_string();
     wait_until_async("the sentinel to promote the replica", || async {
         setup
@@ -103,7 +103,7 @@ async fn a_sentinel_failover_under_load_loses_only_what_replication_lost() {
             .contains(&want)
     })
     .await;
-    let promoted = sluice::clock::monotonic();
+    let promoted = crate::support::poll::real_now();
     wait_until_async("every key full on the new primary", || async {
         all_full(&load.outcomes(), KEYS, promoted)
     })
@@ -245,7 +245,7 @@ async fn cluster_failover(kill: bool) {
             "a manual failover starts"
         );
     }
-    let read = sluice::clock::monotonic();
+    let read = crate::support::poll::real_now();
     let asked = cluster
         .nodes
         .iter()
@@ -268,7 +268,7 @@ async fn cluster_failover(kill: bool) {
         }
     })
     .await;
-    let promoted = sluice::clock::monotonic();
+    let promoted = crate::support::poll::real_now();
     wait_until_async("every key full", || async {
         all_full(&load.outcomes(), KEYS, promoted)
     })

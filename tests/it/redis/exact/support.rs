@@ -287,11 +287,11 @@ impl Load {
                     let mut i = w;
                     while !stop.load(Ordering::Relaxed) {
                         let key = i % values.len();
-                        let started = sluice::clock::monotonic();
+                        let started = crate::support::poll::real_now();
                         let r = c.should_rate_limit(request(&values[key], 1, false)).await;
                         outcomes.lock().unwrap().push(Outcome {
                             started,
-                            ended: sluice::clock::monotonic(),
+                            ended: crate::support::poll::real_now(),
                             key,
                             allowed: r.ok().map(|r| allowed(&r.into_inner())),
                         });

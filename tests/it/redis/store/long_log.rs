@@ -24,9 +24,9 @@ const STEPS: usize = 120;
 /// Decides the same timeline with `store` and in memory, step by step, and returns the most
 /// entries the log held.
 fn run(rt: &tokio::runtime::Runtime, store: &RedisStore, redis: &RedisNode, prefix: &str) -> u64 {
-    let log = Limit::new(Algorithm::SlidingLog, 10_000, 5 * SEC);
-    let day = Limit::fixed_window(1_000_000_000, 86_400 * SEC);
-    let minute = Limit::fixed_window(30_000, 60 * SEC);
+    let log = Limit::new(Algorithm::SlidingLog, 10_000, 5 * SEC).unwrap();
+    let day = Limit::fixed_window(1_000_000_000, 86_400 * SEC).unwrap();
+    let minute = Limit::fixed_window(30_000, 60 * SEC).unwrap();
     let keys = [
         named_key_of(prefix, "one", &log, "log"),
         named_key_of(prefix, "one", &day, "day"),
