@@ -1,0 +1,374 @@
+//! The decision scripts (`decide.lua`, `fixed_window.lua`, `sliding_log.lua`): which one a
+//! call runs, its argument layout and its reply.
+//!
+//! `decide.lua` decides every check it is given atomically; its layout is documented at the
+//! top of the script and written only here. Adding an algorithm means a Lua port next to the
+//! others in the script and a code in [`algorithm_code`]. A request of one check of some
+//! algorithms runs a script of that algorithm alone instead ([`fast_path`]): the same decision
+//! on the same state for a fraction of the Redis CPU (fixed_window: one HINCRBY; sliding_log:
+//! its function's O(log n) sorted-set commands without `decide.lua`'s per-call setup).
+//! `sliding_log.lua` goes before `decide.lua` in [`LUA`]: the general policy decides a log with
+//! its functions (`log_evaluate`, O(log n) too), and the short layout (several plain takes)
+//! calls its fast-path function for a sliding_log beside fixed windows.
+//!
+//! A check's boolean options (refund, charge always, dry run, quota) travel as one integer of
+//! [`flag`] bits, in every layout: a new option is a new bit, and no argument moves.
+
+use std::borrow::Borrow;
+use std::sync::LazyLock;
+
+use fred::bytes::Bytes;
+use fred::types::Value;
+
+use crate::algorithm::{Algorithm, Limit};
+use crate::model::Micros;
+use crate::store::{Charge, Check, ErrorKind, StoreError, Verdict};
+
+/// The Lua source; its SHA-1 names it in `EVALSHA`. `sliding_log.lua`'s definitions are
+/// `decide.lua`'s state of a log (its per-call part is `fast_main`'s, not included here).
+pub const LUA: &str = concat!(
+    include_str!("../expiry.lua"),
+    include_str!("../division.lua"),
+    include_str!("../sliding_log.lua"),
+    include_str!("../decide.lua")
+);
+
+/// The fast paths' files: each defines its decision function, `NAME(key, now, ARGV[2..6])`
+/// answering flags, remaining and reset (fixed_window; sliding_log; token_bucket, leaky_bucket
+/// and gcra, one meter; sliding_window). `expiry.lua` (the grace past a key's state, `ttl_ms`
+/// and `expire`) goes before each of them and before `decide.lua`, `division.lua` (exact
+/// integer division) before those that divide, and before `decide.lua`.
+const FIXED_WINDOW_FN: &str = concat!(
+    include_str!("../expiry.lua"),
+    include_str!("../fixed_window.lua")
+);
+const SLIDING_LOG_FN: &str = concat!(
+    include_str!("../expiry.lua"),
+    include_str!("../sliding_log.lua")
+);
+const BUCKET_FN: &str = concat!(
+    include_str!("../expiry.lua"),
+    include_str!("../division.lua"),
+    include_str!("../bucket.lua")
+);
+const SLIDING_WINDOW_FN: &str = concat!(
+    include_str!("../expiry.lua"),
+    include_str!("../division.lua"),
+    include_str!("../sliding_window.lua")
+);
+
+/// A fast path's per-call part, the same for all: `now` from `ARGV[1]` ('' reads the Redis
+/// clock), then its function on `KEYS[1]` and `ARGV[2..6]`, answered as
+/// `{ now, flags, remaining, reset }`. It ends the fast path's script, and the function
+/// library (`library.rs`) wraps it as the fast path's own function.
+pub fn fast_main(name: &str) -> String {
+    format!(
+        "local now = tonumber(ARGV[1])\n\
+         if now == nil then\n  local t = redis.call('TIME')\n  \
+         now = tonumber(t[1]) * 1000000 + tonumber(t[2])\nend\n\
+         return {{ now, {name}(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) }}\n"
+    )
+}
+
+/// Each script's source (indexed by [`ScriptId::code`] - 1) and its SHA-1, made once.
+static SOURCES: LazyLock<Vec<(String, Value)>> = LazyLock::new(|| {
+    ScriptId::ALL
+        .iter()
+        .map(|id| {
+            let source = match id.argc() {
+                None => LUA.to_string(),
+                Some(_) => format!(
+                    "{}\n-- sluice:main\n{}",
+                    id.definitions(),
+                    fast_main(id.name())
+                ),
+            };
+            let sha = Value::from(fred::util::sha1_hash(&source));
+            (source, sha)
+        })
+        .collect()
+});
+
+/// Every script a decision may call: each is loaded (`SCRIPT LOAD`) wherever one is.
+pub fn scripts() -> impl Iterator<Item = &'static str> {
+    ScriptId::ALL.iter().map(|id| id.lua())
+}
+
+/// Which script a call runs: its code in the function library's `batch`, its function's
+/// name there, and where in its `ARGV` it reads `now`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScriptId {
+    Decide,
+    FixedWindow,
+    SlidingLog,
+    Bucket,
+    SlidingWindow,
+}
+
+impl ScriptId {
+    pub const ALL: [ScriptId; 5] = [
+        ScriptId::Decide,
+        ScriptId::FixedWindow,
+        ScriptId::SlidingLog,
+        ScriptId::Bucket,
+        ScriptId::SlidingWindow,
+    ];
+
+    /// 1-based, as Lua tables: the index into [`Self::ALL`] plus one.
+    pub fn code(self) -> u8 {
+        match self {
+            ScriptId::Decide => 1,
+            ScriptId::FixedWindow => 2,
+            ScriptId::SlidingLog => 3,
+            ScriptId::Bucket => 4,
+            ScriptId::SlidingWindow => 5,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScriptId::Decide => "decide",
+            ScriptId::FixedWindow => "fixed_window",
+            ScriptId::SlidingLog => "sliding_log",
+            ScriptId::Bucket => "bucket",
+            ScriptId::SlidingWindow => "sliding_window",
+        }
+    }
+
+    /// The script `EVALSHA` runs.
+    pub fn lua(self) -> &'static str {
+        &SOURCES[usize::from(self.code()) - 1].0
+    }
+
+    /// Its SHA-1, which names it in `EVALSHA`.
+    pub fn sha(self) -> &'static Value {
+        &SOURCES[usize::from(self.code()) - 1].1
+    }
+
+    /// Its file: for a fast path, the definitions its script and the library share (the
+    /// script adds [`fast_main`]).
+    pub fn definitions(self) -> &'static str {
+        match self {
+            ScriptId::Decide => LUA,
+            ScriptId::FixedWindow => FIXED_WINDOW_FN,
+            ScriptId::SlidingLog => SLIDING_LOG_FN,
+            ScriptId::Bucket => BUCKET_FN,
+            ScriptId::SlidingWindow => SLIDING_WINDOW_FN,
+        }
+    }
+
+    /// A fast path's library-only companion, which keeps a decision's converted values for
+    /// the batch's repeats of it (the fast path's `keep` hook, `<name>_again`): only the
+    /// library has it, since an `EVALSHA` would make its closure on every call for nothing.
+    pub fn kept(self) -> Option<&'static str> {
+        match self {
+            ScriptId::FixedWindow => Some(concat!(
+                include_str!("../fixed_window_again.lua"),
+                include_str!("../fixed_window_mend.lua")
+            )),
+            _ => None,
+        }
+    }
+
+    /// A fast path's number of `ARGV` values (`now` first), which its function takes as
+    /// positional values in the library's `batch`; `None` for `decide.lua` (a variable
+    /// number, passed as tables).
+    pub fn argc(self) -> Option<usize> {
+        match self {
+            ScriptId::Decide => None,
+            ScriptId::FixedWindow | ScriptId::SlidingLog => Some(5),
+            ScriptId::Bucket | ScriptId::SlidingWindow => Some(6),
+        }
+    }
+
+    /// The `ARGV` index of `now` ('' to read the Redis clock).
+    pub fn now_at(self) -> usize {
+        match self {
+            ScriptId::Decide => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Values per check in `ARGV` (must match `FIELDS` in the script).
+const FIELDS: usize = 13;
+
+/// The bits of a check's boolean options, sent as one integer (`expiry.lua` names the same
+/// bits `FLAG_*`): a new option is a new bit, and no argument moves.
+pub mod flag {
+    pub const REFUND: i64 = 1;
+    /// `charge: always`.
+    pub const ALWAYS: i64 = 2;
+    pub const DRY_RUN: i64 = 4;
+    pub const QUOTA: i64 = 8;
+}
+
+/// A check's options as [`flag`] bits.
+fn flags(c: &Check<'_>) -> i64 {
+    let bit = |on: bool, bit: i64| if on { bit } else { 0 };
+    bit(c.ask.refund, flag::REFUND)
+        | bit(c.charge == Charge::Always, flag::ALWAYS)
+        | bit(c.ask.dry_run, flag::DRY_RUN)
+        | bit(c.quota, flag::QUOTA)
+}
+
+/// The largest integer a Lua number holds exactly; larger inputs are clamped to it (such a
+/// limit or hit count is unreachable in practice, and saturates in Rust too).
+pub const MAX_SAFE: u64 = (1 << 53) - 1;
+
+/// What the script is asked to do with the checks it gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// The checks are the whole request: the exact [`batch`](crate::store::batch) policy.
+    All,
+    /// Some descriptors of a request spread over Redis Cluster slots: decide them as if every
+    /// descriptor elsewhere passes; the caller undoes the charges if the request is rejected.
+    Part,
+    /// Give back the hits of every check (charged earlier by a [`Scope::Part`] call).
+    Undo,
+    /// Settle a reservation: if the claim key (a record, or its claim in another slot) is
+    /// there, decide the checks as [`Scope::All`] and delete it, in the one call; else change
+    /// nothing and answer `now` -1 ([`Reply::unclaimed`]).
+    Settle(&'a [u8]),
+}
+
+impl Scope<'_> {
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::All => "all",
+            Scope::Part => "part",
+            Scope::Undo => "undo",
+            Scope::Settle(_) => "settle",
+        }
+    }
+}
+
+/// The script's code for an algorithm (its `ALGORITHMS` table). Every algorithm has a Lua
+/// port: a new one must get a code here (the match is exhaustive) and a port in the script.
+pub fn algorithm_code(a: Algorithm) -> i64 {
+    match a {
+        Algorithm::FixedWindow => 1,
+        Algorithm::SlidingWindow => 2,
+        Algorithm::SlidingLog => 3,
+        Algorithm::TokenBucket => 4,
+        Algorithm::LeakyBucket => 5,
+        Algorithm::Gcra => 6,
+        Algorithm::Distinct => 7,
+        Algorithm::Concurrency => 8,
+    }
+}
+
+/// Calendar window bounds, which only Rust can compute (the tz database): the window of
+/// `local` (sluice's clock), and when the script reads the Redis clock also the start of the
+/// window before and the end of the one after, so that a Redis clock on the other side of a
+/// boundary still finds its window. `None`: the script aligns the window to the epoch itself.
+fn window_bounds(
+    limit: &Limit,
+    local: Micros,
+    script_reads_clock: bool,
+) -> Option<[Option<Micros>; 4]> {
+    limit.calendar()?;
+    let f = limit.frame(local);
+    let (prev, next) = if script_reads_clock {
+        (
+            Some(limit.frame(f.window_start - 1).window_start),
+            Some(limit.frame(f.window_end).window_end),
+        )
+    } else {
+        (None, None)
+    };
+    Some([Some(f.window_start), Some(f.window_end), prev, next])
+}
+
+fn clamp(n: u64) -> i64 {
+    n.min(MAX_SAFE) as i64
+}
+
+/// An empty argument (no value, no window bound, the Redis clock): shared, never allocated.
+const EMPTY: Value = Value::Bytes(Bytes::from_static(b""));
+
+/// `KEYS` and `ARGV` of one call over `checks` (a subset of a request, in request order).
+/// `now`: `None` to let the script read the Redis clock; `local`: sluice's time, from which
+/// calendar windows are computed when `now` is `None`.
+pub fn encode<'k, C: Borrow<Check<'k>>>(
+    checks: &[C],
+    scope: Scope<'k>,
+    now: Option<Micros>,
+    local: Micros,
+) -> (Vec<&'k [u8]>, Vec<Value>) {
+    let keys = keys_of(checks, scope);
+    let mut args = Vec::with_capacity(3 + checks.len() * FIELDS);
+    push_argv(&mut args, &keys, checks, scope, now, local);
+    (keys, args)
+}
+
+/// The check a fast path decides exactly as `decide.lua` would, and that path: the only check
+/// of a whole request, a fixed_window with an epoch-aligned window (calendar windows need the
+/// bounds only Rust computes) or a sliding_log. Both take the same arguments and answer in
+/// the same short layout.
+pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
+    checks: &'a [C],
+    scope: Scope<'_>,
+) -> Option<(&'a Check<'k>, ScriptId)> {
+    let [c] = checks else { return None };
+    let c = c.borrow();
+    // A dry run takes the general script, the one that knows it.
+    if scope != Scope::All || c.limit.calendar().is_some() || c.ask.dry_run {
+        return None;
+    }
+    let id = match c.limit.algorithm() {
+        Algorithm::FixedWindow => ScriptId::FixedWindow,
+        Algorithm::SlidingLog => ScriptId::SlidingLog,
+        Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra => ScriptId::Bucket,
+        Algorithm::SlidingWindow => ScriptId::SlidingWindow,
+        _ => return None,
+    };
+    Some((c, id))
+}
+
+/// Whether `decide.lua` gets the checks in its short layout (scope 'fixed'): several takes of
+/// a whole request, on distinct keys, each a fixed_window with an epoch-aligned window or (at
+/// most one) a sliding_log, none a refund, dry run, charge-always or quota check. The script
+/// charges the fixed windows by one `HINCRBY` each and the sliding_log by its own O(log n)
+/// function when all are allowed, and otherwise decides them as the long layout would.
+fn short_layout<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> bool {
+    let logs = checks
+        .iter()
+        .filter(|&c| Borrow::<Check<'k>>::borrow(c).limit.algorithm() == Algorithm::SlidingLog)
+        .count();
+    scope == Scope::All
+        && checks.len() > 1
+        && logs <= 1
+        && checks.iter().enumerate().all(|(i, c)| {
+            let c = c.borrow();
+            matches!(
+                c.limit.algorithm(),
+                Algorithm::FixedWindow | Algorithm::SlidingLog
+            ) && c.limit.calendar().is_none()
+                && c.ask.hits > 0
+                && !c.ask.refund
+                && !c.ask.dry_run
+                && c.charge != Charge::Always
+                && !c.quota
+                // Requests carry a handful of checks: pairwise beats a set.
+                && checks[..i].iter().all(|d| d.borrow().key != c.key)
+        })
+}
+
+/// The script a call over `checks` runs (what [`evalsha`] names).
+pub fn script_of<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> ScriptId {
+    fast_path(checks, scope).map_or(ScriptId::Decide, |(_, id)| id)
+}
+
+/// The source of the script a call over `checks` runs.
+pub fn lua_for<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> &'static str {
+    script_of(checks, scope).lua()
+}
+
+mod call;
+mod reply;
+#[cfg(test)]
+mod tests;
+
+pub use call::*;
+pub use reply::*;
