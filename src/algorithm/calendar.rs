@@ -2,7 +2,7 @@
 //! the 1st) or year in a time zone, the Koala "natural day".
 //!
 //! This is the one part of the algorithms that is not Lua-portable integer arithmetic: it reads
-//! the tz database. It only computes a [`Frame`]'s bounds, which are handed to the decision
+//! the tz database. It only computes a [`Window`]'s bounds, which are handed to the decision
 //! function (and to the Redis script as arguments), so every store agrees. Days are 23 or 25
 //! hours long across daylight-saving changes; a boundary that falls in a skipped hour (a
 //! midnight that never happens) is the instant the clocks jump; one that happens twice is the
@@ -11,17 +11,17 @@
 use chrono::Offset;
 use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, TimeZone};
 
-use super::{Calendar, Frame};
+use super::{Calendar, Window};
 use crate::model::{Micros, Unit, MICROS_PER_SEC};
 
 /// The calendar window of `now`; falls back to epoch alignment for units shorter than an hour
 /// and for instants outside the tz database's range.
-pub(crate) fn frame(now: Micros, cal: Calendar) -> Frame {
+pub(crate) fn frame(now: Micros, cal: Calendar) -> Window {
     bounds(now, cal)
         .filter(|&(s, e)| s <= now && now < e)
         .map_or_else(
-            || Frame::epoch_aligned(now, cal.unit.micros()),
-            |(window_start, window_end)| Frame {
+            || Window::epoch_aligned(now, cal.unit.micros()),
+            |(window_start, window_end)| Window {
                 now,
                 window_start,
                 window_end,

@@ -18,7 +18,7 @@
 //! There is no debt either: `charge: always` does not add a rejected value, since adding it
 //! would let it through as "seen" next time.
 
-use super::{Ask, Frame, Limit, Outcome};
+use super::{Ask, Limit, Outcome, Window};
 use crate::model::Micros;
 
 /// Limits up to this many distinct values keep an exact set; larger ones a HyperLogLog.
@@ -141,7 +141,7 @@ fn estimate_by_rank(m: usize, ranks: &[u32; MAX_RANK + 1]) -> u64 {
     e.round() as u64
 }
 
-pub fn evaluate(limit: &Limit, prev: Option<&State>, frame: Frame, ask: Ask) -> Outcome {
+pub fn evaluate(limit: &Limit, prev: Option<&State>, frame: Window, ask: Ask) -> Outcome {
     let approximate = limit.is_approximate();
     let len = frame.window_end - frame.window_start;
     // A state from a later window (another instance's clock runs ahead) keeps counting there.
@@ -244,7 +244,7 @@ mod tests {
         let l = Limit::new(Algorithm::Distinct, 3, 3_600 * S).unwrap();
         let f = l.frame(7_200 * S + 5);
         let mut st: Option<State> = None;
-        let mut run = |v: &str, hits: u64, f: Frame| {
+        let mut run = |v: &str, hits: u64, f: Window| {
             let o = evaluate(&l, st.as_ref(), f, ask(v, hits));
             if o.allowed && hits > 0 {
                 st = Some(state(&o));

@@ -1,12 +1,12 @@
 //! fixed_window: a counter per window aligned to the epoch (or to calendar boundaries, which
-//! the caller computes into the [`Frame`]).
+//! the caller computes into the [`Window`]).
 //!
 //! Allowed when `count + hits <= limit`. A rejected request leaves the count alone unless the
 //! store charges it anyway (`charge: always`), in which case the count goes past the limit as a
 //! debt that lasts until the window ends (saturating at [`COUNT_CAP`]). A refund lowers the
 //! count, never below zero.
 
-use super::{Ask, Frame, Outcome, COUNT_CAP};
+use super::{Ask, Outcome, Window, COUNT_CAP};
 use crate::model::Micros;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,7 +15,7 @@ pub struct State {
     pub count: u64,
 }
 
-pub fn evaluate(limit: u64, prev: Option<&State>, frame: Frame, ask: Ask) -> Outcome {
+pub fn evaluate(limit: u64, prev: Option<&State>, frame: Window, ask: Ask) -> Outcome {
     let len = frame.window_end - frame.window_start;
     // A state from a later window means another instance's clock runs ahead of ours: keep
     // counting in that window rather than granting a fresh one (clock skew must not add quota).
@@ -63,13 +63,13 @@ pub fn evaluate(limit: u64, prev: Option<&State>, frame: Frame, ask: Ask) -> Out
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Ask, Frame};
+    use super::super::{Ask, Window};
     use super::*;
 
     const S: Micros = 1_000_000;
 
-    fn frame(now: Micros) -> Frame {
-        Frame::epoch_aligned(now, 60 * S)
+    fn frame(now: Micros) -> Window {
+        Window::epoch_aligned(now, 60 * S)
     }
 
     fn count_of(o: &Outcome) -> u64 {

@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 
 use chrono_tz::Tz;
 
-use super::{bucket, calendar, distinct, Algorithm, Frame, Param};
+use super::{bucket, calendar, distinct, Algorithm, Param, Window};
 use crate::model::{Micros, Unit};
 
 /// The longest window: 10 years of 365 days, so that `now + 2 * window` stays below 2^53 µs
@@ -239,10 +239,10 @@ impl Limit {
     }
 
     /// The frame of `now` for this limit: windows aligned to the epoch, or to the calendar.
-    pub fn frame(&self, now: Micros) -> Frame {
+    pub fn frame(&self, now: Micros) -> Window {
         match self.calendar() {
             Some(c) => calendar::frame(now, c),
-            None => Frame::epoch_aligned(now, self.window),
+            None => Window::epoch_aligned(now, self.window),
         }
     }
 

@@ -1,10 +1,10 @@
 //! The decision functions: pure arithmetic on `(limit, previous state, frame, ask)`.
 //!
-//! Nothing here performs I/O, awaits, or reads a clock: time arrives in a [`Frame`]. The Redis
+//! Nothing here performs I/O, awaits, or reads a clock: time arrives in a [`Window`]. The Redis
 //! Lua scripts are ports of these functions, so every quantity is an integer number of
 //! microseconds or hits and stays below 2^53 for any [`Limit`] (one cannot be built otherwise).
 //! Calendar windows (time zones) are the one exception: [`calendar`] computes their bounds in
-//! Rust and hands them over in the [`Frame`]. ALGORITHMS.md states every definition.
+//! Rust and hands them over in the [`Window`]. ALGORITHMS.md states every definition.
 
 pub(crate) mod bucket;
 pub(crate) mod calendar;
@@ -212,26 +212,26 @@ impl Algorithm {
 
 /// "Now", and the bounds of the window that contains it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Frame {
+pub struct Window {
     pub now: Micros,
     pub window_start: Micros,
     pub window_end: Micros,
 }
 
-impl Frame {
+impl Window {
     /// The window of length `window` (µs) that contains `now`, counted from the Unix epoch, so
     /// every instance with the same clock agrees on it:
     ///
     /// ```
-    /// use sluice::algorithm::Frame;
+    /// use sluice::algorithm::Window;
     ///
-    /// let f = Frame::epoch_aligned(125_000_000, 60_000_000); // 2 min 5 s, minute windows
+    /// let f = Window::epoch_aligned(125_000_000, 60_000_000); // 2 min 5 s, minute windows
     /// assert_eq!((f.window_start, f.window_end), (120_000_000, 180_000_000));
     /// ```
-    pub fn epoch_aligned(now: Micros, window: Micros) -> Frame {
+    pub fn epoch_aligned(now: Micros, window: Micros) -> Window {
         let window = window.max(1);
         let window_start = now - now.rem_euclid(window);
-        Frame {
+        Window {
             now,
             window_start,
             window_end: window_start.saturating_add(window),
@@ -352,7 +352,7 @@ pub struct Outcome {
 /// assert!(evaluate(&limit, Some(&second.charged), next, Ask::take(1)).allowed);
 /// # Ok::<(), sluice::algorithm::InvalidLimit>(())
 /// ```
-pub fn evaluate(limit: &Limit, state: Option<&State>, frame: Frame, ask: Ask) -> Outcome {
+pub fn evaluate(limit: &Limit, state: Option<&State>, frame: Window, ask: Ask) -> Outcome {
     match limit.algorithm() {
         Algorithm::FixedWindow => {
             let prev = match state {

@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 const SHARED_FOR_NOW: &[(&str, &str)] = &[
     // The per-algorithm state of each algorithm module (`algorithm/`, issue 36 item 2's work).
     ("State", "algorithm/"),
-    // The algorithm's time frame and the RESP frame of `store/redis/resp.rs`.
-    ("Frame", "algorithm/ and store/redis/resp.rs"),
     // One thing, not two: a descriptor as `sluice::client` builds it and as the model holds it.
     ("Descriptor", "client/ and model.rs"),
 ];

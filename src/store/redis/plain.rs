@@ -37,7 +37,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 
 use super::resp::{self, Frame};
-use crate::algorithm::{Frame as Window, COUNT_CAP};
+use crate::algorithm::{Window, COUNT_CAP};
 use crate::model::Micros;
 
 use super::script::MAX_SAFE;
@@ -82,7 +82,7 @@ pub(super) struct Take {
 
 /// What a plain take's reply decides.
 #[derive(Debug, PartialEq)]
-pub(super) enum Outcome {
+pub(super) enum PlainReply {
     /// The answer, as the fixed_window script gives it (`now flags remaining reset`).
     Answer(Frame),
     /// Not decided: the library's `fixed_window_mend` is to decide it (`retake` or `settle`).
@@ -217,27 +217,27 @@ impl Plain {
 
     /// Decides a plain take from its `HINCRBY` reply (`c`: the field after it, `count + 1`),
     /// as `fixed_window.lua`'s common case does.
-    pub(super) fn decide(&mut self, t: &Take, c: i64) -> Outcome {
+    pub(super) fn decide(&mut self, t: &Take, c: i64) -> PlainReply {
         let Some(now) = self.written_at else {
-            return Outcome::Mend("retake");
+            return PlainReply::Mend("retake");
         };
         let w = Window::epoch_aligned(now, t.args.window);
         if w.window_start != t.start {
             // Sent across a window's edge: the hit is in a window Redis is not in.
             self.charged.remove(&t.fingerprint);
-            return Outcome::Mend("retake");
+            return PlainReply::Mend("retake");
         }
         let count = c - 1;
         if count > COUNT_CAP as i64 {
             // The window was superseded by a later one (`SUPERSEDED`, expiry.lua), which is
             // where the take counts: the script decides it.
             self.charged.remove(&t.fingerprint);
-            return Outcome::Mend("retake");
+            return PlainReply::Mend("retake");
         }
         if c < 2 {
             // The field was absent: this take made its window's mark.
             self.charged.remove(&t.fingerprint);
-            return Outcome::Mend("settle");
+            return PlainReply::Mend("settle");
         }
         let end = w.window_end.min(MAX_SAFE as i64);
         let answer = |flags: i64, remaining: i64| {
@@ -249,17 +249,17 @@ impl Plain {
             ]))
         };
         if count < t.args.limit {
-            Outcome::Answer(answer(3, t.args.limit - count))
+            PlainReply::Answer(answer(3, t.args.limit - count))
         } else if count == t.args.limit {
             // The last hit: the key's next takes go to the script, which rejects without
             // writing, so no plain take needs giving back (but those already sent).
             self.charged.remove(&t.fingerprint);
-            Outcome::Answer(answer(3, 0))
+            PlainReply::Answer(answer(3, 0))
         } else {
             // Sent before the limit was seen reached: the script gives the hit back and
             // decides, in one call the caller waits for (no give-back left behind).
             self.charged.remove(&t.fingerprint);
-            Outcome::Mend("retake")
+            PlainReply::Mend("retake")
         }
     }
 }
@@ -344,25 +344,25 @@ mod tests {
         let t = take(&p, 3, w).unwrap();
         assert!(p.saw_time(&time(now)));
         // count + 1 after the take: 2 -> the first hit counted, 2 left.
-        let Outcome::Answer(a) = p.decide(&t, 2) else {
+        let PlainReply::Answer(a) = p.decide(&t, 2) else {
             panic!()
         };
         assert_eq!(ints(&a), vec![now, 3, 2, start + w - now]);
         // The last hit: answered, and the key's next takes go to the script.
-        let Outcome::Answer(a) = p.decide(&t, 4) else {
+        let PlainReply::Answer(a) = p.decide(&t, 4) else {
             panic!()
         };
         assert_eq!(ints(&a)[1..3], [3, 0]);
         assert!(take(&p, 3, w).is_none());
         // One sent before that was seen: decided again by the script, nothing left to give back.
-        assert_eq!(p.decide(&t, 5), Outcome::Mend("retake"));
+        assert_eq!(p.decide(&t, 5), PlainReply::Mend("retake"));
         // A superseded window's mark (2^53): the later window decides.
         p.learn(fp, w, now, start + w - now);
-        assert_eq!(p.decide(&t, (1 << 53) + 1), Outcome::Mend("retake"));
+        assert_eq!(p.decide(&t, (1 << 53) + 1), PlainReply::Mend("retake"));
         assert!(take(&p, 3, w).is_none());
         // The field was absent: settle, and the key is no longer taken plain.
         p.learn(fp, w, now, start + w - now);
-        assert_eq!(p.decide(&t, 1), Outcome::Mend("settle"));
+        assert_eq!(p.decide(&t, 1), PlainReply::Mend("settle"));
         assert!(take(&p, 3, w).is_none());
     }
 
@@ -384,7 +384,7 @@ mod tests {
         };
         p.learn(t.fingerprint, w, now, w - now % w);
         assert!(p.saw_time(&time(now + 20)));
-        assert_eq!(p.decide(&t, 2), Outcome::Mend("retake"));
+        assert_eq!(p.decide(&t, 2), PlainReply::Mend("retake"));
         assert!(!p.saw_time(&Frame::Integer(1)));
     }
 }

@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use self::dial::{Dial, Stream};
 use self::resp::{ArgumentError, Frame};
 use super::library::LIBRARY;
-use super::plain::{self, Outcome, Plain, Take};
+use super::plain::{self, Plain, PlainReply, Take};
 use super::script::{Call, FastCall, ScriptId};
 
 use self::queue::Queued;

@@ -8,7 +8,7 @@ use super::*;
 /// arguments (the layout of `batch`'s `ARGV`).
 #[derive(Default)]
 pub(super) struct Queued {
-    pub(super) entries: Vec<Entry>,
+    pub(super) entries: Vec<QueuedCall>,
     pub(super) keys: Vec<u8>,
     pub(super) args: Vec<u8>,
     /// A Cluster node's queue: each decision's hash slot is kept, to write one `FCALL` per
@@ -17,7 +17,7 @@ pub(super) struct Queued {
 }
 
 /// One queued decision: where its parts are in [`Queued`]'s buffers.
-pub(super) struct Entry {
+pub(super) struct QueuedCall {
     pub(super) id: ScriptId,
     pub(super) nkeys: usize,
     pub(super) keys: std::ops::Range<usize>,
@@ -75,7 +75,7 @@ impl Queued {
             .plain
             .filter(|_| !self.by_slot)
             .map(|a| (Plain::fingerprint(&self.keys[k..]), a));
-        self.entries.push(Entry {
+        self.entries.push(QueuedCall {
             id: call.id(),
             nkeys: parts.nkeys,
             keys: k..self.keys.len(),
@@ -200,7 +200,7 @@ impl Queued {
     /// one slot only: a Cluster node), the decisions of one slot in their order, and empties
     /// the queue; their waiters join `waiting`. A hot key's decisions still share one `FCALL`.
     pub(super) fn write_by_slot(&mut self, out: &mut Vec<u8>, waiting: &mut VecDeque<Waiter>) {
-        let mut slots: Vec<(u16, Vec<Entry>)> = Vec::new();
+        let mut slots: Vec<(u16, Vec<QueuedCall>)> = Vec::new();
         for e in std::mem::take(&mut self.entries) {
             if e.reply.is_closed() {
                 continue;
@@ -218,7 +218,11 @@ impl Queued {
 
     /// `entries` as one command: an `FCALL` of the decision's function when alone, of `batch`
     /// when several.
-    pub(super) fn encode(&self, out: &mut Vec<u8>, entries: &mut Vec<Entry>) -> Option<Waiter> {
+    pub(super) fn encode(
+        &self,
+        out: &mut Vec<u8>,
+        entries: &mut Vec<QueuedCall>,
+    ) -> Option<Waiter> {
         if entries.len() <= 1 {
             return entries.pop().map(|e| self.fcall(out, e));
         }
@@ -263,7 +267,7 @@ impl Queued {
     }
 
     /// `FCALL function numkeys KEYS.. ARGV..` of one decision.
-    pub(super) fn fcall(&self, out: &mut Vec<u8>, e: Entry) -> Waiter {
+    pub(super) fn fcall(&self, out: &mut Vec<u8>, e: QueuedCall) -> Waiter {
         resp::command_header(out, 3 + e.nkeys + e.nargs);
         resp::bulk(out, b"FCALL");
         resp::bulk(out, LIBRARY.function(e.id).as_bytes());
@@ -284,7 +288,7 @@ impl Queued {
 /// (`now` included) are those of the fast path's decision before it in the batch, so `batch`
 /// reuses them and only its key travels (a thread's requests mostly hit one rule at one
 /// instant: each repeat saves Redis parsing and interning its values).
-pub(super) fn repeats(entries: &[Entry], args: &[u8]) -> Vec<bool> {
+pub(super) fn repeats(entries: &[QueuedCall], args: &[u8]) -> Vec<bool> {
     let mut last: Option<&[u8]> = None;
     entries
         .iter()

@@ -276,9 +276,9 @@ pub(super) fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String
                 };
                 let s = &mut *s;
                 match s.plain.decide(&take, c) {
-                    Outcome::Answer(a) => reply.send(Ok(a)),
+                    PlainReply::Answer(a) => reply.send(Ok(a)),
                     // Sent even when its caller has gone: the take's hit is in Redis.
-                    Outcome::Mend(what) => {
+                    PlainReply::Mend(what) => {
                         Plain::encode_mend(&mut s.out, LIBRARY.mend(), &take, what);
                         s.waiting.push_back(Waiter::Mend(reply, take, what));
                         s.unsent += 1;

@@ -122,7 +122,7 @@ fn every_algorithm_has_its_own_code() {
 
 #[test]
 fn distinct_values_and_calendar_bounds_are_passed() {
-    use crate::algorithm::{Calendar, Frame};
+    use crate::algorithm::{Calendar, Window};
     use crate::model::Unit;
     let l = Limit::new(Algorithm::Distinct, 5, 3_600_000_000)
         .and_then(|l| {
@@ -145,7 +145,7 @@ fn distinct_values_and_calendar_bounds_are_passed() {
         on_error: None,
     };
     let now = 1_700_000_000_000_000;
-    let Frame {
+    let Window {
         window_start,
         window_end,
         ..
@@ -154,14 +154,16 @@ fn distinct_values_and_calendar_bounds_are_passed() {
     let (_, redis) = encode(&[&c], Scope::All, None, now);
     let s = |v: &Value| v.as_str().map(|s| s.to_string()).unwrap_or_default();
     assert_eq!(s(&local[3 + 5]), "00000000000000ab");
-    assert_eq!(local[3 + 11].as_i64(), Some(window_start));
-    assert_eq!(local[3 + 12].as_i64(), Some(window_end));
+    // Fields per check: index, code, limit, window, param, value, hits, flags, group, then the
+    // window bounds (start, end, and the Redis clock's alternatives).
+    assert_eq!(local[3 + 9].as_i64(), Some(window_start));
+    assert_eq!(local[3 + 10].as_i64(), Some(window_end));
     assert_eq!(
-        (s(&local[3 + 13]), s(&local[3 + 14])),
+        (s(&local[3 + 11]), s(&local[3 + 12])),
         (String::new(), String::new())
     );
-    assert_eq!(redis[3 + 13].as_i64(), Some(window_start - 3_600_000_000));
-    assert_eq!(redis[3 + 14].as_i64(), Some(window_end + 3_600_000_000));
+    assert_eq!(redis[3 + 11].as_i64(), Some(window_start - 3_600_000_000));
+    assert_eq!(redis[3 + 12].as_i64(), Some(window_end + 3_600_000_000));
 }
 
 #[test]

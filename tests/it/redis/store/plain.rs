@@ -308,7 +308,7 @@ fn mend_gives_back_or_settles_then_decides_as_the_script() {
 /// retake) or with its window's mark counted as nothing (a settle), at the `now` it reports.
 #[test]
 fn mend_decides_as_the_in_memory_algorithm() {
-    use sluice::algorithm::{fixed_window, Frame};
+    use sluice::algorithm::{fixed_window, Window};
     let redis = RedisNode::start();
     let loaded = redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
     assert!(loaded.starts_with("sluice_"), "{loaded}");
@@ -381,7 +381,7 @@ fn mend_decides_as_the_in_memory_algorithm() {
         let want = fixed_window::evaluate(
             limit,
             prev.as_ref(),
-            Frame::epoch_aligned(r[0], day),
+            Window::epoch_aligned(r[0], day),
             Ask::take(1),
         );
         prop_assert_eq!(
