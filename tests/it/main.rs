@@ -37,6 +37,7 @@ mod ops_redis;
 mod overload;
 mod raw_bytes;
 mod redis_cluster;
+mod redis_cluster_reshard;
 mod redis_faults;
 mod redis_sentinel;
 mod redis_store;

@@ -60,11 +60,12 @@
 //!   whose own connection is not up uses the pool, and so does a command that never left it.
 //!   The breaker, readiness and status are the store's, over all of them. Cluster: sluice routes by slot
 //!   itself ([`nodes`]): a pool and a breaker per primary, shared by every thread, so a dead
-//!   primary or a reshard costs only the slots concerned (`redirect.rs` follows `MOVED`, `ASK`
+//!   primary or a reshard costs only the slots concerned (`cluster/redirect.rs` follows `MOVED`, `ASK`
 //!   and `TRYAGAIN`: a redirected call did not run, so it is sent again); and a serving
 //!   thread's own connection per primary ([`Inner::node_link`], opened on its first call
 //!   there), on which the calls of a tick leave in one write, one `FCALL` per hash slot (a
-//!   call may touch one slot only), with the pool for what it cannot carry (not up yet, `ASK`).
+//!   call may touch one slot only), with the pool for what it cannot carry (not up yet, a
+//!   request redirected by `ASK` or `TRYAGAIN`, which leaves its batch).
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
 //!   sluice's clock instead.
@@ -79,19 +80,16 @@
 //!   the script loaded on the shared pool (Cluster: on every slot's primary).
 
 pub mod breaker;
+mod calls;
 mod cluster;
 pub mod connect;
-mod dial;
 mod errors;
 pub mod library;
 mod link;
 mod monitor;
-pub mod nodes;
 mod pipelined;
 mod plain;
 mod records;
-mod redirect;
-pub mod resp;
 pub mod script;
 
 use std::cell::RefCell;
@@ -106,10 +104,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::breaker::{Breaker, BreakerOptions};
+use self::calls::{eval, load_script, MIN_TIMEOUT, REJECTED};
+pub use self::cluster::nodes;
+use self::cluster::redirect;
 pub use self::connect::{ConfigError, ConnectOptions, Topology};
-use self::dial::Dial;
 pub use self::dial::CLIENT_NAME;
 use self::errors::{error, from_call, from_fred, from_reply};
+use self::link::dial::{self, Dial};
+pub use self::link::resp;
 use self::link::{CallError, Link};
 use self::nodes::Nodes;
 pub use self::pipelined::PipelinedConnection;
@@ -438,229 +440,6 @@ impl Inner {
             Some(b) => self.command_timeout.min(b).max(MIN_TIMEOUT),
             None => self.command_timeout,
         }
-    }
-
-    /// Standalone and Sentinel: the whole request in one `EVALSHA`.
-    async fn decide_one(
-        &self,
-        client: &Client,
-        checks: &[Check<'_>],
-        now: When,
-        timeout: Duration,
-    ) -> Result<Vec<Verdict>, StoreError> {
-        let reply = self.run(client, checks, Scope::All, now, timeout).await?;
-        Ok(reply.verdicts())
-    }
-
-    /// This thread's own connection, when it has one and it is up.
-    fn own_link(&self) -> Option<Link> {
-        let id = self as *const Inner;
-        THREAD_LINKS.with(|t| {
-            t.borrow()
-                .iter()
-                .find(|(s, l)| s.as_ptr() == id && l.is_up())
-                .map(|(_, l)| l.clone())
-        })
-    }
-
-    /// This thread's own connection to Cluster node `node`, when it is up. Made on the first
-    /// call (so not up yet: that call uses the node's pool), on a thread attached to this store.
-    fn node_link(&self, node: &Arc<nodes::Node>) -> Option<Link> {
-        let id = Arc::as_ptr(node);
-        NODE_LINKS.with(|t| {
-            let mut t = t.borrow_mut();
-            if let Some((_, l)) = t.iter().find(|(n, _)| n.as_ptr() == id) {
-                return l.is_up().then(|| l.clone());
-            }
-            let me = self as *const Inner;
-            if !CLUSTER_THREADS.with(|c| c.borrow().iter().any(|s| s.as_ptr() == me)) {
-                return None;
-            }
-            // Links of nodes dropped meanwhile (their tasks ended with them).
-            t.retain(|(n, _)| n.strong_count() > 0);
-            // One slot per call: the decisions of a tick leave as one FCALL per slot.
-            let (link, task) = Link::start(node.dial.clone(), self.stall, false);
-            node.thread_tasks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(task);
-            t.push((Arc::downgrade(node), link));
-            None
-        })
-    }
-
-    /// Standalone and Sentinel on this thread's own connection: the whole request in one
-    /// `EVALSHA`, loading the scripts on `NOSCRIPT`, the outcome told to the breaker (a
-    /// dropped connection once, however many calls it cut). `None`: it was not run (the command
-    /// never left the connection, or the server turned out to be a replica, which refuses
-    /// every write), so the caller sends it on the shared pool.
-    async fn decide_on_link(
-        &self,
-        link: &Link,
-        checks: &[Check<'_>],
-        now: When,
-        timeout: Duration,
-    ) -> Option<Result<Vec<Verdict>, StoreError>> {
-        let call = script::call(&self.sha, checks, Scope::All, now.script, now.local);
-        let mut reply = link.decide(&call, timeout).await;
-        if matches!(&reply, Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT")) {
-            // Rare: boxed, so it does not enlarge every request's future.
-            let load = load_timeout(timeout, now.deadline);
-            if let Err(e) = Box::pin(load_on_link(link, load)).await {
-                if let Some(result) = &e {
-                    record(&self.breaker, result);
-                }
-                return e;
-            }
-            reply = Box::pin(link.call(EVALSHA, &call.evalsha(), timeout)).await;
-        }
-        let reply = match reply {
-            // A demoted primary (Sentinel failover): find the new one; nothing was written.
-            Ok(Frame::Error(e)) if e.contains("READONLY") => {
-                link.redial();
-                return None;
-            }
-            Ok(Frame::Error(e)) => Err(from_reply(&e)),
-            Ok(frame) => resp::integers(frame).map_err(|m| error(ErrorKind::Script, m)),
-            Err(CallError::NotSent) => return None,
-            Err(CallError::Lost(why, drop)) => {
-                self.breaker.failure_of_drop(drop);
-                return Some(Err(from_call(CallError::Lost(why, drop))));
-            }
-            Err(e) => Err(from_call(e)),
-        };
-        let result = reply
-            .and_then(|r| script::decode(r, checks.len()))
-            .map(script::Reply::verdicts);
-        record(&self.breaker, &result);
-        Some(result)
-    }
-
-    /// One `EVALSHA` of the script over `checks` on `client`, loading the script on
-    /// `NOSCRIPT`.
-    async fn run<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
-        &self,
-        client: &Client,
-        checks: &[C],
-        scope: Scope<'k>,
-        now: When,
-        timeout: Duration,
-    ) -> Result<script::Reply, StoreError> {
-        let args = || script::evalsha(&self.sha, checks, scope, now.script, now.local);
-        let reply = self
-            .call(client, &args, false, timeout, now.deadline)
-            .await
-            .map_err(|e| from_fred(&e))?;
-        script::decode(reply, checks.len())
-    }
-
-    /// `EVALSHA` (after `ASKING` when `asking`), loading the script and retrying once on
-    /// `NOSCRIPT`; the error as fred gives it, for the Cluster's redirections.
-    async fn call(
-        &self,
-        client: &Client,
-        args: &(dyn Fn() -> Vec<Value> + Sync),
-        asking: bool,
-        timeout: Duration,
-        deadline: Deadline,
-    ) -> Result<Vec<i64>, fred::error::Error> {
-        let once = || async {
-            if asking {
-                eval_asking(client, args(), timeout).await
-            } else {
-                eval(client, None, args(), timeout).await
-            }
-        };
-        match once().await {
-            Err(e) if e.details().starts_with("NOSCRIPT") => {
-                load_script(client, load_timeout(timeout, deadline)).await?;
-                // Encoded again rather than kept: NOSCRIPT is rare, requests are not.
-                once().await
-            }
-            r => r,
-        }
-    }
-}
-
-/// A verdict for a check with no answer (its part failed): never reached on success paths.
-const REJECTED: Verdict = Verdict {
-    allowed: false,
-    remaining: 0,
-    reset: 0,
-    charged: false,
-    cached: false,
-};
-
-/// Loading the script is rare and larger than a decision: allow it at least this long.
-const LOAD_TIMEOUT_MIN: Duration = Duration::from_millis(500);
-
-/// The shortest timeout a call is given, however near the deadline.
-const MIN_TIMEOUT: Duration = Duration::from_millis(1);
-
-/// How long loading the scripts may take: longer than a decision, unless the request's
-/// deadline is nearer.
-fn load_timeout(timeout: Duration, deadline: Deadline) -> Duration {
-    let load = match deadline.budget() {
-        Some(b) => LOAD_TIMEOUT_MIN.min(b).max(MIN_TIMEOUT),
-        None => LOAD_TIMEOUT_MIN,
-    };
-    timeout.max(load)
-}
-
-async fn eval(
-    client: &fred::prelude::Client,
-    slot: Option<u16>,
-    args: Vec<Value>,
-    timeout: Duration,
-) -> Result<Vec<i64>, fred::error::Error> {
-    // fred routes by the slot (Cluster); elsewhere the hash is ignored.
-    let hash = match slot {
-        Some(s) => ClusterHash::Custom(s),
-        None => ClusterHash::Offset(2),
-    };
-    let cmd = CustomCommand::new_static(EVALSHA, hash, false);
-    let opts = Options {
-        timeout: Some(timeout),
-        // Not connected: fail now rather than queue until the timeout.
-        fail_fast: true,
-        ..Options::default()
-    };
-    client.with_options(&opts).custom(cmd, args).await
-}
-
-/// `SCRIPT LOAD` of every script on a thread's own connection; the error is what
-/// [`Inner::decide_on_link`] answers (`None`: the command never left, use the pool).
-async fn load_on_link(
-    link: &Link,
-    timeout: Duration,
-) -> Result<(), Option<Result<Vec<Verdict>, StoreError>>> {
-    for lua in script::scripts() {
-        let args = [Value::from("LOAD"), Value::from(lua)];
-        match link.call("SCRIPT", &args, timeout).await {
-            Ok(Frame::Error(e)) => return Err(Some(Err(from_reply(&e)))),
-            Ok(_) => {}
-            Err(CallError::NotSent) => return Err(None),
-            Err(e) => return Err(Some(Err(from_call(e)))),
-        }
-    }
-    Ok(())
-}
-
-/// `SCRIPT LOAD` of every script on the client's server (every primary, for fred's cluster
-/// client).
-async fn load_script(client: &Client, timeout: Duration) -> Result<(), fred::error::Error> {
-    let load = async {
-        for lua in script::scripts() {
-            client.script_load_cluster::<(), _>(lua).await?;
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(timeout, load).await {
-        Ok(r) => r,
-        Err(_) => Err(fred::error::Error::new(
-            fred::error::ErrorKind::Timeout,
-            "SCRIPT LOAD timed out",
-        )),
     }
 }
 

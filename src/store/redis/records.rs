@@ -1,7 +1,8 @@
 //! Reservation records in Redis ([`Reservations`]): `SET key record PX ttl` to hold one, `GET`
 //! to read it, and the decision script's `settle` scope to apply a settlement and delete the
 //! record in one atomic call (never `GETDEL` first: a settlement that then failed would be
-//! lost with its record). The record's key carries the hash tag of its first counter's slot,
+//! lost with its record). On a Cluster each command follows redirections in the one loop of
+//! [`super::redirect`]. The record's key carries the hash tag of its first counter's slot,
 //! so on Cluster that counter settles with it; a counter in another slot settles with a claim
 //! held there beside the record.
 
@@ -13,14 +14,11 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use fred::util::redis_keyslot;
 
 use super::errors::{error, from_fred};
-use super::redirect::Redirect;
+use super::redirect::asking;
 use super::script::Scope;
 use super::{breaker_open, record, ClockSource, Inner, Links, RedisStore, When};
 use crate::model::{Micros, MICROS_PER_MILLI};
 use crate::store::{key, Check, Deadline, ErrorKind, Reservations, StoreError};
-
-/// Redirections followed per call.
-const MAX_REDIRECTS: u32 = 3;
 
 impl Reservations for RedisStore {
     async fn hold(
@@ -185,37 +183,20 @@ impl Inner {
                 record(&self.breaker, &result);
                 result
             }
+            // Through the one redirect loop, as decisions are ([`Inner::follow`]).
             Links::Cluster(nodes) => {
                 let slot = redis_keyslot(key);
-                let mut attempt = 0;
-                loop {
-                    attempt += 1;
-                    let node = nodes.route(slot).ok_or_else(|| {
-                        error(
-                            ErrorKind::Cluster,
-                            format!("no known primary for slot {slot}"),
-                        )
-                    })?;
-                    if !node.breaker.allows() {
-                        return Err(breaker_open());
-                    }
+                let args = &args;
+                self.follow(nodes, slot, timeout, move |node, route, left| async move {
                     let client = node.pool.next_connected().clone();
-                    let result = send(&client, name, Some(slot), args.clone(), timeout).await;
-                    if let Err(e) = &result {
-                        if let (true, Some(Redirect::Moved(addr))) =
-                            (attempt < MAX_REDIRECTS, Redirect::of(e))
-                        {
-                            node.breaker.success();
-                            nodes
-                                .moved(slot, &addr)
-                                .map_err(|e| error(ErrorKind::Cluster, e.to_string()))?;
-                            continue;
-                        }
-                    }
-                    let result = result.map_err(|e| from_fred(&e));
-                    record(&node.breaker, &result);
-                    return result;
-                }
+                    let result = if route.asking {
+                        asking(&client, name, args.clone(), left).await
+                    } else {
+                        send(&client, name, Some(slot), args.clone(), left).await
+                    };
+                    (result, None)
+                })
+                .await
             }
         }
     }

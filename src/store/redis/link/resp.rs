@@ -1,4 +1,4 @@
-//! RESP2, the Redis wire format, for the serving threads' own connections ([`super::link`]):
+//! RESP2, the Redis wire format, for the serving threads' own connections ([`super`]):
 //! commands written into a byte buffer (many per write) and replies read back from one.
 //! Pure: no I/O, so the framing is tested here byte for byte.
 
@@ -278,7 +278,7 @@ fn number(text: &[u8]) -> Result<i64, ProtocolError> {
     }
 }
 
-/// A script's flat integer reply (what [`super::script::decode`] reads).
+/// A script's flat integer reply (what [`crate::store::redis::script::decode`] reads).
 pub fn integers(frame: Frame) -> Result<Vec<i64>, String> {
     match frame {
         Frame::Array(Some(items)) => items

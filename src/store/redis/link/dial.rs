@@ -1,8 +1,8 @@
-//! Opening a serving thread's own connection ([`super::link`]): TCP (and TLS with the
+//! Opening a serving thread's own connection ([`super`]): TCP (and TLS with the
 //! connector fred's configuration carries, so both trust the same CAs), then `AUTH`,
 //! `SELECT` and `CLIENT SETNAME sluice-thread` in one write; with Sentinel, the primary's
 //! address asked of the sentinels first and `ROLE` checked, so a thread never decides on a
-//! demoted primary; in a Cluster, one per node ([`super::nodes`]).
+//! demoted primary; in a Cluster, one per node ([`crate::store::redis::nodes`]).
 
 use std::time::Duration;
 
@@ -10,22 +10,25 @@ use fred::prelude::{ServerConfig, TlsConnector};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::connect::{self, ConfigError, ConnectOptions};
-use super::library::LIBRARY;
 use super::resp::{self, Frame};
 use crate::secret::Secret;
+use crate::store::redis::connect::{self, ConfigError, ConnectOptions};
+use crate::store::redis::library::LIBRARY;
 
 /// A byte stream to Redis, plain or TLS.
-pub(super) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+pub(in crate::store::redis) trait Io:
+    AsyncRead + AsyncWrite + Unpin + Send
+{
+}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-pub(super) type Stream = Box<dyn Io>;
+pub(in crate::store::redis) type Stream = Box<dyn Io>;
 
 /// The name the own connections give themselves (`CLIENT LIST` tells them from fred's).
 pub const CLIENT_NAME: &str = "sluice-thread";
 
 /// How to open one own connection; cheap to clone.
 #[derive(Clone)]
-pub(super) struct Dial {
+pub(in crate::store::redis) struct Dial {
     target: Target,
     username: Option<String>,
     password: Option<Secret>,
@@ -47,7 +50,7 @@ enum Target {
 
 impl Dial {
     /// `None` for Cluster URLs (their nodes are dialled one by one: [`Dial::node`]).
-    pub(super) fn new(opts: &ConnectOptions) -> Result<Option<Dial>, ConfigError> {
+    pub(in crate::store::redis) fn new(opts: &ConnectOptions) -> Result<Option<Dial>, ConfigError> {
         let (config, _) = connect::config(opts)?;
         let target = match &config.server {
             ServerConfig::Centralized { server } => {
@@ -70,7 +73,11 @@ impl Dial {
     }
 
     /// One node of a Cluster, with the URL's credentials and TLS.
-    pub(super) fn node(opts: &ConnectOptions, host: &str, port: u16) -> Result<Dial, ConfigError> {
+    pub(in crate::store::redis) fn node(
+        opts: &ConnectOptions,
+        host: &str,
+        port: u16,
+    ) -> Result<Dial, ConfigError> {
         let (config, _) = connect::config(opts)?;
         Ok(Dial::with(
             config,
@@ -94,7 +101,7 @@ impl Dial {
     }
 
     /// A connection ready for commands, or why not; bounded by the connect timeout.
-    pub(super) async fn connect(&self) -> Result<Stream, String> {
+    pub(in crate::store::redis) async fn connect(&self) -> Result<Stream, String> {
         match tokio::time::timeout(self.timeout, self.open()).await {
             Ok(r) => r,
             Err(_) => Err(format!("not connected within {:?}", self.timeout)),
@@ -228,11 +235,14 @@ impl Dial {
 }
 
 impl Dial {
-    /// `FUNCTION LOAD` of the decision library ([`super::library`]) unless the server has it
+    /// `FUNCTION LOAD` of the decision library ([`crate::store::redis::library`]) unless the server has it
     /// already: whether this connection decides with `FCALL`s. A server without functions
     /// (before Redis 7) or an ACL that refuses `FUNCTION LOAD` is no error: the connection
     /// decides with `EVALSHA`, as before. `Err`: the connection failed.
-    pub(super) async fn load_library(&self, s: &mut Stream) -> Result<bool, String> {
+    pub(in crate::store::redis) async fn load_library(
+        &self,
+        s: &mut Stream,
+    ) -> Result<bool, String> {
         let mut out = Vec::new();
         resp::encode_strs(&mut out, &[b"FUNCTION", b"LOAD", LIBRARY.source.as_bytes()]);
         let replies = tokio::time::timeout(self.timeout, exchange(s, &out, 1))

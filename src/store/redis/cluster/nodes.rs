@@ -18,10 +18,10 @@ use fred::types::Value;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
-use super::breaker::{Breaker, BreakerOptions};
-use super::connect::{self, ConfigError, ConnectOptions};
-use super::dial::Dial;
-use super::ConnectionTask;
+use crate::store::redis::breaker::{Breaker, BreakerOptions};
+use crate::store::redis::connect::{self, ConfigError, ConnectOptions};
+use crate::store::redis::dial::Dial;
+use crate::store::redis::ConnectionTask;
 
 /// Slots of a Redis Cluster.
 pub const SLOTS: usize = 16_384;
@@ -34,17 +34,17 @@ pub const REFRESH_UNHEALTHY: Duration = Duration::from_millis(100);
 pub const REFRESH_HEALTHY: Duration = Duration::from_secs(5);
 
 /// One primary: its pool and breaker, and how a serving thread opens its own connection to
-/// it ([`super::link`], made by the store on the thread's first call to this node).
+/// it ([`crate::store::redis::link`], made by the store on the thread's first call to this node).
 pub struct Node {
     pub addr: String,
     pub pool: Pool,
     pub breaker: Breaker,
     /// Set once the script is loaded on this node (or its loading attempted).
     pub loaded: AtomicBool,
-    pub(super) dial: Dial,
+    pub(in crate::store::redis) dial: Dial,
     tasks: Vec<ConnectionTask>,
     /// The serving threads' connection tasks to this node, each on its thread's runtime.
-    pub(super) thread_tasks: Mutex<Vec<JoinHandle<()>>>,
+    pub(in crate::store::redis) thread_tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Drop for Node {
@@ -53,7 +53,7 @@ impl Drop for Node {
         for t in &self.tasks {
             t.abort();
         }
-        super::abort_all(&mut self.thread_tasks);
+        crate::store::redis::abort_all(&mut self.thread_tasks);
     }
 }
 

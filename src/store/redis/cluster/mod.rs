@@ -4,6 +4,9 @@
 
 use super::*;
 
+pub mod nodes;
+pub(super) mod redirect;
+
 impl Inner {
     /// Cluster: one script call per slot, concurrently; an optimistic charge undone when the
     /// request is rejected elsewhere.
