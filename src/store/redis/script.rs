@@ -221,9 +221,10 @@ pub enum Scope<'a> {
     /// Give back the hits of every check (charged earlier by a [`Scope::Part`] call).
     Undo,
     /// Settle a reservation: if the claim key (a record, or its claim in another slot) is
-    /// there, decide the checks as [`Scope::All`] and delete it, in the one call; else change
+    /// there and not a settlement's marker, decide the checks as [`Scope::All`] and replace it
+    /// by the marker (the second field; empty: delete it), in the one call; else change
     /// nothing and answer `now` -1 ([`Reply::unclaimed`]).
-    Settle(&'a [u8]),
+    Settle(&'a [u8], &'a [u8]),
 }
 
 impl Scope<'_> {
@@ -232,7 +233,7 @@ impl Scope<'_> {
             Scope::All => "all",
             Scope::Part => "part",
             Scope::Undo => "undo",
-            Scope::Settle(_) => "settle",
+            Scope::Settle(..) => "settle",
         }
     }
 }
@@ -545,7 +546,7 @@ fn short_evalsha<'k, C: Borrow<Check<'k>>>(
 /// The script's `KEYS`: the checks' keys, then the claim of [`Scope::Settle`].
 fn keys_of<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'k>) -> Vec<&'k [u8]> {
     let mut keys = distinct_keys(checks);
-    if let Scope::Settle(claim) = scope {
+    if let Scope::Settle(claim, _) = scope {
         keys.push(claim);
     }
     keys
@@ -596,6 +597,10 @@ fn push_argv<'k, C: Borrow<Check<'k>>>(
         for b in bounds.unwrap_or([None; 4]) {
             args.push(b.map_or(EMPTY, int));
         }
+    }
+    // After the checks: the marker a settlement leaves in its claim's place.
+    if let Scope::Settle(_, marker) = scope {
+        args.push(Value::Bytes(Bytes::copy_from_slice(marker)));
     }
 }
 

@@ -14,6 +14,9 @@ use super::{client, remaining, reserve, CONFIG};
 use crate::support::redis as redis_support;
 use crate::support::{Sluice, StoreKind, SEC};
 
+/// What a Cancel leaves in its record's place.
+const MARKER: &[u8] = b"settled:cancel";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_redis_refuses_fails_and_its_retry_gives_the_hits_back() {
     let redis = redis_support::RedisNode::start();
@@ -114,7 +117,9 @@ async fn a_settlement_over_two_cluster_slots_applies_each_once_across_a_retry() 
     let node = cluster.nodes.iter().find(|n| n.port == owner).unwrap();
     node.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     node.cli(&["CONFIG", "SET", "maxmemory", "1"]);
-    let failed = store.settle(&record, &refund, now, Deadline::NONE).await;
+    let failed = store
+        .settle(&record, &refund, MARKER, now, Deadline::NONE)
+        .await;
     assert!(failed.is_err(), "refused: {failed:?}");
     node.cli(&["CONFIG", "SET", "maxmemory", "0"]);
     assert_eq!((count(&cluster, &home), count(&cluster, &away)), (5, 0));
@@ -128,14 +133,18 @@ async fn a_settlement_over_two_cluster_slots_applies_each_once_across_a_retry() 
         .decide(&again, now, Deadline::NONE)
         .await
         .expect("taken");
-    let settled = store.settle(&record, &refund, now, Deadline::NONE).await;
+    let settled = store
+        .settle(&record, &refund, MARKER, now, Deadline::NONE)
+        .await;
     assert!(settled.expect("the retry settles"), "the record was there");
     assert_eq!(
         (count(&cluster, &home), count(&cluster, &away)),
         (0, 4),
         "each slot given back once"
     );
-    let twice = store.settle(&record, &refund, now, Deadline::NONE).await;
+    let twice = store
+        .settle(&record, &refund, MARKER, now, Deadline::NONE)
+        .await;
     assert!(!twice.expect("answered"), "settled already");
     assert_eq!((count(&cluster, &home), count(&cluster, &away)), (0, 4));
 }
