@@ -301,3 +301,6 @@ fn settlement<'a>(record: &'a Record, limits: &'a [Limit], actual: u64) -> Vec<C
         .filter_map(|(i, (h, l))| h.settle(l, actual, i as u32))
         .collect()
 }
+
+#[cfg(test)]
+mod tests;
