@@ -864,14 +864,16 @@ mod tests {
         let (_, redis) = encode(&[&c], Scope::All, None, now);
         let s = |v: &Value| v.as_str().map(|s| s.to_string()).unwrap_or_default();
         assert_eq!(s(&local[3 + 5]), "00000000000000ab");
-        assert_eq!(local[3 + 11].as_i64(), Some(window_start));
-        assert_eq!(local[3 + 12].as_i64(), Some(window_end));
+        // After the value: hits, flags, group, then the four window bounds.
+        assert_eq!(local[3 + 9].as_i64(), Some(window_start));
+        assert_eq!(local[3 + 10].as_i64(), Some(window_end));
         assert_eq!(
-            (s(&local[3 + 13]), s(&local[3 + 14])),
+            (s(&local[3 + 11]), s(&local[3 + 12])),
             (String::new(), String::new())
         );
-        assert_eq!(redis[3 + 13].as_i64(), Some(window_start - 3_600_000_000));
-        assert_eq!(redis[3 + 14].as_i64(), Some(window_end + 3_600_000_000));
+        assert_eq!(redis[3 + 11].as_i64(), Some(window_start - 3_600_000_000));
+        assert_eq!(redis[3 + 12].as_i64(), Some(window_end + 3_600_000_000));
+        assert_eq!(local.len(), 3 + FIELDS, "a check's fields, all");
     }
 
     #[test]
