@@ -32,7 +32,8 @@ pub trait Reservations: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// The record of `key`, left where it is. `None`: unknown, expired or settled already.
+    /// The record of `key`, left where it is: a settled one's marker (see [`SETTLED`]) until
+    /// it is dropped. `None`: unknown, expired or settled already.
     fn read(
         &self,
         key: &[u8],

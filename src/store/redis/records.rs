@@ -78,11 +78,11 @@ impl Reservations for RedisStore {
 
     /// One `settle` script call per slot: the checks of the record's slot with the record
     /// (last, replaced by `marker`), those of each other slot (Cluster, a reservation over
-    /// several descriptors) with that slot's claim, first. Each call applies its checks and
-    /// drops its claim, or
-    /// changes nothing; a call whose claim is gone was applied before (a retry after a partial
-    /// failure skips it). Of two settles racing over several slots, each slot is applied once
-    /// and one of them is answered OK; the other finds the record gone.
+    /// several descriptors) with that slot's claim (dropped), first. Each call applies its
+    /// checks and replaces or drops its claim, or changes nothing; a call whose claim is gone
+    /// (or a marker) was applied before (a retry after a partial failure skips it). Of two
+    /// settles racing over several slots, each slot is applied once and one of them is
+    /// answered OK; the other finds a marker in the record's place.
     async fn settle(
         &self,
         key: &[u8],
