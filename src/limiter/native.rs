@@ -3,8 +3,10 @@
 //! at once, held as a [`Record`] in the store under a random id), Commit (the unused part
 //! given back, an overrun charged as debt) and Cancel (everything given back). A reservation
 //! not settled within its ttl expires in the store, and so counts as used. A settlement is
-//! applied with the record dropped in one store step, or not at all (the reservation stays
-//! settleable): never answered by a failure policy.
+//! applied with the record replaced by a marker of it in one store step, or not at all (the
+//! reservation stays settleable): never answered by a failure policy. The marker answers a
+//! retry of the same settlement after a lost reply OK; it is dropped once a success is
+//! answered, so a later settlement finds nothing.
 
 use super::assemble::{self, reported};
 use super::ietf_items;
@@ -16,6 +18,7 @@ use super::{LimitError, Limiter};
 use crate::algorithm::{Algorithm, Limit};
 use crate::excerpt::excerpt;
 use crate::model::{Micros, Request};
+use crate::store::records::SETTLED;
 use crate::store::{key, Check, Deadline, Reservations, Store, Verdict};
 
 /// The limit that decided a descriptor.
@@ -191,18 +194,28 @@ impl<S: Store + Reservations> Limiter<S> {
         actual: u64,
         deadline: Deadline,
     ) -> Result<(), LimitError> {
-        self.settle(id, actual, deadline).await
+        let marker = [SETTLED, format!("commit:{actual}").as_bytes()].concat();
+        self.settle(id, actual, &marker, deadline).await
     }
 
     /// Cancel: gives back everything reservation `id` holds.
     pub async fn cancel(&self, id: &str, deadline: Deadline) -> Result<(), LimitError> {
-        self.settle(id, 0, deadline).await
+        let marker = [SETTLED, b"cancel"].concat();
+        self.settle(id, 0, &marker, deadline).await
     }
 
     /// Settles reservation `id` at `actual` hits: reads its record, then has the store apply
-    /// the settlement and drop the record in one step (see [`Reservations::settle`]). Once:
-    /// a second settle finds nothing and changes nothing. A failure leaves it settleable.
-    async fn settle(&self, id: &str, actual: u64, deadline: Deadline) -> Result<(), LimitError> {
+    /// the settlement and replace the record by `marker` in one step (see
+    /// [`Reservations::settle`]). Once: a second settle finds nothing and changes nothing,
+    /// except that a retry of this settlement after a lost reply finds `marker` and succeeds.
+    /// A failure leaves it settleable.
+    async fn settle(
+        &self,
+        id: &str,
+        actual: u64,
+        marker: &[u8],
+        deadline: Deadline,
+    ) -> Result<(), LimitError> {
         if id.is_empty() {
             return Err(LimitError::InvalidArgument(
                 "reservation_id must not be empty".into(),
@@ -221,6 +234,12 @@ impl<S: Store + Reservations> Limiter<S> {
             .read(&key, now, deadline)
             .await?
             .ok_or_else(not_found)?;
+        if bytes.starts_with(SETTLED) {
+            return self
+                .applied(&key, &bytes, marker, deadline)
+                .await
+                .ok_or_else(not_found);
+        }
         let record = Record::decode(&bytes).map_err(|e| {
             LimitError::Unavailable(format!("reservation '{}' unreadable: {e}", excerpt(id)))
         })?;
@@ -232,14 +251,43 @@ impl<S: Store + Reservations> Limiter<S> {
         let checks = settlement(&record, &limits, actual);
         let settled = self
             .store()
-            .settle(&key, &checks, self.clock().now(), deadline)
+            .settle(&key, &checks, marker, self.clock().now(), deadline)
             .await?;
         if settled {
-            Ok(())
-        } else {
-            // Settled meanwhile by a concurrent call.
-            Err(not_found())
+            self.answered(&key, deadline).await;
+            return Ok(());
         }
+        // Settled meanwhile: by a concurrent call, or by this one's own try whose reply the
+        // store's link lost and sent again.
+        let now = self.clock().now();
+        match self.store().read(&key, now, deadline).await? {
+            Some(bytes) => self.applied(&key, &bytes, marker, deadline).await,
+            None => None,
+        }
+        .ok_or_else(not_found)
+    }
+
+    /// A settlement found the marker `bytes`: `Some` (answered OK) if it is this settlement's,
+    /// applied by a try whose answer was lost.
+    async fn applied(
+        &self,
+        key: &[u8],
+        bytes: &[u8],
+        marker: &[u8],
+        deadline: Deadline,
+    ) -> Option<()> {
+        if bytes != marker {
+            return None;
+        }
+        self.answered(key, deadline).await;
+        Some(())
+    }
+
+    /// A success is being answered: drop the marker, so a later settlement finds nothing.
+    /// Best effort: a marker left answers only the same settlement, and expires with the
+    /// record's ttl.
+    async fn answered(&self, key: &[u8], deadline: Deadline) {
+        let _ = self.store().drop_marker(key, deadline).await;
     }
 }
 
@@ -253,3 +301,6 @@ fn settlement<'a>(record: &'a Record, limits: &'a [Limit], actual: u64) -> Vec<C
         .filter_map(|(i, (h, l))| h.settle(l, actual, i as u32))
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -32,7 +32,8 @@ pub trait Reservations: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// The record of `key`, left where it is. `None`: unknown, expired or settled already.
+    /// The record of `key`, left where it is: a settled one's marker (see [`SETTLED`]) until
+    /// it is dropped. `None`: unknown, expired or settled already.
     fn read(
         &self,
         key: &[u8],
@@ -40,19 +41,33 @@ pub trait Reservations: Send + Sync + 'static {
         deadline: Deadline,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
 
-    /// Settles the record of `key`: decides `checks` (its refunds and overruns) and drops the
-    /// record, both or neither, so a settlement that fails leaves the reservation settleable
-    /// and one that succeeds cannot be applied twice. `Ok(false)`: the record was gone
-    /// (settled by a concurrent call, or expired), nothing was applied. Never answered by a
-    /// failure policy: what the store did not apply is an error.
+    /// Settles the record of `key`: decides `checks` (its refunds and overruns) and replaces
+    /// the record by `marker` (starting with [`SETTLED`]), both or neither, so a settlement
+    /// that fails leaves the reservation settleable, one that succeeds cannot be applied
+    /// twice, and a retry after a lost reply finds what was applied. `Ok(false)`: the record
+    /// was gone or a marker (settled by a concurrent call, or expired), nothing was applied.
+    /// Never answered by a failure policy: what the store did not apply is an error.
     fn settle(
         &self,
         key: &[u8],
         checks: &[Check<'_>],
+        marker: &[u8],
         now: Micros,
         deadline: Deadline,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Drops the marker a settlement left under `key`, once its success was answered: a
+    /// settlement after that finds nothing.
+    fn drop_marker(
+        &self,
+        key: &[u8],
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
+
+/// How a settlement's marker starts (decide.lua's settle scope matches it too); a record is
+/// JSON, so it never does.
+pub(crate) const SETTLED: &[u8] = b"settled:";
 
 /// Key -> (expiry, record).
 type RecordMap = HashMap<Box<[u8]>, (Micros, Vec<u8>)>;
@@ -138,11 +153,33 @@ impl Records {
         (*expiry > now).then(|| record.clone())
     }
 
-    pub fn claim(&self, key: &[u8], now: Micros) -> Option<Vec<u8>> {
-        let (key, (expiry, record)) = self.lock().remove_entry(key)?;
+    /// Claims the record of `key` for a settlement: replaces it by `marker`. `false`: gone,
+    /// expired or a marker already.
+    pub fn claim(&self, key: &[u8], marker: &[u8], now: Micros) -> bool {
+        let mut map = self.lock();
+        let Some((expiry, record)) = map.get_mut(key) else {
+            return false;
+        };
+        if *expiry <= now || record.starts_with(SETTLED) {
+            return false;
+        }
         self.bytes
-            .fetch_sub(record_bytes(&key, &record), Ordering::Relaxed);
-        (expiry > now).then_some(record)
+            .fetch_sub(record_bytes(key, record), Ordering::Relaxed);
+        *record = marker.to_vec();
+        self.bytes
+            .fetch_add(record_bytes(key, record), Ordering::Relaxed);
+        true
+    }
+
+    /// Drops the marker under `key`, if a marker is there.
+    pub fn drop_marker(&self, key: &[u8]) {
+        let mut map = self.lock();
+        if map.get(key).is_some_and(|(_, r)| r.starts_with(SETTLED)) {
+            if let Some((key, (_, marker))) = map.remove_entry(key) {
+                self.bytes
+                    .fetch_sub(record_bytes(&key, &marker), Ordering::Relaxed);
+            }
+        }
     }
 
     /// Drops the records expired at `now` (with the store's sweep); returns how many.
@@ -216,15 +253,21 @@ impl Reservations for MemoryStore {
         &self,
         key: &[u8],
         checks: &[Check<'_>],
+        marker: &[u8],
         now: Micros,
         _: Deadline,
     ) -> Result<bool, StoreError> {
         // Of concurrent settles one claims the record; deciding in memory cannot fail.
-        if self.records().claim(key, now).is_none() {
+        if !self.records().claim(key, marker, now) {
             return Ok(false);
         }
         self.decide_now(checks, now);
         Ok(true)
+    }
+
+    async fn drop_marker(&self, key: &[u8], _: Deadline) -> Result<(), StoreError> {
+        self.records().drop_marker(key);
+        Ok(())
     }
 }
 
@@ -255,10 +298,14 @@ impl<S: Reservations + super::Store> Reservations for LocalCache<S> {
         &self,
         key: &[u8],
         checks: &[Check<'_>],
+        marker: &[u8],
         now: Micros,
         deadline: Deadline,
     ) -> Result<bool, StoreError> {
-        let settled = self.inner().settle(key, checks, now, deadline).await?;
+        let settled = self
+            .inner()
+            .settle(key, checks, marker, now, deadline)
+            .await?;
         if settled {
             // As a refund decided through the cache: the hits given back may pass now.
             for c in checks.iter().filter(|c| c.ask.refund) {
@@ -266,6 +313,14 @@ impl<S: Reservations + super::Store> Reservations for LocalCache<S> {
             }
         }
         Ok(settled)
+    }
+
+    fn drop_marker(
+        &self,
+        key: &[u8],
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner().drop_marker(key, deadline)
     }
 }
 
@@ -298,10 +353,19 @@ macro_rules! forward {
                 &self,
                 key: &[u8],
                 checks: &[Check<'_>],
+                marker: &[u8],
                 now: Micros,
                 deadline: Deadline,
             ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-                self.$inner().settle(key, checks, now, deadline)
+                self.$inner().settle(key, checks, marker, now, deadline)
+            }
+
+            fn drop_marker(
+                &self,
+                key: &[u8],
+                deadline: Deadline,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                self.$inner().drop_marker(key, deadline)
             }
         }
     )*};
@@ -322,12 +386,26 @@ mod tests {
     #[test]
     fn a_record_is_claimed_once_and_not_after_its_expiry() {
         let r = Records::new(2);
+        let marker = b"settled:cancel";
         assert_eq!(r.hold(b"a", b"x".to_vec(), 100, 0), Ok(()));
-        assert_eq!(r.claim(b"a", 50), Some(b"x".to_vec()));
-        assert_eq!(r.claim(b"a", 50), None, "claimed already");
+        assert!(r.claim(b"a", marker, 50));
+        assert_eq!(
+            r.read(b"a", 50),
+            Some(marker.to_vec()),
+            "the marker is read"
+        );
+        assert!(!r.claim(b"a", marker, 50), "claimed already");
+        r.drop_marker(b"a");
+        assert_eq!(r.read(b"a", 50), None);
         assert_eq!(r.hold(b"b", b"y".to_vec(), 100, 0), Ok(()));
-        assert_eq!(r.claim(b"b", 100), None, "expired");
-        assert_eq!(r.claim(b"nope", 0), None);
+        assert!(!r.claim(b"b", marker, 100), "expired");
+        r.drop_marker(b"b");
+        assert_eq!(
+            r.read(b"b", 0),
+            Some(b"y".to_vec()),
+            "a record is no marker"
+        );
+        assert!(!r.claim(b"nope", marker, 0));
     }
 
     #[test]
@@ -354,7 +432,8 @@ mod tests {
         assert_eq!(r.bytes(), 3 * one);
         let full = r.hold(b"d", vec![0; 1000], 100, 0);
         assert_eq!(full, Err(Full::Bytes(3 * one)));
-        assert!(r.claim(b"a", 0).is_some());
+        assert!(r.claim(b"a", b"settled:cancel", 0));
+        r.drop_marker(b"a");
         assert_eq!(r.bytes(), 2 * one);
         assert_eq!(r.hold(b"d", vec![0; 1000], 100, 0), Ok(()));
         assert_eq!(r.sweep(100), 3);

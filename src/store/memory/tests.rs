@@ -224,8 +224,10 @@ fn records_share_the_byte_cap_with_the_keys() {
     // Settled, they give their bytes back.
     for i in 0..held {
         let key = i.to_be_bytes();
-        let settled = futures::executor::block_on(s.settle(&key, &[], 0, Deadline::NONE));
+        let settled =
+            futures::executor::block_on(s.settle(&key, &[], b"settled:cancel", 0, Deadline::NONE));
         assert!(settled.expect("settled"), "record {i} held");
+        futures::executor::block_on(s.drop_marker(&key, Deadline::NONE)).expect("dropped");
     }
     assert_eq!(s.records().bytes(), 0);
 }

@@ -12,8 +12,9 @@
 --                            descriptors live elsewhere (Redis Cluster): admission assumes the
 --                            descriptors not seen here pass; the caller undoes what it must
 --                     'undo' give back the hits of every check (they were charged by 'part')
---                     'settle' as 'all' if the last key exists, which is then deleted; else
---                            nothing changes and the reply is { -1 } (a reservation's claim)
+--                     'settle' as 'all' if the last key exists and is no marker; it is then
+--                            replaced by the marker (the ARGV after the checks) or deleted
+--                            (marker ''); else nothing changes and the reply is { -1 }
 --   ARGV[2]    now in microseconds, or '' to read the Redis clock (TIME)
 --   ARGV[3]    number of checks, then FIELDS values per check:
 --              key index (into KEYS), algorithm code, limit, window (us), param (burst of a
@@ -1035,15 +1036,19 @@ local n = tonumber(A[3])
 -- A call that failed midway left its sorted-set writes unflushed: they are not this call's.
 log_pending, log_pending_keys = {}, {}
 
--- 'settle': a reservation's settlement, applied with its claim deleted (the last key: the
--- record, or its claim in another slot) or not at all, so a failed settlement can be retried
--- and a done one is not applied twice. The claim is deleted after every other write: a
--- script Redis refuses at its first write (OOM, a replica) leaves the claim, and one that
--- wrote goes on to its end.
-local claim = nil
+-- 'settle': a reservation's settlement, applied with its claim (the last key: the record, or
+-- its claim in another slot) replaced by the marker after the checks (the record: so that a
+-- retry after a lost reply learns it was applied) or deleted (the marker ''), or not at all,
+-- so a failed settlement can be retried and a done one is not applied twice. The claim is
+-- written after every other write: a script Redis refuses at its first write (OOM, a
+-- replica) leaves the claim, and one that wrote goes on to its end.
+local claim, marker = nil, nil
 if scope == 'settle' then
   claim = KEYS[#KEYS]
-  if redis.call('EXISTS', claim) == 0 then
+  marker = A[3 + n * FIELDS + 1] or ''
+  -- Gone, or a marker (Reservations::settle's SETTLED prefix): settled already.
+  local head = redis.call('GETRANGE', claim, 0, 7)
+  if head == '' or head == 'settled:' then
     return { -1 }
   end
   scope = 'all'
@@ -1051,7 +1056,11 @@ end
 local function done(r)
   log_flush(now)
   if claim ~= nil then
-    redis.call('DEL', claim)
+    if marker == '' then
+      redis.call('DEL', claim)
+    else
+      redis.call('SET', claim, marker, 'KEEPTTL')
+    end
   end
   return r
 end

@@ -77,15 +77,17 @@ impl Reservations for RedisStore {
     }
 
     /// One `settle` script call per slot: the checks of the record's slot with the record
-    /// (last), those of each other slot (Cluster, a reservation over several descriptors)
-    /// with that slot's claim, first. Each call applies its checks and drops its claim, or
-    /// changes nothing; a call whose claim is gone was applied before (a retry after a partial
-    /// failure skips it). Of two settles racing over several slots, each slot is applied once
-    /// and one of them is answered OK; the other finds the record gone.
+    /// (last, replaced by `marker`), those of each other slot (Cluster, a reservation over
+    /// several descriptors) with that slot's claim (dropped), first. Each call applies its
+    /// checks and replaces or drops its claim, or changes nothing; a call whose claim is gone
+    /// (or a marker) was applied before (a retry after a partial failure skips it). Of two
+    /// settles racing over several slots, each slot is applied once and one of them is
+    /// answered OK; the other finds a marker in the record's place.
     async fn settle(
         &self,
         key: &[u8],
         checks: &[Check<'_>],
+        marker: &[u8],
         now: Micros,
         deadline: Deadline,
     ) -> Result<bool, StoreError> {
@@ -108,7 +110,7 @@ impl Reservations for RedisStore {
                     .run(
                         pool.next_connected(),
                         checks,
-                        Scope::Settle(key),
+                        Scope::Settle(key, marker),
                         when,
                         timeout,
                     )
@@ -129,7 +131,14 @@ impl Reservations for RedisStore {
                 for (slot, part) in parts.iter().filter(|(s, _)| *s != home) {
                     let claim = key::reservation_claim(key, *slot);
                     inner
-                        .run_slot(nodes, *slot, part, Scope::Settle(&claim), when, timeout)
+                        .run_slot(
+                            nodes,
+                            *slot,
+                            part,
+                            Scope::Settle(&claim, b""),
+                            when,
+                            timeout,
+                        )
                         .await?;
                 }
                 let part: Vec<&Check<'_>> = parts
@@ -138,11 +147,24 @@ impl Reservations for RedisStore {
                     .map(|(_, p)| p)
                     .unwrap_or_default();
                 let reply = inner
-                    .run_slot(nodes, home, &part, Scope::Settle(key), when, timeout)
+                    .run_slot(
+                        nodes,
+                        home,
+                        &part,
+                        Scope::Settle(key, marker),
+                        when,
+                        timeout,
+                    )
                     .await?;
                 Ok(!reply.unclaimed())
             }
         }
+    }
+
+    async fn drop_marker(&self, key: &[u8], deadline: Deadline) -> Result<(), StoreError> {
+        let args = vec![Value::Bytes(Bytes::copy_from_slice(key))];
+        self.inner.command("DEL", key, args, deadline).await?;
+        Ok(())
     }
 }
 

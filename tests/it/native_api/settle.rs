@@ -14,6 +14,9 @@ use super::{client, remaining, reserve, CONFIG};
 use crate::support::redis as redis_support;
 use crate::support::{Sluice, StoreKind, SEC};
 
+/// What a Cancel leaves in its record's place.
+const MARKER: &[u8] = b"settled:cancel";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_redis_refuses_fails_and_its_retry_gives_the_hits_back() {
     let redis = redis_support::RedisNode::start();
@@ -114,7 +117,9 @@ async fn a_settlement_over_two_cluster_slots_applies_each_once_across_a_retry() 
     let node = cluster.nodes.iter().find(|n| n.port == owner).unwrap();
     node.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     node.cli(&["CONFIG", "SET", "maxmemory", "1"]);
-    let failed = store.settle(&record, &refund, now, Deadline::NONE).await;
+    let failed = store
+        .settle(&record, &refund, MARKER, now, Deadline::NONE)
+        .await;
     assert!(failed.is_err(), "refused: {failed:?}");
     node.cli(&["CONFIG", "SET", "maxmemory", "0"]);
     assert_eq!((count(&cluster, &home), count(&cluster, &away)), (5, 0));
@@ -128,14 +133,72 @@ async fn a_settlement_over_two_cluster_slots_applies_each_once_across_a_retry() 
         .decide(&again, now, Deadline::NONE)
         .await
         .expect("taken");
-    let settled = store.settle(&record, &refund, now, Deadline::NONE).await;
+    let settled = store
+        .settle(&record, &refund, MARKER, now, Deadline::NONE)
+        .await;
     assert!(settled.expect("the retry settles"), "the record was there");
     assert_eq!(
         (count(&cluster, &home), count(&cluster, &away)),
         (0, 4),
         "each slot given back once"
     );
-    let twice = store.settle(&record, &refund, now, Deadline::NONE).await;
+    let twice = store
+        .settle(&record, &refund, MARKER, now, Deadline::NONE)
+        .await;
     assert!(!twice.expect("answered"), "settled already");
     assert_eq!((count(&cluster, &home), count(&cluster, &away)), (0, 4));
+}
+
+/// A settlement applied whose answer was lost leaves its marker (here written as such a try
+/// leaves it, without its give-back, so that anything applied again would show): its retry
+/// answers OK and applies nothing, a different settlement answers NOT_FOUND, and an answered
+/// success leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_settlement_finds_its_marker_and_a_different_one_does_not() {
+    let redis = redis_support::RedisNode::start();
+    let url: &'static str = Box::leak(redis.url().into_boxed_str());
+    let s = Sluice::start(StoreKind::Redis(url), Some(CONFIG), &[]).await;
+    let mut c = client(&s).await;
+    let record_of = |id: &str| {
+        let keys = redis.cli(&["KEYS", "*"]);
+        // The key holds the id's random part (before its slot tag).
+        let random = id.split('.').next().unwrap_or(id);
+        let found = keys
+            .lines()
+            .find(|k| k.ends_with(random))
+            .map(str::to_string);
+        found.expect("the record is in Redis")
+    };
+    let id = reserve(&mut c, "native", "u", 5, 60_000)
+        .await
+        .expect("reserved")
+        .reservation_id;
+    let record = record_of(&id);
+    redis.cli(&["SET", &record, "settled:cancel", "KEEPTTL"]);
+    let commit = pb::CommitRequest {
+        reservation_id: id.clone(),
+        actual_hits: 2,
+    };
+    let other = c.commit(commit).await.unwrap_err();
+    assert_eq!(other.code(), Code::NotFound, "not the settlement applied");
+    let cancel = || pb::CancelRequest {
+        reservation_id: id.clone(),
+    };
+    c.cancel(cancel()).await.expect("the retry succeeds");
+    assert_eq!(remaining(&mut c, "u").await, 5, "nothing applied again");
+    let again = c.cancel(cancel()).await.unwrap_err();
+    assert_eq!(again.code(), Code::NotFound, "answered OK once");
+
+    let id = reserve(&mut c, "native", "v", 5, 60_000)
+        .await
+        .expect("reserved")
+        .reservation_id;
+    let record = record_of(&id);
+    c.cancel(pb::CancelRequest {
+        reservation_id: id.clone(),
+    })
+    .await
+    .expect("cancelled");
+    assert_eq!(redis.cli(&["EXISTS", &record]), "0", "no marker left");
+    s.stop().await;
 }

@@ -175,7 +175,7 @@ pub(super) fn short_evalsha<'k, C: Borrow<Check<'k>>>(
 /// The script's `KEYS`: the checks' keys, then the claim of [`Scope::Settle`].
 pub(super) fn keys_of<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'k>) -> Vec<&'k [u8]> {
     let mut keys = distinct_keys(checks);
-    if let Scope::Settle(claim) = scope {
+    if let Scope::Settle(claim, _) = scope {
         keys.push(claim);
     }
     keys
@@ -226,5 +226,9 @@ pub(super) fn push_argv<'k, C: Borrow<Check<'k>>>(
         for b in bounds.unwrap_or([None; 4]) {
             args.push(b.map_or(EMPTY, int));
         }
+    }
+    // After the checks: the marker a settlement leaves in its claim's place.
+    if let Scope::Settle(_, marker) = scope {
+        args.push(Value::Bytes(Bytes::copy_from_slice(marker)));
     }
 }

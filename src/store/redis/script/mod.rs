@@ -227,9 +227,10 @@ pub enum Scope<'a> {
     /// Give back the hits of every check (charged earlier by a [`Scope::Part`] call).
     Undo,
     /// Settle a reservation: if the claim key (a record, or its claim in another slot) is
-    /// there, decide the checks as [`Scope::All`] and delete it, in the one call; else change
+    /// there and not a settlement's marker, decide the checks as [`Scope::All`] and replace it
+    /// by the marker (the second field; empty: delete it), in the one call; else change
     /// nothing and answer `now` -1 ([`Reply::unclaimed`]).
-    Settle(&'a [u8]),
+    Settle(&'a [u8], &'a [u8]),
 }
 
 impl Scope<'_> {
@@ -238,7 +239,7 @@ impl Scope<'_> {
             Scope::All => "all",
             Scope::Part => "part",
             Scope::Undo => "undo",
-            Scope::Settle(_) => "settle",
+            Scope::Settle(..) => "settle",
         }
     }
 }

@@ -164,6 +164,7 @@ fn distinct_values_and_calendar_bounds_are_passed() {
     );
     assert_eq!(redis[3 + 11].as_i64(), Some(window_start - 3_600_000_000));
     assert_eq!(redis[3 + 12].as_i64(), Some(window_end + 3_600_000_000));
+    assert_eq!(local.len(), 3 + FIELDS, "a check's fields, all");
 }
 
 #[test]
