@@ -10,10 +10,14 @@
 /// thread can be started.
 pub(crate) fn at_lowest_priority<T: Send>(work: impl FnOnce() -> T + Send) -> T {
     let mut work = Some(work);
+    // The caller's runtime goes along: `work` may spawn on it (a reload publishes readiness to
+    // gRPC health that way), as it could had it run on the calling thread.
+    let runtime = tokio::runtime::Handle::try_current().ok();
     let ran = std::thread::scope(|scope| {
         let handle = std::thread::Builder::new()
             .name("sluice-reload".into())
             .spawn_scoped(scope, || {
+                let _entered = runtime.as_ref().map(|rt| rt.enter());
                 lowest_priority();
                 work.take().map(|w| w())
             })
@@ -62,5 +66,22 @@ mod tests {
             rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap(),
             before
         );
+    }
+
+    #[test]
+    fn work_sees_the_callers_runtime() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let inside = rt.block_on(async {
+            super::at_lowest_priority(|| tokio::runtime::Handle::try_current().is_ok())
+        });
+        assert!(
+            inside,
+            "a reload's work may spawn on the runtime that asked for it"
+        );
+        assert!(!super::at_lowest_priority(|| {
+            tokio::runtime::Handle::try_current().is_ok()
+        }));
     }
 }

@@ -66,6 +66,8 @@ async fn sluice(envs: &[(&str, &str)], args: &[&str]) -> Spawned {
         ("GRPC_PORT", "0"),
         ("HOST", "127.0.0.1"),
         ("PORT", "0"),
+        // The debug listener (0.0.0.0:6070 by default) on a free port: tests run at once.
+        ("DEBUG_PORT", "0"),
         ("LOG_FORMAT", "json"),
     ]
     .iter()

@@ -117,7 +117,7 @@ fn check(hits: u64) -> pb::CheckRequest {
 
 /// An Envoy RLS refund of `hits` to `user=u`.
 fn refund(hits: u32) -> sluice::proto::RateLimitRequest {
-    let mut r = request("u", hits, true);
+    let mut r = take_request("u", hits, true);
     r.domain = "native".into();
     r.descriptors[0].entries[0].key = b"user".to_vec();
     r

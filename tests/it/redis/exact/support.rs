@@ -10,19 +10,20 @@ use std::time::{Duration, Instant};
 
 use sluice::clock::{Clock, SystemClock};
 pub use sluice::model::Micros;
-use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::rate_limit_response::Code;
 use sluice::proto::rate_limit_service_client::RateLimitServiceClient;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use sluice::proto::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::support::channel;
+use crate::support::dsl::req_k;
 use crate::support::poll::wait_until_async;
 use crate::support::process::{spawn_sluice, Spawned};
 use crate::support::redis::fixed_window_state;
+use crate::support::server::serve_argv;
 
 pub use crate::support::SEC;
 
@@ -45,20 +46,11 @@ pub fn config(dir: &Path, limit: u64, window: &str) -> PathBuf {
 }
 
 /// An Envoy RLS request for `k=value`: `hits` taken, or given back when `refund`.
-pub fn request(value: &str, hits: u32, refund: bool) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: b"k".to_vec(),
-                value: value.as_bytes().to_vec(),
-            }],
-            hits_addend: Some(u64::from(hits)),
-            is_negative_hits: refund,
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
+pub fn take_request(value: &str, hits: u32, refund: bool) -> RateLimitRequest {
+    let mut r = req_k(&[value]).to_proto();
+    r.descriptors[0].hits_addend = Some(u64::from(hits));
+    r.descriptors[0].is_negative_hits = refund;
+    r
 }
 
 fn allowed(r: &RateLimitResponse) -> bool {
@@ -77,28 +69,21 @@ pub struct Instance {
 
 impl Instance {
     pub async fn start(config: &Path, url: &str, clock: &str, ahead: Micros) -> Instance {
-        let mut args: Vec<String> = [
-            "serve",
-            "--config",
-            &config.display().to_string(),
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--backend",
-            "redis",
-            "--redis-url",
-            url,
-            "--clock",
-            clock,
-            "--grpc-threads",
-            "1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args = serve_argv(
+            config,
+            &[
+                "--log-format",
+                "json",
+                "--backend",
+                "redis",
+                "--redis-url",
+                url,
+                "--clock",
+                clock,
+                "--grpc-threads",
+                "1",
+            ],
+        );
         // Generous: a small shared box; no case here is about timeouts.
         args.extend(["--redis-command-timeout".into(), "2s".into()]);
         let mut envs: Vec<(String, String)> = Vec::new();
@@ -148,7 +133,7 @@ impl Instance {
         let before = SystemClock.now();
         let got = futures::future::join_all((0..n).map(|_| {
             let mut c = self.client.clone();
-            async move { c.should_rate_limit(request(value, 1, false)).await }
+            async move { c.should_rate_limit(take_request(value, 1, false)).await }
         }))
         .await;
         let after = SystemClock.now();
@@ -288,7 +273,9 @@ impl Load {
                     while !stop.load(Ordering::Relaxed) {
                         let key = i % values.len();
                         let started = crate::support::poll::real_now();
-                        let r = c.should_rate_limit(request(&values[key], 1, false)).await;
+                        let r = c
+                            .should_rate_limit(take_request(&values[key], 1, false))
+                            .await;
                         outcomes.lock().unwrap().push(Outcome {
                             started,
                             ended: crate::support::poll::real_now(),
