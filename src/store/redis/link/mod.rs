@@ -182,7 +182,7 @@ struct State {
     /// The decisions queued for the next `FCALL` (with `functions` only).
     queued: Queued,
     /// An `FCALL` of decisions awaits its reply: the next one waits for it, gathering every
-    /// decision queued meanwhile (see [`serve`]).
+    /// decision queued meanwhile (see [`task::serve`]).
     fcall_in_flight: bool,
     /// Drop the connection and dial again (it reached a server that is no primary).
     redial: bool,
