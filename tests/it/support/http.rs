@@ -43,7 +43,16 @@ pub async fn request(
     }
     req.push_str("Connection: close\r\n\r\n");
     req.push_str(body);
-    s.write_all(req.as_bytes()).await?;
+    // A server may answer before the body is all sent (413 to a body past the limit) and close:
+    // the write then fails, and the answer is still there to read, as curl reads it.
+    if let Err(e) = s.write_all(req.as_bytes()).await {
+        if !matches!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        ) {
+            return Err(e);
+        }
+    }
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await?;
     let text = String::from_utf8_lossy(&buf).into_owned();
