@@ -50,15 +50,16 @@ def cpu_seconds(pids):
 
 
 def wait_line(path, prefix, pid, timeout):
-    """Prints the rest of the first line of file `path` that starts with `prefix`."""
+    """Prints and returns the rest of the first line of file `path` that starts with `prefix`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with open(path) as f:
                 for line in f:
                     if line.startswith(prefix):
-                        print(line[len(prefix):].strip())
-                        return 0
+                        rest = line[len(prefix):].strip()
+                        print(rest)
+                        return rest
         except FileNotFoundError:
             pass
         if not os.path.exists(f"/proc/{pid}"):
@@ -395,7 +396,7 @@ def main():
     if cmd == "free-port":
         print(free_port())
     elif cmd == "wait-line":
-        return wait_line(args[0], args[1], int(args[2]), float(args[3]))
+        wait_line(args[0], args[1], int(args[2]), float(args[3]))
     elif cmd == "wait-http":
         return wait_http(args[0], int(args[1]), float(args[2]))
     elif cmd == "gen-rules":
