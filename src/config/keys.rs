@@ -1,11 +1,16 @@
-//! Unknown keys, found by a walk of their own so that one does not hide the file's other
-//! errors. serde's `deny_unknown_fields` stops the parse at the first unknown key; the
-//! [`raw`](super::raw) types therefore ignore unknown keys, and this walk reports each of them
-//! with its position, from the same parse budget.
+//! Unknown keys. serde's `deny_unknown_fields` stops the parse at the first unknown key; the
+//! [`raw`](super::raw) types therefore ignore unknown keys, and this module reports each of
+//! them with its position, without stopping the parse.
+//!
+//! They are collected during the typed parse itself ([`typed_with_unknown_keys`]: each raw
+//! type reads its map through [`Checked`]), so a file is walked once. A file whose typed parse
+//! fails is walked again by [`unknown_keys`], which knows the shapes and goes on past type
+//! errors, so that one error does not hide the file's unknown keys.
 //!
 //! The accepted keys of each map are the serde types' own field lists (read off their derived
 //! `Deserialize`), so adding a field to a raw type is all it takes to accept its key.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -14,14 +19,149 @@ use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
 
 use super::error::{ConfigError, Position};
-use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces};
+use super::raw::{fields_of, RawDescriptor, RawFile, RawRateLimit, RawReplaces};
 use crate::excerpt::excerpt;
+
+thread_local! {
+    /// The unknown keys met by this thread's typed parse, while [`typed_with_unknown_keys`]
+    /// runs (the raw types' `Deserialize` takes no seed to carry them).
+    static FOUND: RefCell<Option<Vec<(Location, String)>>> = const { RefCell::new(None) };
+}
+
+/// The typed parse of `content`, with its unknown keys in file order; if the parse fails, its
+/// error and nothing else (the keys met before it are no complete list).
+pub(super) fn typed_with_unknown_keys(
+    file: &Arc<str>,
+    content: &str,
+    opts: serde_saphyr::Options,
+) -> Result<(Option<RawFile>, Vec<ConfigError>), serde_saphyr::Error> {
+    /// Stops collecting even if the parse panics.
+    struct Collecting;
+    impl Drop for Collecting {
+        fn drop(&mut self) {
+            FOUND.with(|f| f.borrow_mut().take());
+        }
+    }
+    let _collecting = Collecting;
+    FOUND.with(|f| *f.borrow_mut() = Some(Vec::new()));
+    let parsed = serde_saphyr::from_str_with_options::<Option<RawFile>>(content, opts)?;
+    let found = FOUND.with(|f| f.borrow_mut().take()).unwrap_or_default();
+    let found = found
+        .into_iter()
+        .map(|(at, message)| ConfigError::new(Position::at(file, at), message))
+        .collect();
+    Ok((parsed, found))
+}
+
+/// The message of an unknown key in a map that accepts `keys`.
+fn unknown_key(key: &str, keys: &[&str]) -> String {
+    format!(
+        "unknown key '{}' (expected one of: {})",
+        excerpt(key),
+        keys.join(", ")
+    )
+}
+
+/// A raw type's deserializer: its map's keys are checked against the type's fields as they are
+/// read (the derived code asks for a struct, and names the fields).
+pub(super) struct Checked<D>(pub(super) D);
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Checked<D> {
+    type Error = D::Error;
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        // Outside `typed_with_unknown_keys` (the parse again after an error), the derived
+        // code alone, so the error is serde-saphyr's own.
+        if !FOUND.with(|f| f.borrow().is_some()) {
+            return self.0.deserialize_struct(name, fields, visitor);
+        }
+        self.0
+            .deserialize_struct(name, fields, CheckedVisitor { visitor, fields })
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_any(visitor)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
+struct CheckedVisitor<V> {
+    visitor: V,
+    fields: &'static [&'static str],
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for CheckedVisitor<V> {
+    type Value = V::Value;
+
+    // The derived visitor's own words, so that its errors read the same.
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.visitor.expecting(f)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.visitor.visit_map(CheckedMap {
+            map,
+            fields: self.fields,
+        })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
+        self.visitor.visit_seq(seq)
+    }
+}
+
+struct CheckedMap<A> {
+    map: A,
+    fields: &'static [&'static str],
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for CheckedMap<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        // Read as the walk below reads keys, for the key's position.
+        let Some(key) = self.map.next_key::<Spanned<String>>()? else {
+            return Ok(None);
+        };
+        if !self.fields.contains(&key.value.as_str()) {
+            FOUND.with(|f| {
+                if let Some(found) = f.borrow_mut().as_mut() {
+                    found.push((key.referenced, unknown_key(&key.value, self.fields)));
+                }
+            });
+        }
+        seed.deserialize(de::value::StringDeserializer::<A::Error>::new(key.value))
+            .map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.map.size_hint()
+    }
+}
 
 /// How many times a file that is no valid YAML is cut shorter to find the keys before its
 /// error (each cut ends above the error of the previous try).
 const CUTS: usize = 8;
 
-/// Every unknown key of the file `content`, in file order. In a file that is no valid YAML
+/// Every unknown key of the file `content`, in file order, by a walk of its own (for a file
+/// whose typed parse fails). In a file that is no valid YAML
 /// (the typed parse reports its error), the keys above the error are still checked: the walk
 /// runs again on the lines before it, as long as that is valid YAML (a flow map cut in its
 /// middle is not, so the cut moves up to the line the error names in that prefix, a few times
@@ -167,14 +307,8 @@ impl<'de> Visitor<'de> for Walk<'_> {
         };
         while let Some(key) = map.next_key::<Spanned<String>>()? {
             if !keys.contains(&key.value.as_str()) {
-                self.found.push((
-                    key.referenced,
-                    format!(
-                        "unknown key '{}' (expected one of: {})",
-                        excerpt(&key.value),
-                        keys.join(", ")
-                    ),
-                ));
+                self.found
+                    .push((key.referenced, unknown_key(&key.value, keys)));
                 map.next_value::<IgnoredAny>()?;
                 continue;
             }
@@ -230,57 +364,6 @@ impl<'de> Visitor<'de> for Walk<'_> {
     }
 }
 
-/// The field names a derived `Deserialize` accepts: it hands them to `deserialize_struct`,
-/// where this deserializer records them and stops.
-fn fields_of<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
-    let mut fields: &'static [&'static str] = &[];
-    let _ = T::deserialize(FieldNames(&mut fields));
-    fields
-}
-
-struct FieldNames<'a>(&'a mut &'static [&'static str]);
-
-#[derive(Debug)]
-struct Stop;
-
-impl fmt::Display for Stop {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("field names recorded")
-    }
-}
-
-impl std::error::Error for Stop {}
-
-impl de::Error for Stop {
-    fn custom<M: fmt::Display>(_: M) -> Self {
-        Stop
-    }
-}
-
-impl<'de> Deserializer<'de> for FieldNames<'_> {
-    type Error = Stop;
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        _: &'static str,
-        fields: &'static [&'static str],
-        _: V,
-    ) -> Result<V::Value, Stop> {
-        *self.0 = fields;
-        Err(Stop)
-    }
-
-    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
-        Err(Stop)
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
-        ignored_any
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +385,19 @@ mod tests {
         }
         let file: Arc<str> = "bomb.yaml".into();
         assert!(unknown_keys(&file, &yaml, serde_saphyr::Options::default()).is_empty());
+    }
+
+    #[test]
+    fn the_typed_parse_finds_what_the_walk_finds() {
+        let file: Arc<str> = "f.yaml".into();
+        let yaml = "domain: d\nextra: 1\ndescriptors:\n  - key: k\n    ratelimit: {unit: second}\n    rate_limits:\n      - {name: a, unit: second, replaces: [{nme: b}], speed: 3}\n    metadata: {anything: 1}\n    descriptors: [{key: n, 1: x, rate_limit: {unit: hour, x: y}}]\n";
+        let opts = serde_saphyr::Options::default();
+        let (raw, found) = typed_with_unknown_keys(&file, yaml, opts.clone()).unwrap();
+        assert!(raw.is_some());
+        assert_eq!(found.len(), 6);
+        assert_eq!(found, unknown_keys(&file, yaml, opts));
+        // Not collecting outside of it.
+        assert!(FOUND.with(|f| f.borrow().is_none()));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! YAML text -> the [`raw`](super::raw) types and the file's unknown keys ([`keys`]), every
-//! file in parallel, within serde-saphyr's budgets (nodes, events, depth, alias expansion)
+//! YAML text -> the [`raw`](super::raw) types and the file's unknown keys ([`keys`]) in one
+//! walk, every file in parallel, within serde-saphyr's budgets (nodes, events, depth, alias expansion)
 //! scaled to the file's size; serde-saphyr's messages reworded into the config's vocabulary.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,50 +16,28 @@ use crate::excerpt::excerpt;
 /// tokio worker or test thread (found by the `config` fuzz target).
 const PARSE_STACK: usize = 64 << 20;
 
-/// A file's typed parse.
-type Typed = Result<Option<RawFile>, serde_saphyr::Error>;
-
 /// A file's typed parse, and its unknown keys.
-pub(super) type Parsed = (Typed, Vec<ConfigError>);
+pub(super) type Parsed = (
+    Result<Option<RawFile>, serde_saphyr::Error>,
+    Vec<ConfigError>,
+);
 
-/// Parses every file, in parallel (parsing is most of a load's time: about 100,000
-/// instructions per rule), on threads with [`PARSE_STACK`] at the lowest priority (serving
-/// threads preempt them: `crate::background`); inline if no thread can start.
-/// The typed parse and the unknown-key walk of one file are separate jobs, so with two cores a
-/// one-file config takes no longer than one walk.
+/// Parses every file, in parallel (parsing is most of a load's time), on threads with
+/// [`PARSE_STACK`] at the lowest priority (serving threads preempt them:
+/// `crate::background`); inline if no thread can start.
 pub(super) fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
-    let typed = |file: &ConfigFile| {
-        serde_saphyr::from_str_with_options::<Option<RawFile>>(
-            &file.content,
-            options(&file.content),
-        )
-    };
-    let unknown =
-        |file: &ConfigFile| keys::unknown_keys(&file.path, &file.content, options(&file.content));
-    let jobs = files.len() * 2;
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .min(jobs);
+        .min(files.len());
     let next = AtomicUsize::new(0);
-    let typed_slots: Vec<Mutex<Option<Typed>>> = files.iter().map(|_| Mutex::new(None)).collect();
-    let unknown_slots: Vec<Mutex<Option<Vec<ConfigError>>>> =
-        files.iter().map(|_| Mutex::new(None)).collect();
+    let slots: Vec<Mutex<Option<Parsed>>> = files.iter().map(|_| Mutex::new(None)).collect();
     let work = || loop {
         let job = next.fetch_add(1, Ordering::Relaxed);
-        let Some(file) = files.get(job / 2) else {
+        let Some(file) = files.get(job) else {
             break;
         };
-        if job.is_multiple_of(2) {
-            let parsed = typed(file);
-            *typed_slots[job / 2]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some(parsed);
-        } else {
-            let found = unknown(file);
-            *unknown_slots[job / 2]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some(found);
-        }
+        let parsed = parse(file);
+        *slots[job].lock().unwrap_or_else(|e| e.into_inner()) = Some(parsed);
     };
     std::thread::scope(|scope| {
         let started = (0..workers)
@@ -79,17 +57,25 @@ pub(super) fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
             work();
         }
     });
-    typed_slots
+    slots
         .into_iter()
-        .zip(unknown_slots)
         .zip(files)
-        .map(|((t, u), file)| {
-            (
-                take(t).unwrap_or_else(|| typed(file)),
-                take(u).unwrap_or_else(|| unknown(file)),
-            )
-        })
+        .map(|(slot, file)| take(slot).unwrap_or_else(|| parse(file)))
         .collect()
+}
+
+/// One file: one walk that also collects the unknown keys. A file whose typed parse fails
+/// is parsed again plainly, for the error exactly as serde-saphyr reports it, and walked
+/// for its unknown keys past the error ([`keys::unknown_keys`]); only failed loads pay.
+fn parse(file: &ConfigFile) -> Parsed {
+    let opts = options(&file.content);
+    match keys::typed_with_unknown_keys(&file.path, &file.content, opts.clone()) {
+        Ok((raw, unknown)) => (Ok(raw), unknown),
+        Err(_) => (
+            serde_saphyr::from_str_with_options::<Option<RawFile>>(&file.content, opts.clone()),
+            keys::unknown_keys(&file.path, &file.content, opts),
+        ),
+    }
 }
 
 /// What a job left in its slot (a poisoned lock still holds it).

@@ -1,7 +1,9 @@
 //! The YAML as serde reads it: envoyproxy/ratelimit's format plus sluice's extensions.
 //! These types are never used past validation; [`compile`](mod@super::compile) turns them into rules.
 //! They ignore unknown keys, which [`super::keys`] reports, each one, without stopping the
-//! parse (serde's `deny_unknown_fields` would hide every later error of the file).
+//! parse (serde's `deny_unknown_fields` would hide every later error of the file): each type's
+//! derived code is its inherent `deserialize` (`remote = "Self"`), which its `Deserialize`
+//! calls through [`Checked`], collecting the unknown keys as the map is read.
 
 use std::fmt;
 
@@ -9,8 +11,25 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_saphyr::Spanned;
 
+use super::keys::Checked;
+
+/// `Deserialize` for a raw type: its derived code, with its map's unknown keys collected.
+macro_rules! checked {
+    ($($raw:ident),*) => {$(
+        impl<'de> Deserialize<'de> for $raw {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                // The inherent function: the derived code.
+                $raw::deserialize(Checked(d))
+            }
+        }
+    )*};
+}
+
+checked!(RawFile, RawDescriptor, RawRateLimit, RawReplaces);
+
 /// One config file: one domain.
 #[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
 pub struct RawFile {
     pub domain: Option<Spanned<String>>,
     #[serde(default)]
@@ -38,6 +57,7 @@ fn yes() -> bool {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
 pub struct RawDescriptor {
     pub key: Option<Spanned<String>>,
     pub value: Option<Spanned<String>>,
@@ -59,6 +79,7 @@ pub struct RawDescriptor {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
 pub struct RawRateLimit {
     pub requests_per_unit: Option<Spanned<Count>>,
     pub unit: Option<Spanned<String>>,
@@ -91,6 +112,7 @@ pub struct RawRateLimit {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
 pub struct RawReplaces {
     pub name: Option<Spanned<String>>,
 }
@@ -148,5 +170,56 @@ impl<'de> Visitor<'de> for CountVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
         Ok(Count(Err(NOT_A_COUNT)))
+    }
+}
+
+/// The field names a derived `Deserialize` accepts: it hands them to `deserialize_struct`,
+/// where this deserializer records them and stops.
+pub(super) fn fields_of<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(FieldNames(&mut fields));
+    fields
+}
+
+struct FieldNames<'a>(&'a mut &'static [&'static str]);
+
+#[derive(Debug)]
+struct Stop;
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("field names recorded")
+    }
+}
+
+impl std::error::Error for Stop {}
+
+impl de::Error for Stop {
+    fn custom<M: fmt::Display>(_: M) -> Self {
+        Stop
+    }
+}
+
+impl<'de> Deserializer<'de> for FieldNames<'_> {
+    type Error = Stop;
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Stop> {
+        *self.0 = fields;
+        Err(Stop)
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+        Err(Stop)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
     }
 }

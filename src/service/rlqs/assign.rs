@@ -1,10 +1,10 @@
 //! One bucket of one stream: what it matched, what it was granted, and the store calls that
 //! turn a report into an [`Assignment`] (the order of `limiter::share`'s module doc).
 
+use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
 use super::bucket::Assignment;
-use crate::algorithm::Limit;
 use crate::limiter::plan::Plan;
 use crate::limiter::resolve::Resolved;
 use crate::limiter::share::{self, Demands, Ledger};
@@ -14,23 +14,24 @@ use crate::rules::RuleSet;
 use crate::store::{Charge, Check, Deadline, Store, Verdict};
 
 /// What a bucket matched, to tell on a reload whether its assignment must change.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Matched {
     /// No rule, or a rule whose limits another replaced.
     Nothing,
     Unlimited,
     Limited {
-        limits: Vec<Limit>,
-        /// The storage keys of the limits, in one buffer.
-        keys: Vec<u8>,
+        /// A hash of the limits and their storage keys: a bucket keeps only what tells a
+        /// change (the limits and keys themselves were about 200 bytes a bucket). Two
+        /// different sets hash alike once in 2^64 reloads; the old grant then stands until its
+        /// window ends.
+        fingerprint: u64,
         shadow: bool,
     },
 }
 
-/// One bucket of a stream.
+/// One bucket of a stream (its id is the stream's map key; its request is built from that id
+/// when it is assessed: `bucket::request_of`).
 pub(crate) struct BucketState {
-    /// The bucket as an RLS request of one descriptor (its hits are set per store call).
-    pub request: Request,
     pub ledger: Ledger,
     /// Allowed + denied in the last report.
     pub demand: u64,
@@ -45,9 +46,8 @@ pub(crate) struct BucketState {
 }
 
 impl BucketState {
-    pub(crate) fn new(request: Request) -> Self {
+    pub(crate) fn new() -> Self {
         BucketState {
-            request,
             ledger: Ledger::default(),
             demand: 0,
             matched: None,
@@ -78,11 +78,12 @@ pub(crate) enum Cause {
     Renewal,
 }
 
-/// Assesses `b`: charges what the report admitted beyond its grant, records demand and
+/// Assesses `b`, the bucket of `request`: charges what the report admitted beyond its grant, records demand and
 /// statistics, and decides its assignment (a new grant only when [`Ledger::renew`] says so).
 /// `Ok(None)`: the bucket no longer matches a rule it matched before (abandon it).
 pub(crate) async fn assess<S: Store>(
     cx: &Context<'_, S>,
+    request: &Request,
     b: &mut BucketState,
     cause: Cause,
 ) -> Result<Option<Assignment>, LimitError> {
@@ -93,11 +94,10 @@ pub(crate) async fn assess<S: Store>(
     if let Cause::Report { .. } = cause {
         b.demand = allowed.saturating_add(denied);
     }
-    b.request.descriptors[0].hits = 1;
     // A report has no deadline of its own; the bucket is one size-checked descriptor.
-    let plan = cx.limiter.plan(cx.rules, &b.request, Deadline::NONE)?;
+    let plan = cx.limiter.plan(cx.rules, request, Deadline::NONE)?;
     let matched = matched(&plan, cx.limiter.options().shadow_mode);
-    let before = b.matched.replace(matched.clone());
+    let before = b.matched.replace(matched);
     if before.as_ref().is_some_and(|m| *m != matched) {
         if matched == Matched::Nothing {
             return Ok(None);
@@ -184,15 +184,20 @@ pub(super) fn matched(plan: &Plan<'_>, global_shadow: bool) -> Matched {
     match &plan.resolved[0] {
         Resolved::NoLimit | Resolved::Replaced(_) => Matched::Nothing,
         Resolved::Unlimited(_) => Matched::Unlimited,
-        Resolved::Limited { rule, limits, .. } => Matched::Limited {
-            limits: limits.iter().map(|l| l.limit.clone()).collect(),
-            keys: plan
-                .planned
-                .iter()
-                .flat_map(|p| plan.key(p).iter().copied())
-                .collect(),
-            shadow: global_shadow || rule.is_some_and(|r| r.shadow_mode),
-        },
+        Resolved::Limited { rule, limits, .. } => {
+            // Fixed keys: the same limits hash alike in every stream and after every reload.
+            let mut h = std::hash::DefaultHasher::new();
+            for l in limits.iter() {
+                l.limit.hash(&mut h);
+            }
+            for p in &plan.planned {
+                plan.key(p).hash(&mut h);
+            }
+            Matched::Limited {
+                fingerprint: h.finish(),
+                shadow: global_shadow || rule.is_some_and(|r| r.shadow_mode),
+            }
+        }
     }
 }
 

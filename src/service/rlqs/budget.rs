@@ -1,7 +1,7 @@
 //! The bytes RLQS buckets hold, and their two caps: `--rlqs-max-bytes-per-stream` and
-//! `--rlqs-max-bytes`. A bucket holds its id several times over: the stream's map key, the
-//! request it is assessed as, the storage keys of its limits (escaped, up to three bytes per id
-//! byte), its share key and its demand entry. Each of these heap blocks is counted as the
+//! `--rlqs-max-bytes`. A bucket holds its id twice: the stream's map key and its share key (a
+//! storage key: escaped, up to three bytes per id byte), with its demand entry; the request it
+//! is assessed as is built for each assessment, and its limits are kept as a hash. Each of these heap blocks is counted as the
 //! allocator rounds it ([`allocated`], the in-memory store's rule), with the table slots.
 //!
 //! A new bucket is counted before it is kept, its storage keys as planned then (so a report
@@ -18,10 +18,9 @@ use tonic::Status;
 use super::assign::{matched, BucketState, Matched};
 use super::bucket::Key;
 use super::Shared;
-use crate::algorithm::Limit;
 use crate::limiter::Limiter;
 use crate::metrics::RlqsMetrics;
-use crate::model::{Descriptor, Entry, Micros, Request};
+use crate::model::{Micros, Request};
 use crate::rules::RuleSet;
 use crate::store::memory::size::allocated;
 use crate::store::{Deadline, Store};
@@ -39,7 +38,7 @@ pub(crate) fn bucket_bytes(id: &[u8], b: &BucketState, planned: usize) -> usize 
         None => planned,
         Some(m) => keys_bytes(m, b.share_key.as_ref().map_or(0, Vec::len)),
     };
-    slot + allocated(id.len()) + request_bytes(&b.request) + keys
+    slot + allocated(id.len()) + keys
 }
 
 /// The bytes the storage keys of a new bucket's `request` will hold once it is assessed
@@ -56,29 +55,15 @@ pub(crate) fn planned_key_bytes<S: Store>(
     keys_bytes(&matched(&plan, false), share)
 }
 
-/// What a bucket that matched `m` holds for its keys: those of its limits, and its share key of
-/// `share` bytes twice (in the bucket and in the shared demands, with a slot and a list there).
+/// What a bucket that matched `m` holds for its keys: its share key of `share` bytes twice (in
+/// the bucket and in the shared demands, with a slot and a list there). Its limits and their
+/// storage keys are only hashed ([`Matched`]).
 pub(crate) fn keys_bytes(m: &Matched, share: usize) -> usize {
-    let Matched::Limited { limits, keys, .. } = m else {
+    if !matches!(m, Matched::Limited { .. }) {
         return 0;
-    };
+    }
     let demand_slot = SLOTS_PER_ENTRY * (size_of::<(Vec<u8>, Vec<(u64, u64, Micros)>)>() + 1);
-    allocated(limits.capacity() * size_of::<Limit>())
-        + allocated(keys.capacity())
-        + 2 * allocated(share)
-        + demand_slot
-        + allocated(DEMAND_LIST)
-}
-
-fn request_bytes(r: &Request) -> usize {
-    let entry = |e: &Entry| allocated(e.key.capacity()) + allocated(e.value.capacity());
-    let descriptor = |d: &Descriptor| {
-        allocated(d.entries.capacity() * size_of::<Entry>())
-            + d.entries.iter().map(entry).sum::<usize>()
-    };
-    allocated(r.domain.capacity())
-        + allocated(r.descriptors.capacity() * size_of::<Descriptor>())
-        + r.descriptors.iter().map(descriptor).sum::<usize>()
+    2 * allocated(share) + demand_slot + allocated(DEMAND_LIST)
 }
 
 /// One stream's bytes, taken from both caps; given back when it is dropped.

@@ -141,8 +141,8 @@ impl<S: Store> Stream<S> {
                         opts.max_buckets_per_stream
                     )));
                 }
-                let mut b = BucketState::new(request);
-                let keys = budget::planned_key_bytes(&self.rlqs.limiter, &rules, &b.request);
+                let mut b = BucketState::new();
+                let keys = budget::planned_key_bytes(&self.rlqs.limiter, &rules, &request);
                 b.bytes = budget::bucket_bytes(&key, &b, keys);
                 self.account.take(b.bytes)?;
                 self.buckets.insert(key.clone(), b);
@@ -208,7 +208,8 @@ impl<S: Store> Stream<S> {
         };
         let generation = b.ledger.generation;
         let assignments = &self.rlqs.metrics.assignments;
-        let assessed = assign::assess(&cx, b, cause).await;
+        let request = bucket::request_of(self.domain.as_deref().unwrap_or_default(), id);
+        let assessed = assign::assess(&cx, &request, b, cause).await;
         if !matches!(assessed, Ok(None)) {
             let bytes = budget::bucket_bytes(id, b, 0);
             self.account.recount(b.bytes, bytes);
