@@ -44,6 +44,32 @@ descriptors:
     rate_limits:
       - {name: hour, unit: hour, requests_per_unit: 10000, algorithm: sliding_log}
       - {name: day, unit: day, requests_per_unit: 1000000000}
+  - key: fw3
+    rate_limits:
+      - {name: hour, unit: hour, requests_per_unit: 10000}
+      - {name: day, unit: day, requests_per_unit: 1000000000}
+      - {name: minute, unit: minute, requests_per_unit: 1000000}
+  - key: fw5
+    rate_limits:
+      - {name: hour, unit: hour, requests_per_unit: 10000}
+      - {name: day, unit: day, requests_per_unit: 1000000000}
+      - {name: minute, unit: minute, requests_per_unit: 1000000}
+      - {name: second, unit: second, requests_per_unit: 100000}
+      - {name: day2, unit: day, requests_per_unit: 999999999}
+  - key: log
+    rate_limit: {unit: hour, requests_per_unit: 10000, algorithm: sliding_log}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket}
+  - key: d1
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: d2
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: d3
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: d4
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+  - key: d5
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
 """
 
 ROWS = [
@@ -51,7 +77,19 @@ ROWS = [
     ("lone", "fixed_window alone"),
     ("fw_fw", "fixed_window (10,000/hour) + fixed_window (day)"),
     ("log_fw", "sliding_log (10,000/hour, {logged} logged) + fixed_window (day)"),
+    ("fw3", "three fixed_window limits on one descriptor"),
+    ("fw5", "five fixed_window limits on one descriptor"),
+    ("log", "sliding_log alone (10,000/hour, {logged} logged)"),
+    ("bucket", "token_bucket alone"),
+    ("desc5", "five descriptors of one fixed_window each"),
 ]
+
+# Result files: DIR/redis-limits~sluice~ROW~rN.json (bench/report_redis_cost.py's
+# `limits_target_rows`).
+KIND = "redis-limits"
+
+# The descriptors of a row's request (one, unless listed here).
+DESCRIPTORS = {"desc5": [f"d{i}=u1" for i in range(1, 6)]}
 
 # Fills a sliding_log key with ARGV[2] entries before ARGV[1] (us), 300 ms apart, in the
 # layout of sliding_log.lua (member: time and a 10-digit sequence number).
@@ -87,10 +125,10 @@ def one_run(a, addr, row):
     if row == "seed":
         addr = a.seed_addr
     cli(a.port, "FLUSHALL")
-    descriptor = f"{row}=u1"
+    descriptor = DESCRIPTORS.get(row, [f"{row}=u1"])
     # One request makes the keys; then the sliding_log's is filled.
     load(a, addr, descriptor, "200ms")
-    if row == "log_fw":
+    if row in ("log_fw", "log"):
         zsets = [k for k in cli(a.port, "KEYS", "*").split()
                  if cli(a.port, "TYPE", k).strip() == "zset"]
         if len(zsets) != 1:
@@ -116,8 +154,9 @@ def one_run(a, addr, row):
 
 def load(a, addr, descriptor, duration):
     cmd = [a.bench, "load", "--target", addr, "--connections", "1", "--in-flight", "1",
-           "--duration", duration, "--warmup", "0s", "--domain", "limits",
-           "--descriptor", descriptor, "--json", "-"]
+           "--duration", duration, "--warmup", "0s", "--domain", "limits", "--json", "-"]
+    for d in descriptor:
+        cmd += ["--descriptor", d]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
@@ -169,7 +208,7 @@ def main():
                       file=sys.stderr)
                 if a.out:
                     os.makedirs(a.out, exist_ok=True)
-                    with open(os.path.join(a.out, f"redis-limits~{row}~r{run}.json"), "w") as f:
+                    with open(os.path.join(a.out, f"{KIND}~sluice~{row}~r{run}.json"), "w") as f:
                         json.dump(r, f)
         if a.rows:
             return
@@ -182,6 +221,11 @@ def main():
             i = f"{ins[row]:,.0f}" if a.callgrind else "-"
             print(f"| {label.format(logged=f'{a.logged:,}')} | {med[row]:.2f} "
                   f"| {med[row] / med['lone']:.2f} | {i} |")
+        if a.callgrind:
+            step = (ins["fw5"] - ins["lone"]) / 4
+            print(f"\nEach further fixed_window limit of a descriptor (1 → 5 limits) adds "
+                  f"{step:,.0f} instructions against {ins['seed']:,.0f} for a seed script call "
+                  f"(**{step / ins['seed']:.2f}×**, target ≤ 1×).")
         print(f"\nThe second limit adds {med['fw_fw'] - med['lone']:.2f} µs against "
               f"{med['seed']:.2f} µs for a seed script call; "
               f"sliding_log + fixed_window against fixed_window + fixed_window: "

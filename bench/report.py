@@ -243,6 +243,7 @@ class Report:
         report_redis_cost.target_rows(self, row)
         report_redis_cost.through_target_rows(self, row)
         report_redis_cost.instruction_target_rows(self, row)
+        report_redis_cost.limits_target_rows(self, row)
         report_redis_cost.peers_target_rows(self, row)
         fw = self.memory_bytes("fixed_window")
         if fw:

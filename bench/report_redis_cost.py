@@ -36,6 +36,27 @@ def target_rows(rep, row):
                   ("redis-cost", "sluice", "fixed_window"), US), 2.0, True, "×")
 
 
+def limits_target_rows(rep, row):
+    """Issue 32 item 6 (bench/redis_limits.py, Redis under callgrind): a sliding_log of 9,000
+    logged hits beside a fixed_window against two fixed windows (≤ 2×), and what each further
+    fixed_window limit of a descriptor adds (1 → 5 limits) against a seed script call (≤ 1×)."""
+    def k(point):
+        return ("redis-limits", "sluice", point)
+
+    ipc = "instructions_per_call"
+    row("Redis: sliding_log (9,000 logged) + fixed_window on one descriptor ≤ 2× two "
+        "fixed_window limits (instructions per decision)",
+        rep.ratio(k("log_fw"), ipc, k("fw_fw"), ipc), 2.0, True, "×")
+    lone, five, seed = rep.runs(k("lone")), rep.runs(k("fw5")), rep.runs(k("seed"))
+    vals = []
+    for run in sorted(set(lone) & set(five) & set(seed)):
+        x, y, z = lone[run].get(ipc), five[run].get(ipc), seed[run].get(ipc)
+        if x and y and z:
+            vals.append((y - x) / 4 / z)
+    row("Redis: each further fixed_window limit of a descriptor ≤ one seed script call "
+        "(instructions, 1 → 5 limits)", type(rep.stat(k("lone"), ipc))(vals), 1.0, True, "×")
+
+
 def item1_rows(rep, row, kind, metric, what, seed, floor, against):
     """Issue 13 item 1 for one measure (`kind` results, `metric` per decision): fixed_window and
     5 descriptors against `seed` (≤ 1×), each other algorithm measured against `floor` (≤ 1.5×);

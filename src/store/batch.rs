@@ -51,7 +51,7 @@ pub struct Group {
 }
 
 /// The admission rule (envoyproxy/ratelimit's, quota mode included), the only copy in Rust
-/// (`decide.lua` has the script's): a request is admitted unless a descriptor not in quota
+/// (`batch.lua` has the script's): a request is admitted unless a descriptor not in quota
 /// mode is rejected, or there are quota-mode descriptors and every one of them is.
 pub fn admitted(groups: impl IntoIterator<Item = Group>) -> bool {
     let (mut quota, mut quota_rejected) = (0usize, 0usize);

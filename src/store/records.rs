@@ -65,7 +65,7 @@ pub trait Reservations: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// How a settlement's marker starts (decide.lua's settle scope matches it too); a record is
+/// How a settlement's marker starts (batch.lua's settle scope matches it too); a record is
 /// JSON, so it never does.
 pub(crate) const SETTLED: &[u8] = b"settled:";
 

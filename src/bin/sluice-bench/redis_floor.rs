@@ -1,6 +1,6 @@
 //! `sluice-bench redis-floor`: the Redis floor. Loads the decision script the Redis store runs
 //! for one decision of one descriptor on its shared pool (the library's `script::lua_for`: the
-//! fast path of fixed_window, sliding_log and the buckets, `decide.lua` otherwise; a serving
+//! fast path of fixed_window, sliding_log and the buckets, `batch.lua` otherwise; a serving
 //! thread's own connection batches them as `FCALL`s instead, which `bench/redis_cost.py`
 //! measures through the server) and runs `redis-benchmark` calling it by EVALSHA
 //! with exactly the KEYS and ARGV the store sends (built by the library's own

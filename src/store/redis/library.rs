@@ -6,21 +6,26 @@
 //! the library's `batch` decides every decision a thread queued in one scheduler tick in one
 //! `FCALL`, so Redis parses, dispatches and answers one command for all of them.
 //!
-//! The library is assembled from the very scripts `EVALSHA` runs (no second copy of any
-//! algorithm): `decide.lua` split at its `-- sluice:main` line into definitions (the library's
-//! top level) and the per-call body (the `decide` function); each fast path wrapped whole as
-//! a function of `(KEYS, ARGV)`; `functions.lua` (`batch`) last. Its name carries a hash of
-//! its source, so sluice versions sharing one Redis each call their own code, and loading is
-//! "load unless already there": never `REPLACE`. A connection that loads it (it was not
-//! there) deletes the other `sluice_*` libraries, so builds do not pile up in Redis; an older
-//! sluice still running meanwhile finds its function gone, reconnects and loads it again.
+//! The library is assembled from the very files `EVALSHA` runs (no second copy of any
+//! algorithm), at one top level: `batch.lua`'s script (every algorithm's file, then the batch
+//! policy) split at its `-- sluice:main` line into definitions and the per-call body (the
+//! `decide` function); each lone entry point (`fixed_window`, ...) wrapped as a function of
+//! `(KEYS, ARGV)`; `plain.lua` (plain takes' mend); `functions.lua` (`batch`) last. Its name
+//! carries a hash of its source, so sluice versions sharing one Redis each call their own
+//! code, and loading is "load unless already there": never `REPLACE`. A connection that loads
+//! it (it was not there) deletes the other `sluice_*` libraries, so builds do not pile up in
+//! Redis; an older sluice still running meanwhile finds its function gone, reconnects and
+//! loads it again.
 
 use std::sync::LazyLock;
 
 use super::script::{self, ScriptId};
 
 /// The batch function's source (see its header).
-const BATCH_LUA: &str = include_str!("functions.lua");
+const BATCH_LUA: &str = include_str!("lua/functions.lua");
+
+/// Plain takes' mend (`plain.rs`), library only.
+const PLAIN_LUA: &str = include_str!("lua/plain.lua");
 
 /// The library: its source for `FUNCTION LOAD`, and the names to `FCALL`.
 pub struct Library {
@@ -44,7 +49,7 @@ impl Library {
         &self.batch
     }
 
-    /// The function that decides a plain take again (`fixed_window_mend.lua`).
+    /// The function that decides a plain take again (`plain.lua`).
     pub fn mend(&self) -> &str {
         &self.mend
     }
@@ -55,38 +60,25 @@ pub static LIBRARY: LazyLock<Library> = LazyLock::new(build);
 fn build() -> Library {
     let (defs, main) = script::LUA
         .split_once("-- sluice:main")
-        .expect("decide.lua has its -- sluice:main line");
+        .expect("batch.lua has its -- sluice:main line");
     let mut body = String::with_capacity(script::LUA.len() * 2);
     body.push_str(defs);
     body.push_str("\nlocal function decide(KEYS, ARGV)\n-- sluice:main");
     body.push_str(main);
     body.push_str("\nend\n");
-    // A fast path's file defines its function; its definitions run in a function of their
-    // own, at load: locals of one file never meet another's (nor Lua's 200-locals limit), and
-    // the library's `batch` calls the function itself with positional values. Called alone,
-    // it runs as its script does (`script::fast_main`).
-    // A fast path with a library-only companion (`ScriptId::kept`) keeps its decision's
-    // values there, and `batch` decides a repeat (`=`) by its `<name>_again(key)`.
+    // Each lone entry point is defined above (its algorithm's file); called alone, it runs as
+    // its script does (`script::fast_main`). The library's `batch` calls it itself with
+    // positional values.
     for id in ScriptId::ALL {
         if id.argc().is_some() {
-            let (name, defs) = (id.name(), id.definitions());
+            let name = id.name();
             let main = script::fast_main(name);
-            // fixed_window's companion also has `fixed_window_mend` (plain takes, plain.rs).
-            let mend = if id == ScriptId::FixedWindow {
-                "fixed_window_mend"
-            } else {
-                "nil"
-            };
-            let (kept, returned) = match id.kept() {
-                Some(kept) => (kept, format!("{name}, {name}_again, {mend}")),
-                None => ("", format!("{name}, nil, nil")),
-            };
             body.push_str(&format!(
-                "\nlocal {name}, {name}_again, {name}_mend = (function()\n{defs}\n{kept}\nreturn {returned}\nend)()\n\
-                 local function {name}_call(KEYS, ARGV)\n{main}end\n"
+                "\nlocal function {name}_call(KEYS, ARGV)\n{main}end\n"
             ));
         }
     }
+    body.push_str(PLAIN_LUA);
     let table = |f: &dyn Fn(ScriptId) -> Option<String>| {
         let entries: Vec<String> = ScriptId::ALL
             .iter()
@@ -94,16 +86,18 @@ fn build() -> Library {
             .collect();
         format!("{{ {} }}", entries.join(", "))
     };
-    body.push_str(&format!(
-        "\nlocal FAST = {}\nlocal AGAIN = {}\nlocal ARGC = {}\nlocal WHOLE = {}\nlocal NOW_AT = {}\nlocal SHORT = {}\n\n{BATCH_LUA}",
+    let tables = format!(
+        "local FAST = {}\nlocal AGAIN = {}\nlocal ARGC = {}\nlocal WHOLE = {}\nlocal NOW_AT = {}\nlocal SHORT = {}\n",
         table(&|id| id.argc().map(|_| id.name().to_string())),
-        table(&|id| id.kept().map(|_| format!("{}_again", id.name()))),
+        table(&|id| id.repeats().then(|| format!("{}_again", id.name()))),
         table(&|id| id.argc().map(|n| n.to_string())),
         table(&|id| id.argc().is_none().then(|| id.name().to_string())),
         table(&|id| id.argc().is_none().then(|| id.now_at().to_string())),
-        // decide.lua's short layout, decided in place in the batch's own tables.
+        // batch.lua's short layout, decided in place in the batch's own tables.
         table(&|id| (id == ScriptId::Decide).then(|| "take_short".to_string())),
-    ));
+    );
+    body.push('\n');
+    body.push_str(&BATCH_LUA.replacen("-- sluice:tables", &tables, 1));
     let hash = fred::util::sha1_hash(&body);
     let name = format!("sluice_{}", &hash[..12]);
     let functions: Vec<String> = ScriptId::ALL
@@ -153,7 +147,7 @@ mod tests {
             "redis.register_function('{}', batch)",
             lib.batch()
         )));
-        // decide.lua's per-call body is inside `decide`, its definitions outside.
+        // batch.lua's per-call body is inside `decide`, its definitions outside.
         let at_main = lib
             .source
             .find("local function decide(KEYS, ARGV)")

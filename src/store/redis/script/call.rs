@@ -64,7 +64,7 @@ pub fn fast_call<'k, C: Borrow<Check<'k>>>(
 }
 
 /// One call over a request's checks, before it is encoded: a fast path's values (which a
-/// thread's own connection writes straight into its buffer), or `decide.lua`'s `EVALSHA`
+/// thread's own connection writes straight into its buffer), or `batch.lua`'s `EVALSHA`
 /// arguments.
 pub enum Call<'k> {
     Fast(FastCall<'k>),
@@ -105,7 +105,7 @@ pub fn call<'k, C: Borrow<Check<'k>>>(
 }
 
 /// The whole `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`) built in one allocation.
-/// `sha` names `decide.lua`; a fast path names its own. Both scripts answer in the layout
+/// `sha` names `batch.lua`; a fast path names its own. Both scripts answer in the layout
 /// [`decode`] reads.
 pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     sha: &Value,
@@ -129,7 +129,7 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
     args
 }
 
-/// `decide.lua`'s short layout (see [`short_layout`] and the script's header).
+/// `batch.lua`'s short layout (see [`short_layout`] and the script's header).
 pub(super) fn short_evalsha<'k, C: Borrow<Check<'k>>>(
     sha: &Value,
     checks: &[C],

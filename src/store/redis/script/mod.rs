@@ -1,15 +1,15 @@
-//! The decision scripts (`decide.lua`, `fixed_window.lua`, `sliding_log.lua`): which one a
-//! call runs, its argument layout and its reply.
+//! The decision scripts (`lua/`): which one a call runs, its argument layout and its reply.
 //!
-//! `decide.lua` decides every check it is given atomically; its layout is documented at the
-//! top of the script and written only here. Adding an algorithm means a Lua port next to the
-//! others in the script and a code in [`algorithm_code`]. A request of one check of some
-//! algorithms runs a script of that algorithm alone instead ([`fast_path`]): the same decision
-//! on the same state for a fraction of the Redis CPU (fixed_window: one HINCRBY; sliding_log:
-//! its function's O(log n) sorted-set commands without `decide.lua`'s per-call setup).
-//! `sliding_log.lua` goes before `decide.lua` in [`LUA`]: the general policy decides a log with
-//! its functions (`log_evaluate`, O(log n) too), and the short layout (several plain takes)
-//! calls its fast-path function for a sliding_log beside fixed windows.
+//! `lua/` holds one file per algorithm, each mirroring `src/algorithm/<name>.rs`: its port
+//! (`read`, `evaluate`, `write`, defined once) and its lone entry point. `batch.lua` (the port
+//! of `store/batch.rs`) decides every check it is given atomically; its layout is documented
+//! at the top of the file and written only here. A request of one check of some algorithms
+//! runs its algorithm's entry point instead ([`fast_path`]): the one-check policy
+//! (`alone.lua`) over the same port, without the batch's tables of checks and passes
+//! (fixed_window first tries its take counted in place, one HINCRBY, which `batch.lua`'s short
+//! layout shares; sliding_log decides on its sorted set directly, O(log n)). Adding an
+//! algorithm means its file in `lua/`, a row in `batch.lua`'s `ALGORITHMS` and a code in
+//! [`algorithm_code`].
 //!
 //! A check's boolean options (refund, charge always, dry run, quota) travel as one integer of
 //! [`flag`] bits, in every layout: a new option is a new bit, and no argument moves.
@@ -24,38 +24,39 @@ use crate::algorithm::{Algorithm, Limit};
 use crate::model::Micros;
 use crate::store::{Charge, Check, ErrorKind, StoreError, Verdict};
 
-/// The Lua source; its SHA-1 names it in `EVALSHA`. `sliding_log.lua`'s definitions are
-/// `decide.lua`'s state of a log (its per-call part is `fast_main`'s, not included here).
-pub const LUA: &str = concat!(
-    include_str!("../expiry.lua"),
-    include_str!("../division.lua"),
-    include_str!("../sliding_log.lua"),
-    include_str!("../decide.lua")
+/// The Lua files every script starts with: the expiry rule and flag bits, exact division,
+/// what the algorithms' ports share (`algorithm.lua`) and the one-check policy (`alone.lua`).
+macro_rules! common_lua {
+    ($($file:literal),*) => {
+        concat!(
+            include_str!("../lua/expiry.lua"),
+            include_str!("../lua/division.lua"),
+            include_str!("../lua/algorithm.lua"),
+            include_str!("../lua/alone.lua"),
+            $(include_str!($file)),*
+        )
+    };
+}
+
+/// `batch.lua`'s script: every algorithm's file (each `src/algorithm/<name>.rs`'s port and its
+/// lone entry point), then the batch policy; its SHA-1 names it in `EVALSHA`.
+pub const LUA: &str = common_lua!(
+    "../lua/fixed_window.lua",
+    "../lua/sliding_window.lua",
+    "../lua/sliding_log.lua",
+    "../lua/bucket.lua",
+    "../lua/distinct.lua",
+    "../lua/concurrency.lua",
+    "../lua/batch.lua"
 );
 
-/// The fast paths' files: each defines its decision function, `NAME(key, now, ARGV[2..6])`
-/// answering flags, remaining and reset (fixed_window; sliding_log; token_bucket, leaky_bucket
-/// and gcra, one meter; sliding_window). `expiry.lua` (the grace past a key's state, `ttl_ms`
-/// and `expire`) goes before each of them and before `decide.lua`, `division.lua` (exact
-/// integer division) before those that divide, and before `decide.lua`.
-const FIXED_WINDOW_FN: &str = concat!(
-    include_str!("../expiry.lua"),
-    include_str!("../fixed_window.lua")
-);
-const SLIDING_LOG_FN: &str = concat!(
-    include_str!("../expiry.lua"),
-    include_str!("../sliding_log.lua")
-);
-const BUCKET_FN: &str = concat!(
-    include_str!("../expiry.lua"),
-    include_str!("../division.lua"),
-    include_str!("../bucket.lua")
-);
-const SLIDING_WINDOW_FN: &str = concat!(
-    include_str!("../expiry.lua"),
-    include_str!("../division.lua"),
-    include_str!("../sliding_window.lua")
-);
+/// The lone entry points' scripts: each its algorithm's file, whose entry point
+/// `NAME(key, now, ARGV[2..6])` answers flags, remaining and reset (fixed_window; sliding_log;
+/// token_bucket, leaky_bucket and gcra, one meter; sliding_window), after the common files.
+const FIXED_WINDOW_FN: &str = common_lua!("../lua/fixed_window.lua");
+const SLIDING_LOG_FN: &str = common_lua!("../lua/sliding_log.lua");
+const BUCKET_FN: &str = common_lua!("../lua/bucket.lua");
+const SLIDING_WINDOW_FN: &str = common_lua!("../lua/sliding_window.lua");
 
 /// A fast path's per-call part, the same for all: `now` from `ARGV[1]` ('' reads the Redis
 /// clock), then its function on `KEYS[1]` and `ARGV[2..6]`, answered as
@@ -157,21 +158,14 @@ impl ScriptId {
         }
     }
 
-    /// A fast path's library-only companion, which keeps a decision's converted values for
-    /// the batch's repeats of it (the fast path's `keep` hook, `<name>_again`): only the
-    /// library has it, since an `EVALSHA` would make its closure on every call for nothing.
-    pub fn kept(self) -> Option<&'static str> {
-        match self {
-            ScriptId::FixedWindow => Some(concat!(
-                include_str!("../fixed_window_again.lua"),
-                include_str!("../fixed_window_mend.lua")
-            )),
-            _ => None,
-        }
+    /// Whether the library's batch decides a repeat of this script's decision (`=`) from the
+    /// values the decision kept (`<name>_again`, `functions.lua`).
+    pub fn repeats(self) -> bool {
+        self == ScriptId::FixedWindow
     }
 
     /// A fast path's number of `ARGV` values (`now` first), which its function takes as
-    /// positional values in the library's `batch`; `None` for `decide.lua` (a variable
+    /// positional values in the library's `batch`; `None` for `batch.lua` (a variable
     /// number, passed as tables).
     pub fn argc(self) -> Option<usize> {
         match self {
@@ -303,7 +297,7 @@ pub fn encode<'k, C: Borrow<Check<'k>>>(
     (keys, args)
 }
 
-/// The check a fast path decides exactly as `decide.lua` would, and that path: the only check
+/// The check a fast path decides exactly as `batch.lua` would, and that path: the only check
 /// of a whole request, a fixed_window with an epoch-aligned window (calendar windows need the
 /// bounds only Rust computes) or a sliding_log. Both take the same arguments and answer in
 /// the same short layout.
@@ -327,7 +321,7 @@ pub fn fast_path<'a, 'k, C: Borrow<Check<'k>>>(
     Some((c, id))
 }
 
-/// Whether `decide.lua` gets the checks in its short layout (scope 'fixed'): several takes of
+/// Whether `batch.lua` gets the checks in its short layout (scope 'fixed'): several takes of
 /// a whole request, on distinct keys, each a fixed_window with an epoch-aligned window or (at
 /// most one) a sliding_log, none a refund, dry run, charge-always or quota check. The script
 /// charges the fixed windows by one `HINCRBY` each and the sliding_log by its own O(log n)

@@ -36,7 +36,7 @@ impl Reply {
     }
 }
 
-/// Parses the flat integer reply for `n` checks: `decide.lua`'s, its short one for the short
+/// Parses the flat integer reply for `n` checks: `batch.lua`'s, its short one for the short
 /// layout (every check allowed and charged: remaining and reset each), or a fast path's for
 /// its single check.
 pub fn decode(reply: Vec<i64>, n: usize) -> Result<Reply, StoreError> {

@@ -156,7 +156,7 @@ async fn the_redis_clock_decides_by_default() {
 
 /// Every script sets a key's expiry to when its state stops counting plus the grace
 /// (`expiry.lua`), by `EVALSHA` and in the library's batch alike: a key gone early would
-/// grant quota, one kept long holds memory. fixed_window.lua, sliding_log.lua, decide.lua's
+/// grant quota, one kept long holds memory. fixed_window.lua, sliding_log.lua, batch.lua's
 /// short layout and its general path.
 #[test]
 fn every_script_expires_a_key_when_its_state_stops_counting() {

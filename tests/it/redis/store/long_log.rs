@@ -1,5 +1,5 @@
 //! A sliding_log of thousands of entries beside fixed windows of one descriptor (issue 32,
-//! item 6): `decide.lua` decides it from counts and ranks of the sorted set, never reading the
+//! item 6): `batch.lua` decides it from counts and ranks of the sorted set, never reading the
 //! whole log, and the verdicts are still exactly the in-memory policy's, on the shared pool's
 //! `EVALSHA` and on a serving thread's function library alike: takes of thousands of hits at a
 //! time, single hits, refunds and charge-always checks (the general path), time moving on so

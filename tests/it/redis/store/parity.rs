@@ -39,9 +39,9 @@ struct Scenario {
     /// Checks per request are drawn below this (2: one check, `fixed_window.lua`'s case).
     max_checks: usize,
     /// Every check a plain take: no refund, no charge-always, no quota mode, hits >= 1
-    /// (`decide.lua`'s one-HINCRBY-per-check path for fixed_window).
+    /// (`batch.lua`'s one-HINCRBY-per-check path for fixed_window).
     plain: bool,
-    /// Each key at most once per request (`decide.lua`'s short layout for plain fixed_window
+    /// Each key at most once per request (`batch.lua`'s short layout for plain fixed_window
     /// takes), and `Some(true)`: check i in group i (a descriptor each).
     distinct: Option<bool>,
 }
@@ -96,7 +96,7 @@ fn scenarios() -> Vec<Scenario> {
     sliding.keys[0].precision = 5;
     sliding.keys[1].precision = 1;
     sliding.keys[2].precision = 100;
-    // One check or two: sliding_window.lua and decide.lua take turns on the same counts.
+    // One check or two: sliding_window.lua and batch.lua take turns on the same counts.
     let sliding_fast = Scenario {
         max_checks: 3,
         name: "sliding_window (fast path)",
@@ -105,12 +105,12 @@ fn scenarios() -> Vec<Scenario> {
     };
     vec![
         each("fixed_window", FixedWindow),
-        // One check or two: fixed_window.lua and decide.lua take turns on the same keys.
+        // One check or two: fixed_window.lua and batch.lua take turns on the same keys.
         Scenario {
             max_checks: 3,
             ..each("fixed_window (fast path)", FixedWindow)
         },
-        // Plain takes of several checks, often the same key twice: decide.lua's HINCRBY per
+        // Plain takes of several checks, often the same key twice: batch.lua's HINCRBY per
         // check when all are allowed, given back (and the policy run) when one is not.
         Scenario {
             plain: true,
@@ -124,7 +124,7 @@ fn scenarios() -> Vec<Scenario> {
                 FixedWindow,
             )
         },
-        // Plain takes of distinct keys: decide.lua's short layout, its HINCRBY per check, a
+        // Plain takes of distinct keys: batch.lua's short layout, its HINCRBY per check, a
         // key's first take of a window, and the general path when one is rejected or a key
         // holds a later window (time steps back).
         Scenario {
@@ -143,13 +143,13 @@ fn scenarios() -> Vec<Scenario> {
         sliding,
         sliding_fast,
         each("sliding_log", SlidingLog),
-        // One check or two: sliding_log.lua and decide.lua take turns on the same sorted sets.
+        // One check or two: sliding_log.lua and batch.lua take turns on the same sorted sets.
         Scenario {
             max_checks: 3,
             ..each("sliding_log (fast path)", SlidingLog)
         },
         each("token_bucket", TokenBucket),
-        // One check or two: bucket.lua and decide.lua take turns on the same meters.
+        // One check or two: bucket.lua and batch.lua take turns on the same meters.
         Scenario {
             max_checks: 3,
             ..each("token_bucket (fast path)", TokenBucket)
@@ -216,7 +216,7 @@ fn scenarios() -> Vec<Scenario> {
             distinct: None,
         },
         // A sliding_log beside fixed windows of one descriptor, plain takes of distinct keys:
-        // decide.lua's short layout with the log decided by sliding_log.lua's function, and
+        // batch.lua's short layout with the log decided by sliding_log.lua's function, and
         // the general path when one is rejected.
         Scenario {
             name: "a sliding_log beside fixed windows of one descriptor",

@@ -1,22 +1,14 @@
--- sluice: sliding_log on a sorted set, O(log n) of the entries in every path. Its first part
--- (`log_*`) is decide.lua's state of a log (script.rs puts this file before decide.lua); the
--- function `sliding_log` below decides one sliding_log check of a whole request (the fast
--- path, and decide.lua's short layout), the same decision as decide.lua gives such a
--- request, on the same state. Written by src/store/redis/script.rs:
+-- sluice: sliding_log (src/algorithm/sliding_log.rs) on a sorted set, O(log n) of the entries
+-- in every path: its port (`log_*`, and `new_sliding_log` for batch.lua) and the entry point of
+-- a request of one sliding_log check (`sliding_log`, which batch.lua's short layout also calls
+-- for a sliding_log beside fixed windows).
 --
---   KEYS[1]   the key
---   ARGV[1]   now in microseconds, or '' to read the Redis clock (TIME)
---   ARGV[2]   limit      ARGV[3] window (us, >= 1)      ARGV[4] hits
---   ARGV[5]   flags: 0, or FLAG_REFUND + FLAG_ALWAYS (expiry.lua)
---
--- State (layout v2, shared with decide.lua): a sorted set, one member per admitted hit, scored
--- by its time (us); the member is the time and a 10-digit sequence number among the entries
--- of that time, so members are unique and sort like the log (ALGORITHMS.md, "Sliding log").
--- Entries at or before now - window have left the log; they are removed when the key is
--- written (a rejected, uncharged call writes nothing: a clock that steps back still sees them,
--- as the Rust state does).
---
--- Reply: { now, flags (1 allowed + 2 charged), remaining, reset (us) }.
+-- State (layout v2): a sorted set, one member per admitted hit, scored by its time (us); the
+-- member is the time and a 10-digit sequence number among the entries of that time, so
+-- members are unique and sort like the log (ALGORITHMS.md, "Sliding log"). Entries at or
+-- before now - window have left the log; they are removed when the key is written (a
+-- rejected, uncharged call writes nothing: a clock that steps back still sees them, as the
+-- Rust state does).
 
 -- The time of the i-th live entry (1 = oldest), given how many dead ones precede them.
 local function live_at(key, dead, i)
@@ -53,7 +45,7 @@ local function retry(key, now, window, n, hits, dead, count)
   return r
 end
 
--- The log as the batch policy's state (decide.lua's checks), O(log n) like the function
+-- The log as the batch policy's state (batch.lua's checks), O(log n) like the function
 -- below: the stored set S is read by counts and ranks, never walked. A state is a view of S
 -- after this call's evaluations: S's entries at or before now of ranks [alo, ahi), then k
 -- entries at now (charged by this call), then S's entries after now (a clock stepped back) of
@@ -144,7 +136,7 @@ local function log_retry(v, now, window, n, hits)
   return math.max(log_at(v, now, m) + window - now, 0)
 end
 
--- src/algorithm/sliding_log.rs `evaluate` on a view: decide.lua's Outcome.
+-- src/algorithm/sliding_log.rs `evaluate` on a view: the Outcome of algorithm.lua.
 local function log_evaluate(st, now, window, n, hits, refund)
   local v = log_view(st, now)
   if v.s ~= nil then
@@ -250,15 +242,29 @@ local function log_flush(now)
   log_pending, log_pending_keys = {}, {}
 end
 
+-- The port (algorithm.lua: read, evaluate, write); state: a view of the stored sorted set, decided
+-- in O(log n) of its entries (`log_evaluate`).
+local function new_sliding_log()
+  local sliding_log = {}
+  sliding_log.read = log_read
+  function sliding_log.write(key, v, ms)
+    log_write(key, v, ms)
+  end
+  function sliding_log.evaluate(c, st, f, hits, refund)
+    return log_evaluate(st, f.now, c.window, c.limit, hits, refund)
+  end
+  return sliding_log
+end
+
 -- The texts of the last call's now, its cut (now - window) and the first member at now. In
 -- the library these outlive the call, and a batch decides at one instant, mostly for one
 -- window: the compares save Redis formatting the numbers on every decision.
 local last_now, last_at, last_first, last_window, last_cut = nil, nil, nil, nil, nil
 
--- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
--- flags, remaining and reset: the library's batch calls it with a decision's values in place;
--- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
--- which reads now and answers { now, flags, remaining, reset }.
+-- A request of one sliding_log check (no dry run): this function of the key, now and its
+-- values as sent (text: limit, window (us, >= 1), hits, flags), answering flags (1 allowed + 2
+-- charged), remaining and reset, as `alone` (alone.lua). It works on the sorted set directly
+-- rather than through the views `log_evaluate` keeps for several checks of one key.
 local function sliding_log(key, now, a2, a3, a4, a5, a6)
   local n = tonumber(a2)
   local window = tonumber(a3)

@@ -1,5 +1,5 @@
--- sluice: the batch function of the library (library.rs puts decide.lua's definitions, each
--- fast path's function and the tables below above this): the decisions a serving thread
+-- sluice: the batch function of the library (library.rs puts every other file's definitions,
+-- batch.lua's `decide`, each lone entry point and the tables below above this): the decisions a serving thread
 -- queued in one scheduler tick, each decided in turn in one FCALL, so Redis parses,
 -- dispatches and answers one command for all of them (what a script costs per call is paid
 -- once per batch).
@@ -7,7 +7,7 @@
 --   keys   every decision's KEYS, one after another
 --   args   count, then per decision its script's code and:
 --            a fast path (FAST): its ARGV (ARGC of them: now, then its own), its one key
---            decide.lua (WHOLE): its number of keys, its number of arguments, its ARGV
+--            batch.lua (WHOLE): its number of keys, its number of arguments, its ARGV
 --            (its short layout, scope 'fixed', is first tried in place by SHORT)
 --          or, in place of a code, '=': a fast path's decision with the script and values
 --          (now included) of the fast path's decision before it in the batch, its one key
@@ -17,10 +17,30 @@
 --
 --   [1]    the Redis clock (us) the decisions given '' for now were decided at, or 0
 --   then per decision: a fast path's three integers (flags, remaining, reset), or one
---          error; decide.lua's whole reply (one array), or one error
+--          error; batch.lua's whole reply (one array), or one error
+--
+-- A repeat of fixed_window (code '=' after one) is decided by `fixed_window_again(key)`, from
+-- the values its decision before kept here (fixed_window.lua's `keep` hook, set below: only
+-- the library has it, a script would make its closure on every call for nothing).
 --
 -- A decision's error does not fail the others: each is its own request. Decisions that read
 -- the Redis clock share one TIME: a batch decides at one instant, as one script does.
+
+local k_now, k_a4, k_limit, k_hits, k_mode, k_ws, k_we = 0, '0', 0, 0, 0, 0, 1
+
+-- Called by `fixed_window` once its values are converted: a conversion that fails raises
+-- before this, so nothing is kept, and batch then repeats the call whole.
+keep = function(now, a4, limit, hits, mode, ws, we)
+  k_now, k_a4, k_limit, k_hits, k_mode, k_ws, k_we = now, a4, limit, hits, mode, ws, we
+end
+
+local function fixed_window_again(key)
+  return fixed_window(key, k_now, nil, nil, k_a4, nil, nil, k_limit, k_hits, k_mode, k_ws, k_we)
+end
+
+-- The tables of script codes (FAST, AGAIN, ARGC, WHOLE, NOW_AT, SHORT): library.rs puts them
+-- in place of the next line.
+-- sluice:tables
 
 local function batch(keys, args)
   local n = tonumber(args[1])
@@ -79,7 +99,7 @@ local function batch(keys, args)
         local short = SHORT[code]
         ok, r = true, nil
         if short ~= nil and args[aa + 1] == 'fixed' then
-          -- decide.lua's short layout, read in place; nil: the general path decides.
+          -- batch.lua's short layout, read in place; nil: the general path decides.
           local now = clock
           if args[aa + 2] ~= '' then
             now = tonumber(args[aa + 2])

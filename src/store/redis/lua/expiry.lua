@@ -1,8 +1,8 @@
 -- sluice: how long a key outlives what it counts, for every script that writes state
--- (src/store/redis/script.rs puts this file before each of them), and the bits of a check's
+-- (src/store/redis/script/mod.rs puts this file first), and the bits of a check's
 -- flags.
 
--- A check's boolean options travel as one integer of these bits (script.rs `flags`, the same
+-- A check's boolean options travel as one integer of these bits (script/mod.rs `flags`, the same
 -- names), so a new option adds a bit, not an argument.
 local FLAG_REFUND, FLAG_ALWAYS, FLAG_DRY_RUN, FLAG_QUOTA = 1, 2, 4, 8
 

@@ -1,28 +1,146 @@
--- sluice: one sliding_window check of a whole request, decided without decide.lua's per-call
--- setup (its closures and tables): one GET, at most one SET. The same decision as decide.lua
--- gives such a request, on the same state, and the same state written. Written by
--- src/store/redis/script.rs:
+-- sluice: sliding_window (src/algorithm/sliding_window.rs): its port, and the entry point of a
+-- request of one sliding_window check.
 --
---   KEYS[1]   the key
---   ARGV[1]   now in microseconds, or '' to read the Redis clock (TIME)
---   ARGV[2]   limit      ARGV[3] window (us, >= 1)      ARGV[4] hits
---   ARGV[5]   flags: 0, or FLAG_REFUND + FLAG_ALWAYS (expiry.lua)
---   ARGV[6]   precision (sub-windows per window; below 1 counts as 1)
---
--- State (shared with decide.lua): the string 'head c0 c1 ...', the index of the newest
--- sub-window (floor(t / sub), sub = max(floor(window / precision), 1)) and the counts of it
--- and of the precision sub-windows before it, newest first, trailing zeros left out. Anything
--- else, or more than precision + 1 counts, counts as no state. The key expires GRACE_MS
--- (expiry.lua) after the last counted hit has left the window.
---
--- Reply: { now, flags (1 allowed + 2 charged), remaining, reset (us) }.
+-- State: the string 'head c0 c1 ...', the index of the newest sub-window (floor(t / sub),
+-- sub = max(floor(window / precision), 1)) and the counts of it and of the precision
+-- sub-windows before it, newest first, trailing zeros left out. Anything else, or more than
+-- precision + 1 counts, counts as no state. The key expires GRACE_MS (expiry.lua) after the
+-- last counted hit has left the window.
 
-local COUNT_CAP = 4503599627370496 -- 2^52 (src/algorithm/mod.rs COUNT_CAP)
+-- The port (algorithm.lua: read, evaluate, write); state { head, counts }.
+local function new_sliding_window()
+  local sliding_window = {}
+  sliding_window.read = function(key) return read_string(sliding_window, key) end
+  sliding_window.write = function(key, st, ttl) write_string(sliding_window, key, st, ttl) end
 
--- The decision is this function of the key, now and ARGV[2..6] as given (text), answering
--- flags, remaining and reset: the library's batch calls it with a decision's values in place;
--- as a script (EVALSHA, or the library's function of it) script.rs's `fast_main` follows it,
--- which reads now and answers { now, flags, remaining, reset }.
+  function sliding_window.decode(raw)
+    local v = ints(raw)
+    if v == nil then
+      return nil
+    end
+    local st = { head = v[1], counts = {} }
+    for j = 2, #v do
+      if v[j] < 0 then
+        return nil
+      end
+      st.counts[j - 1] = v[j]
+    end
+    return st
+  end
+
+  function sliding_window.encode(st)
+    local last = #st.counts
+    while last > 0 and st.counts[last] == 0 do
+      last = last - 1
+    end
+    local parts = { int(st.head) }
+    for j = 1, last do
+      parts[#parts + 1] = int(st.counts[j])
+    end
+    return table.concat(parts, ' ')
+  end
+
+  function sliding_window.evaluate(c, st, f, hits, refund)
+    local p = max(c.param, 1)
+    local sub = max(fdiv(c.window, p), 1)
+    local window = sub * p
+    local now = f.now
+    local i = fdiv(now, sub)
+    -- counts[1 + j] belongs to sub-window head - j.
+    local head, counts = i, {}
+    if st ~= nil and #st.counts <= p + 1 then
+      head = max(st.head, i)
+      local shift = min(head - st.head, p + 1)
+      for j = 1, p + 1 do
+        counts[j] = 0
+        if j > shift then
+          counts[j] = st.counts[j - shift] or 0
+        end
+      end
+    else
+      for j = 1, p + 1 do
+        counts[j] = 0
+      end
+    end
+    local function sum()
+      local s = 0
+      for j = 1, p + 1 do
+        s = s + counts[j]
+      end
+      return s
+    end
+    local function drop_at(k)
+      return (k + 1) * sub + window
+    end
+    local function until_empty()
+      for j = 1, p + 1 do
+        if counts[j] > 0 then
+          return max(drop_at(head - (j - 1)) - now, 0)
+        end
+      end
+      return 0
+    end
+    local function retry()
+      if hits > c.limit then
+        return until_empty()
+      end
+      local total = sum()
+      for j = p, 0, -1 do
+        if total + hits <= c.limit then
+          if j == p then
+            return 0
+          end
+          return max(drop_at(head - j - 1) - now, 0)
+        end
+        total = total - counts[j + 1]
+      end
+      return until_empty()
+    end
+    local function state()
+      return { head = head, counts = counts }
+    end
+
+    if refund then
+      local left = hits
+      for j = 1, p + 1 do
+        local take = min(left, counts[j])
+        counts[j] = counts[j] - take
+        left = left - take
+      end
+      local reset = until_empty()
+      return { allowed = true, remaining = max(c.limit - sum(), 0), reset = reset,
+        debt_reset = reset, state = state(), expires_at = now + reset }
+    end
+
+    local count = sum()
+    local allowed = count + hits <= c.limit
+    local uncharged = 0
+    if not allowed then
+      uncharged = retry()
+    end
+    counts[1] = counts[1] + min(hits, max(COUNT_CAP - count, 0))
+    local after = sum()
+    local u = until_empty()
+    local o = { allowed = allowed, remaining = 0, reset = u, debt_reset = u, state = state(),
+      expires_at = now + u }
+    if allowed then
+      o.remaining = c.limit - after
+    else
+      o.reset = uncharged
+      o.debt_reset = retry()
+    end
+    return o
+  end
+  return sliding_window
+end
+
+-- A request of one sliding_window check (no dry run): this function of the key, now and its
+-- values as sent (text: limit, window (us, >= 1), hits, flags, precision), answering flags
+-- (1 allowed + 2 charged), remaining and reset, as `alone` (alone.lua) over the port would,
+-- on the same state, leaving the same state: one GET, at most one SET. Still the port's
+-- arithmetic written out a second time (the parity tests hold the two together): `alone` over
+-- `new_sliding_window()` costs about twice the Lua time per call (the port's closures and
+-- tables of counts).
 local function sliding_window(key, now, a2, a3, a4, a5, a6)
   -- (x - 0: the conversion tonumber makes, without its call; - 0 keeps a -0 as tonumber does.)
   local limit = a2 - 0
@@ -46,12 +164,12 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
   -- The state, shifted to now's sub-window as it is read. t[1]: the head as written, if kept;
   -- t[j + 1]: the count of sub-window head - j (j = 0 .. p), as text (written back as read) or
   -- a number, set up to `last`, the last non-zero one (1: none); `first` the first (nil: none);
-  -- `count` their sum (in decide.lua's order: newest first); n0 the number in t[2], if known.
+  -- `count` their sum (in the port's order: newest first); n0 the number in t[2], if known.
   local t = { nil, nil, nil, nil }
   local head, last, first, count, n0 = i, 1, nil, 0, nil
   local raw = redis.call('GET', key)
   if raw then
-    -- decide.lua's `ints`: tokens '-?%d+' between white space, at least one. sluice writes digits
+    -- the port's `ints`: tokens '-?%d+' between white space, at least one. sluice writes digits
     -- and single spaces, no leading zeros ('plain': such tokens below 1e15 are exact, written
     -- back as read), and its commonest state starts with a non-zero count: one match takes the
     -- head, that count and the rest. Anything else takes the full check and is re-printed.
@@ -75,7 +193,7 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
         head = sh
       end
       local shift = head - sh
-      -- At p + 1 (decide.lua's cap) every count has left the window: as no state at all.
+      -- At p + 1 (the port's cap) every count has left the window: as no state at all.
       if shift < p + 1 then
         if plain and head == sh and #tok < 16 then
           t[1] = tok
@@ -140,7 +258,7 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
   local write = hits > 0
   if has(mode, FLAG_REFUND) then
     -- Refund: taken back from the newest sub-windows first, never below zero (each count as
-    -- decide.lua does it: a -0 read becomes 0).
+    -- the port does it: a -0 read becomes 0).
     flags = 1
     if write then
       local left, nz = hits, 1
@@ -220,7 +338,7 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
           for j = last, 3, -1 do
             total = total - tonumber(t[j])
             if total + hits <= limit then
-              -- Fits once sub-window head - (j - 3) - 1 has left (decide.lua's operations, in
+              -- Fits once sub-window head - (j - 3) - 1 has left (the port's operations, in
               -- its order).
               reset = (head - (j - 3) - 1 + 1) * sub + window - now
               if not (reset > 0) then
@@ -247,7 +365,7 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
   end
 
   if write then
-    -- Numbers below 1e14 print exactly in concat's '%.14g', as in decide.lua's '%.0f'.
+    -- Numbers below 1e14 print exactly in concat's '%.14g', as in the port's '%.0f'.
     if t[1] == nil then
       if head < 1e14 and head > -1e14 then
         t[1] = head

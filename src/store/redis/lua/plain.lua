@@ -13,7 +13,7 @@
 --   ARGV[2]   the window start it was sent for (the field)
 --   ARGV[3]   limit      ARGV[4] window (us)
 --
--- Reply: as fixed_window.lua's script, { now, flags, remaining, reset }.
+-- Reply: as fixed_window's entry point, { now, flags, remaining, reset }.
 
 local function fixed_window_mend(KEYS, ARGV)
   local key, what, field = KEYS[1], ARGV[1], ARGV[2]

@@ -1,5 +1,5 @@
--- sluice: exact integer division, for decide.lua, bucket.lua and sliding_window.lua
--- (src/store/redis/script.rs puts this file before each of them).
+-- sluice: exact integer division, for every algorithm's port (src/store/redis/script/mod.rs
+-- puts this file before algorithm.lua).
 
 -- floor(a / b) for exact integers, b > 0: the double quotient may round to the next integer
 -- (ALGORITHMS.md, "Exact arithmetic"), so correct it by one either way.
