@@ -23,6 +23,11 @@ use crate::rules::{content_hash, RuleSet};
 pub trait LoadReport: Send + Sync {
     /// A rule set of content hash `hash` was swapped in at `now`; returns its generation.
     fn loaded(&self, hash: &str, now: Micros) -> u64;
+    /// A load succeeded and its rules are about to be swapped in: the last failure is no longer
+    /// news. Called before the swap (and `loaded` after it), so that whoever sees the new rules
+    /// no longer sees the failure they replaced, and whoever sees the new generation sees its
+    /// rules.
+    fn clear_failure(&self) {}
     /// A load was rejected at `now`; `errors` holds every error.
     fn rejected(&self, errors: &str, now: Micros);
     /// How an attempt ended (`success`, `error` or `unchanged`) and how long it took.
@@ -234,6 +239,7 @@ impl Reloader {
             Effect::Loaded(rules, hash) => {
                 let domains = rules.domains.len();
                 let files = rules.sources.len();
+                self.report.clear_failure();
                 self.target.set_rules(Arc::new(rules));
                 let seconds = seconds();
                 self.count("success", seconds);

@@ -33,6 +33,10 @@ impl LoadReport for ServiceLoadReport {
         generation
     }
 
+    fn clear_failure(&self) {
+        self.state.clear_load_error();
+    }
+
     fn rejected(&self, errors: &str, now: Micros) {
         self.state.record_load_error(errors.to_string(), now);
     }

@@ -75,6 +75,12 @@ impl ServiceState {
         c.generation
     }
 
+    /// Forgets the last failed load (a good one is being swapped in).
+    pub fn clear_load_error(&self) {
+        let mut c = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        c.last_error = None;
+    }
+
     /// Records a failed load (the rules in use stay).
     pub fn record_load_error(&self, error: String, at: Micros) {
         let mut c = self.config.lock().unwrap_or_else(|e| e.into_inner());

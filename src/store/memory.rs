@@ -291,6 +291,10 @@ impl StateTable for Locked<'_, '_> {
         if let Some(existing) = shard.map.get_mut(key) {
             let old = std::mem::replace(existing, slot).bytes;
             // A state that grew (a longer log) may push the shard past its byte cap.
+            if old == bytes {
+                // The commonest put (a counter bumped in place): no shared write.
+                return;
+            }
             shard.bytes = shard.bytes - old + bytes;
             store.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
             store.stats.bytes.fetch_sub(old, Ordering::Relaxed);
