@@ -104,7 +104,7 @@ fn build() -> Library {
         // decide.lua's short layout, decided in place in the batch's own tables.
         table(&|id| (id == ScriptId::Decide).then(|| "take_short".to_string())),
     ));
-    let hash = fred::util::sha1_hash(&body);
+    let hash = crate::store::redis::resp::sha1_hex(&body);
     let name = format!("sluice_{}", &hash[..12]);
     let functions: Vec<String> = ScriptId::ALL
         .iter()

@@ -1,18 +1,17 @@
-//! Opening a serving thread's own connection ([`super`]): TCP (and TLS with the
-//! connector fred's configuration carries, so both trust the same CAs), then `AUTH`,
+//! Opening a link's connection ([`super`]): TCP (and TLS with the connector the settings
+//! built, [`crate::store::redis::connect`]), then `AUTH`,
 //! `SELECT` and `CLIENT SETNAME sluice-thread` in one write; with Sentinel, the primary's
 //! address asked of the sentinels first and `ROLE` checked, so a thread never decides on a
 //! demoted primary; in a Cluster, one per node ([`crate::store::redis::nodes`]).
 
 use std::time::Duration;
 
-use fred::prelude::{ServerConfig, TlsConnector};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::resp::{self, Frame};
 use crate::secret::Secret;
-use crate::store::redis::connect::{self, ConnectOptions, RedisSettingsError};
+use crate::store::redis::connect::{self, Config, ConnectOptions, RedisSettingsError, Server};
 use crate::store::redis::library::LIBRARY;
 
 /// A byte stream to Redis, plain or TLS.
@@ -23,7 +22,7 @@ pub(in crate::store::redis) trait Io:
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 pub(in crate::store::redis) type Stream = Box<dyn Io>;
 
-/// The name the own connections give themselves (`CLIENT LIST` tells them from fred's).
+/// The name sluice's connections give themselves (`CLIENT LIST` tells them apart).
 pub const CLIENT_NAME: &str = "sluice-thread";
 
 /// How to open one own connection; cheap to clone.
@@ -55,21 +54,19 @@ impl Dial {
     ) -> Result<Option<Dial>, RedisSettingsError> {
         let (config, _) = connect::config(opts)?;
         let target = match &config.server {
-            ServerConfig::Centralized { server } => {
-                Target::Server(server.host.to_string(), server.port)
-            }
-            ServerConfig::Sentinel {
-                hosts,
-                service_name,
+            Server::Standalone(host, port) => Target::Server(host.clone(), *port),
+            Server::Sentinel {
+                sentinels,
+                service,
                 username,
                 password,
             } => Target::Sentinel {
-                sentinels: hosts.iter().map(|s| (s.host.to_string(), s.port)).collect(),
-                service: service_name.clone(),
+                sentinels: sentinels.clone(),
+                service: service.clone(),
                 username: username.clone(),
-                password: password.clone().map(Secret::new),
+                password: password.clone(),
             },
-            _ => return Ok(None),
+            Server::Cluster(_) => return Ok(None),
         };
         Ok(Some(Dial::with(config, target, opts)))
     }
@@ -88,16 +85,13 @@ impl Dial {
         ))
     }
 
-    fn with(config: fred::prelude::Config, target: Target, opts: &ConnectOptions) -> Dial {
-        let tls = config.tls.map(|t| match t.connector {
-            TlsConnector::Rustls(c) => c,
-        });
+    fn with(config: Config, target: Target, opts: &ConnectOptions) -> Dial {
         Dial {
             target,
             username: config.username,
-            password: config.password.map(Secret::new),
+            password: config.password,
             database: config.database,
-            tls,
+            tls: config.tls,
             timeout: opts.connect_timeout,
         }
     }
