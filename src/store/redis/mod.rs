@@ -372,15 +372,13 @@ impl RedisStore {
                 if let Some(r) = on_link {
                     return r;
                 }
-                // No own link up, or the command never left it: a shared link.
-                match Box::pin(inner.decide_on_link(set.next(), checks, now, timeout)).await {
-                    Some(r) => r,
-                    None => {
-                        let result = Err(error(ErrorKind::Connection, "not connected"));
-                        record(&inner.breaker, &result);
-                        result
-                    }
-                }
+                // No own link up, or the command never left it: a shared link, one
+                // `EVALSHA` per request (as the pool before it; `NOSCRIPT` loads the scripts).
+                let result = Box::pin(inner.run(set.next(), checks, Scope::All, now, timeout))
+                    .await
+                    .map(script::Reply::verdicts);
+                record(&inner.breaker, &result);
+                result
             }
         }
     }

@@ -18,8 +18,8 @@ pub(in crate::store::redis) struct LinkSet {
 }
 
 impl LinkSet {
-    /// Starts `n` (at least one) links on the calling task's runtime; their tasks end when
-    /// aborted.
+    /// Starts `n` (at least one) links on the calling task's runtime (unnamed: see
+    /// [`super::dial::CLIENT_NAME`]); their tasks end when aborted.
     pub(in crate::store::redis) fn start(
         dial: &Dial,
         n: usize,
@@ -27,7 +27,7 @@ impl LinkSet {
         batch: bool,
     ) -> (LinkSet, Vec<JoinHandle<()>>) {
         let (links, tasks) = (0..n.max(1))
-            .map(|_| Link::start(dial.clone(), stall, batch))
+            .map(|_| Link::start(dial.shared(), stall, batch))
             .unzip();
         let set = LinkSet {
             links,
