@@ -182,7 +182,7 @@ fn integers(reply: Result<Frame, CallError>) -> Result<Vec<i64>, CallError> {
 }
 
 /// `SCRIPT LOAD` of every script on a thread's own connection; the error is what
-/// [`Inner::decide_on_link`] answers (`None`: the command never left, use the pool).
+/// [`Inner::decide_on_link`] answers (`None`: the command never left, use a shared link).
 pub(super) async fn load_on_link(
     link: &Link,
     timeout: Duration,

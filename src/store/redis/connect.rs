@@ -49,7 +49,7 @@ pub struct ConnectOptions {
 }
 
 impl ConnectOptions {
-    /// `url` with nothing else set: no TLS files or credentials beyond the URL's, one pooled
+    /// `url` with nothing else set: no TLS files or credentials beyond the URL's, one shared
     /// connection, a one-second connect timeout (tools and tests).
     pub fn for_url(url: impl Into<String>) -> ConnectOptions {
         ConnectOptions {

@@ -373,7 +373,7 @@ impl RedisStore {
                     return r;
                 }
                 // No own link up, or the command never left it: a shared link, one
-                // `EVALSHA` per request (as the pool before it; `NOSCRIPT` loads the scripts).
+                // `EVALSHA` per request (as fred's pool did; `NOSCRIPT` loads the scripts).
                 let result = Box::pin(inner.run(set.next(), checks, Scope::All, now, timeout))
                     .await
                     .map(script::Reply::verdicts);

@@ -1,10 +1,13 @@
-//! A serving thread's own Redis connection: our RESP client, for the hot decision path only.
+//! A Redis connection of sluice's own RESP client, the only one it has: a serving thread's
+//! own link for its decisions, and the store's shared links ([`LinkSet`]) for the rest.
 //!
-//! Why not fred here: fred 10.1 flushes the socket after every `EVALSHA` (even inside a
-//! pipeline), so each decision cost sluice a `writev` and Redis a read and an epoll wake-up
-//! (bench/why.md). A link queues the decisions of every request its thread decides and one
-//! task writes them all with one write when it next runs: on a current-thread runtime that is
-//! after every request task woken in the same tick has queued its own. Replies come back in
+//! Why not fred (issue 32 removed it): fred 10.1 flushes the socket after every `EVALSHA`
+//! (even inside a pipeline), so each decision cost sluice a `writev` and Redis a read and an
+//! epoll wake-up (34.1 µs of sluice CPU per request against 25.2 µs on links,
+//! ARCHITECTURE.md; bench/why.md). A link queues the decisions of every request its thread
+//! decides and one task writes them all with one write when it next runs: on a
+//! current-thread runtime that is after every request task woken in the same tick has queued
+//! its own. Replies come back in
 //! order and are matched to their callers first in, first out.
 //!
 //! Where the connection loaded the function library ([`super::library`]: Redis 7 and later,
@@ -17,9 +20,10 @@
 //! leave in one write, one `FCALL` per slot.
 //!
 //! A link is "up" once connected, authenticated and named ([`super::dial`]); callers use the
-//! shared pool whenever it is not, and a command that never left the queue when the
-//! connection dropped is reported [`CallError::NotSent`], so it can be sent on the pool
-//! instead: no request fails because a thread's own connection is down while the pool is up.
+//! store's shared links ([`LinkSet`]: links too, the one client) whenever it is not, and a
+//! command that never left the queue when the connection dropped is reported
+//! [`CallError::NotSent`], so it can be sent on a shared link instead: no request fails
+//! because a thread's own connection is down while the shared links are up.
 //! A command that was written is never sent again (it may have run).
 //!
 //! A caller waits at most until its deadline, which the connection's task keeps: one timer,
