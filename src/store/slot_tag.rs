@@ -6,8 +6,6 @@
 
 use std::sync::LazyLock;
 
-use fred::util::redis_keyslot;
-
 const SLOTS: usize = 16_384;
 
 /// Per slot, the number whose lowercase hex digits (no leading zeros) are its tag.
@@ -18,7 +16,7 @@ static TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
     // About a million candidates cover every slot (each misses a slot with odds e^-64).
     let mut n: u32 = 0;
     while left > 0 {
-        let slot = usize::from(redis_keyslot(hex(n, &mut buf)));
+        let slot = usize::from(slot_of(hex(n, &mut buf)));
         if tags[slot] == u32::MAX {
             tags[slot] = n;
             left -= 1;
@@ -43,9 +41,31 @@ fn hex(n: u32, buf: &mut [u8; 8]) -> &[u8] {
     &buf[i..]
 }
 
-/// The slot of `key` (its `{...}` hash tag's, when it has one).
-pub(crate) fn slot_of(key: &[u8]) -> u16 {
-    redis_keyslot(key)
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag, the bytes between the
+/// first `{` and the next `}` when not empty, else of the whole key, modulo 16,384.
+pub fn slot_of(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(key)) % SLOTS as u16
+}
+
+/// CRC16-CCITT as Redis Cluster uses it (XMODEM: polynomial 0x1021, initial 0).
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
 }
 
 /// The tag of `slot` (taken modulo the slot count).
@@ -58,6 +78,23 @@ pub(crate) fn tag(slot: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_are_redis_cluster_slots() {
+        // Known values: `CLUSTER KEYSLOT` on a real server, and the check value of CRC16/XMODEM.
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+        assert_eq!(slot_of(b"foo"), 12182);
+        assert_eq!(slot_of(b"bar"), 5061);
+        assert_eq!(slot_of(b""), 0);
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
+        assert_eq!(slot_of(b"{user1000}.followers"), slot_of(b"user1000"));
+        // An empty tag, or no closing brace: the whole key.
+        assert_eq!(slot_of(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16_384);
+        assert_eq!(slot_of(b"foo{bar"), crc16(b"foo{bar") % 16_384);
+        // Only the first tag counts.
+        assert_eq!(slot_of(b"{a}{b}"), slot_of(b"a"));
+        assert_eq!(slot_of(b"x{{bar}}"), crc16(b"{bar") % 16_384);
+    }
 
     #[test]
     fn every_slot_has_a_tag_that_hashes_to_it() {

@@ -88,7 +88,6 @@ const MUST_NOT_KNOW: &[(&str, &[&str], &str)] = &[
             "std::fs",
             "std::net",
             "std::io",
-            "fred",
             "crate::clock",
             "crate::store",
         ],

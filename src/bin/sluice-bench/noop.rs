@@ -22,11 +22,10 @@ use tonic::{Request, Response, Status};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::Value;
 use sluice::proto::rate_limit_response::{Code, DescriptorStatus};
 use sluice::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use sluice::proto::{RateLimitRequest, RateLimitResponse};
-use sluice::store::redis::resp::Frame;
+use sluice::store::redis::resp::{Frame, Value};
 use sluice::store::redis::{ConnectOptions, PipelinedConnection};
 
 /// How the noop server runs its runtime(s).

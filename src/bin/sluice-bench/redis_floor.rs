@@ -10,13 +10,13 @@
 use std::process::Command;
 
 use anyhow::{bail, Context};
-use fred::types::Value;
 use serde::Serialize;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use sluice::algorithm::{Algorithm, Ask, Limit};
 use sluice::store::key::{self, Part};
+use sluice::store::redis::resp::Value;
 use sluice::store::redis::script::{self, Scope};
 use sluice::store::{Charge, Check};
 
@@ -123,9 +123,7 @@ fn value_text(v: &Value) -> String {
         Value::Integer(i) => i.to_string(),
         Value::String(s) => s.to_string(),
         Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::Double(d) => d.to_string(),
-        Value::Boolean(b) => i64::from(*b).to_string(),
-        _ => String::new(),
+        Value::Null => String::new(),
     }
 }
 

@@ -1,22 +1,11 @@
-//! One script call on one connection: a serving thread's own link (`decide_on_link`,
-//! `FCALL` in the tick's batch) or a fred client (`run`: `EVALSHA`), each loading the scripts
-//! and sending again once on `NOSCRIPT`, and telling the breaker how it went.
+//! One script call on one link: `decide_on_link` (a whole decision, `FCALL` in the tick's
+//! batch where the link loaded the function library) or `run` (`EVALSHA`: settlements, and
+//! a Cluster node's shared links), each loading the scripts and sending again once on
+//! `NOSCRIPT`, and telling the breaker how it went.
 
 use super::*;
 
 impl Inner {
-    /// Standalone and Sentinel: the whole request in one `EVALSHA`.
-    pub(super) async fn decide_one(
-        &self,
-        client: &Client,
-        checks: &[Check<'_>],
-        now: When,
-        timeout: Duration,
-    ) -> Result<Vec<Verdict>, StoreError> {
-        let reply = self.run(client, checks, Scope::All, now, timeout).await?;
-        Ok(reply.verdicts())
-    }
-
     /// This thread's own connection, when it has one and it is up.
     pub(super) fn own_link(&self) -> Option<Link> {
         let id = self as *const Inner;
@@ -29,7 +18,8 @@ impl Inner {
     }
 
     /// This thread's own connection to Cluster node `node`, when it is up. Made on the first
-    /// call (so not up yet: that call uses the node's pool), on a thread attached to this store.
+    /// call (so not up yet: that call uses the node's shared links), on a thread attached to
+    /// this store.
     pub(super) fn node_link(&self, node: &Arc<nodes::Node>) -> Option<Link> {
         let id = Arc::as_ptr(node);
         NODE_LINKS.with(|t| {
@@ -54,11 +44,11 @@ impl Inner {
         })
     }
 
-    /// Standalone and Sentinel on this thread's own connection: the whole request in one
-    /// `EVALSHA`, loading the scripts on `NOSCRIPT`, the outcome told to the breaker (a
-    /// dropped connection once, however many calls it cut). `None`: it was not run (the command
-    /// never left the connection, or the server turned out to be a replica, which refuses
-    /// every write), so the caller sends it on the shared pool.
+    /// Standalone and Sentinel on `link` (this thread's own, or a shared one): the whole
+    /// request in one call, loading the scripts on `NOSCRIPT`, the outcome told to the breaker
+    /// (a dropped connection once, however many calls it cut). `None`: it was not run (the
+    /// command never left the connection, or the server turned out to be a replica, which
+    /// refuses every write), so the caller sends it on another link.
     pub(super) async fn decide_on_link(
         &self,
         link: &Link,
@@ -101,11 +91,11 @@ impl Inner {
         Some(result)
     }
 
-    /// One `EVALSHA` of the script over `checks` on `client`, loading the script on
+    /// One `EVALSHA` of the script over `checks` on `link`, loading the script on
     /// `NOSCRIPT`.
     pub(super) async fn run<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
         &self,
-        client: &Client,
+        link: &Link,
         checks: &[C],
         scope: Scope<'k>,
         now: When,
@@ -113,39 +103,45 @@ impl Inner {
     ) -> Result<script::Reply, StoreError> {
         let args = || script::evalsha(&self.sha, checks, scope, now.script, now.local);
         let reply = self
-            .call(client, &args, false, timeout, now.deadline)
+            .call(link, &args, false, timeout, now.deadline)
             .await
-            .map_err(|e| from_fred(&e))?;
+            .map_err(from_call)?;
         script::decode(reply, checks.len())
     }
 
     /// `EVALSHA` (after `ASKING` when `asking`), loading the script and retrying once on
-    /// `NOSCRIPT`; the error as fred gives it, for the Cluster's redirections.
+    /// `NOSCRIPT`; the error as the link gives it, for the Cluster's redirections.
     pub(super) async fn call(
         &self,
-        client: &Client,
+        link: &Link,
         args: &(dyn Fn() -> Vec<Value> + Sync),
         asking: bool,
         timeout: Duration,
         deadline: Deadline,
-    ) -> Result<Vec<i64>, fred::error::Error> {
+    ) -> Result<Vec<i64>, CallError> {
         let once = || async {
             if asking {
-                eval_asking(client, args(), timeout).await
+                integers(link.command_asking(EVALSHA, &args(), timeout).await)
             } else {
-                eval(client, None, args(), timeout).await
+                eval(link, &args(), timeout).await
             }
         };
         match once().await {
-            Err(e) if e.details().starts_with("NOSCRIPT") => {
-                load_script(client, load_timeout(timeout, deadline)).await?;
+            Err(CallError::Reply(e)) if e.starts_with("NOSCRIPT") => {
+                load_script(link, load_timeout(timeout, deadline)).await?;
                 // Encoded again rather than kept: NOSCRIPT is rare, requests are not.
                 once().await
+            }
+            Err(CallError::Reply(e)) if e.starts_with("READONLY") => {
+                // A demoted primary (Sentinel failover): find the new one.
+                link.redial();
+                Err(CallError::Reply(e))
             }
             r => r,
         }
     }
 }
+
 /// A verdict for a check with no answer (its part failed): never reached on success paths.
 pub(super) const REJECTED: Verdict = Verdict {
     allowed: false,
@@ -171,29 +167,22 @@ pub(super) fn load_timeout(timeout: Duration, deadline: Deadline) -> Duration {
     timeout.max(load)
 }
 
+/// `EVALSHA args..` on `link`, its reply as integers.
 pub(super) async fn eval(
-    client: &fred::prelude::Client,
-    slot: Option<u16>,
-    args: Vec<Value>,
+    link: &Link,
+    args: &[Value],
     timeout: Duration,
-) -> Result<Vec<i64>, fred::error::Error> {
-    // fred routes by the slot (Cluster); elsewhere the hash is ignored.
-    let hash = match slot {
-        Some(s) => ClusterHash::Custom(s),
-        None => ClusterHash::Offset(2),
-    };
-    let cmd = CustomCommand::new_static(EVALSHA, hash, false);
-    let opts = Options {
-        timeout: Some(timeout),
-        // Not connected: fail now rather than queue until the timeout.
-        fail_fast: true,
-        ..Options::default()
-    };
-    client.with_options(&opts).custom(cmd, args).await
+) -> Result<Vec<i64>, CallError> {
+    integers(link.command(EVALSHA, args, timeout).await)
+}
+
+/// A script's reply as its integers.
+fn integers(reply: Result<Frame, CallError>) -> Result<Vec<i64>, CallError> {
+    resp::integers(reply?).map_err(CallError::Unexpected)
 }
 
 /// `SCRIPT LOAD` of every script on a thread's own connection; the error is what
-/// [`Inner::decide_on_link`] answers (`None`: the command never left, use the pool).
+/// [`Inner::decide_on_link`] answers (`None`: the command never left, use a shared link).
 pub(super) async fn load_on_link(
     link: &Link,
     timeout: Duration,
@@ -210,23 +199,11 @@ pub(super) async fn load_on_link(
     Ok(())
 }
 
-/// `SCRIPT LOAD` of every script on the client's server (every primary, for fred's cluster
-/// client).
-pub(super) async fn load_script(
-    client: &Client,
-    timeout: Duration,
-) -> Result<(), fred::error::Error> {
-    let load = async {
-        for lua in script::scripts() {
-            client.script_load_cluster::<(), _>(lua).await?;
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(timeout, load).await {
-        Ok(r) => r,
-        Err(_) => Err(fred::error::Error::new(
-            fred::error::ErrorKind::Timeout,
-            "SCRIPT LOAD timed out",
-        )),
+/// `SCRIPT LOAD` of every script on `link`'s server.
+pub(super) async fn load_script(link: &Link, timeout: Duration) -> Result<(), CallError> {
+    for lua in script::scripts() {
+        let args = [Value::from("LOAD"), Value::from(lua)];
+        link.command("SCRIPT", &args, timeout).await?;
     }
+    Ok(())
 }

@@ -1,4 +1,4 @@
-//! From `--redis-url` and friends to a fred client pool.
+//! From `--redis-url` and friends to what a link dials ([`Config`]).
 //!
 //! The URL's scheme chooses the topology: `redis://` / `rediss://` (standalone, TLS),
 //! `redis-sentinel://h:p,h:p?sentinelServiceName=name` (Sentinel),
@@ -7,13 +7,17 @@
 //! `SLUICE_REDIS_PASSWORD` or `--redis-password-file` take precedence over the URL's, so the
 //! password need not be in the URL. The password is never logged (it is a [`Secret`]). With
 //! TLS, a custom CA and a client certificate (Redis `tls-auth-clients yes`) may be given.
-//! Several comma-separated hosts become fred's `node=` query parameters.
+//! Several comma-separated hosts become `node=` query parameters (the URL forms fred, the
+//! client sluice used before its own, accepted; they are accepted alike, see the tests):
+//! `scheme://[user[:password]@]host[:port][/db][?node=h:p&...]`, with
+//! `sentinelServiceName`, `sentinelUsername` and `sentinelPassword` for Sentinel.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, ServerConfig, TlsConnector};
+use tokio_rustls::TlsConnector;
+use url::Url;
 
 use crate::secret::Secret;
 
@@ -45,7 +49,7 @@ pub struct ConnectOptions {
 }
 
 impl ConnectOptions {
-    /// `url` with nothing else set: no TLS files or credentials beyond the URL's, one pooled
+    /// `url` with nothing else set: no TLS files or credentials beyond the URL's, one shared
     /// connection, a one-second connect timeout (tools and tests).
     pub fn for_url(url: impl Into<String>) -> ConnectOptions {
         ConnectOptions {
@@ -72,7 +76,41 @@ impl RedisSettingsError {
     }
 }
 
-/// Rewrites `scheme://[cred@]h1:p1,h2:p2[/db][?q]` into fred's `scheme://[cred@]h1:p1[/db]?node=h2:p2[&q]`.
+/// Where the store connects, with what credentials and TLS: the URL and flags read.
+#[derive(Clone)]
+pub(super) struct Config {
+    pub server: Server,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    pub database: Option<u8>,
+    pub tls: Option<TlsConnector>,
+}
+
+/// The servers a URL names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Server {
+    Standalone(String, u16),
+    /// The seeds the slot map is first read from.
+    Cluster(Vec<(String, u16)>),
+    Sentinel {
+        sentinels: Vec<(String, u16)>,
+        service: String,
+        username: Option<String>,
+        password: Option<Secret>,
+    },
+}
+
+impl Server {
+    pub(super) fn topology(&self) -> Topology {
+        match self {
+            Server::Standalone(..) => Topology::Standalone,
+            Server::Cluster(_) => Topology::Cluster,
+            Server::Sentinel { .. } => Topology::Sentinel,
+        }
+    }
+}
+
+/// Rewrites `scheme://[cred@]h1:p1,h2:p2[/db][?q]` into `scheme://[cred@]h1:p1[/db]?node=h2:p2[&q]`.
 pub(crate) fn normalize_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
@@ -112,59 +150,12 @@ fn uses_tls(url: &str) -> bool {
     scheme.starts_with("rediss") || scheme.starts_with("valkeys")
 }
 
-/// Builds the client pool (not connected yet) and tells its topology.
-pub(crate) fn build_pool(opts: &ConnectOptions) -> Result<(Pool, Topology), RedisSettingsError> {
-    let (builder, topology) = builder(opts)?;
-    let pool = builder
-        .build_pool(opts.pool_size.max(1))
-        .map_err(|e| RedisSettingsError(e.details().to_string()))?;
-    Ok((pool, topology))
-}
-
-/// The nodes named by a Cluster URL (where the slot map is first read).
-pub(crate) fn cluster_seeds(
-    opts: &ConnectOptions,
-) -> Result<Vec<(String, u16)>, RedisSettingsError> {
-    match config(opts)?.0.server {
-        ServerConfig::Clustered { hosts, .. } => Ok(hosts
-            .into_iter()
-            .map(|s| (s.host.to_string(), s.port))
-            .collect()),
-        _ => Err(RedisSettingsError("not a Cluster URL".into())),
-    }
-}
-
-/// A pool (not connected yet) to one node of a Cluster, as a plain server: sluice routes by
-/// slot itself ([`super::nodes`]), so one node's trouble never blocks the others' commands.
-pub(crate) fn build_node_pool(
-    opts: &ConnectOptions,
-    host: &str,
-    port: u16,
-) -> Result<Pool, RedisSettingsError> {
-    let (mut config, _) = config(opts)?;
-    config.server = ServerConfig::new_centralized(host, port);
-    configure(Builder::from_config(config), opts)
-        .build_pool(opts.pool_size.max(1))
-        .map_err(|e| RedisSettingsError(e.details().to_string()))
-}
-
-fn builder(opts: &ConnectOptions) -> Result<(Builder, Topology), RedisSettingsError> {
-    let (config, topology) = config(opts)?;
-    Ok((configure(Builder::from_config(config), opts), topology))
-}
-
-/// The fred configuration the URL and flags describe.
+/// The configuration the URL and flags describe, and its topology.
 pub(super) fn config(opts: &ConnectOptions) -> Result<(Config, Topology), RedisSettingsError> {
     let url = normalize_url(&opts.url);
-    let mut config = Config::from_url(&url)
-        .map_err(|e| RedisSettingsError(format!("invalid --redis-url: {}", e.details())))?;
-    let topology = match &config.server {
-        ServerConfig::Centralized { .. } => Topology::Standalone,
-        ServerConfig::Clustered { .. } => Topology::Cluster,
-        ServerConfig::Sentinel { .. } => Topology::Sentinel,
-        #[allow(unreachable_patterns)]
-        _ => return Err(RedisSettingsError("unsupported --redis-url".into())),
-    };
+    let mut config =
+        parse_url(&url).map_err(|e| RedisSettingsError(format!("invalid --redis-url: {e}")))?;
+    let topology = config.server.topology();
     if (opts.tls_ca.is_some() || opts.tls_client.is_some()) && !uses_tls(&opts.url) {
         return Err(RedisSettingsError(
             "--redis-tls-ca and --redis-tls-cert need a TLS URL (rediss://, rediss-cluster://, rediss-sentinel://)"
@@ -172,35 +163,132 @@ pub(super) fn config(opts: &ConnectOptions) -> Result<(Config, Topology), RedisS
         ));
     }
     if opts.tls_ca.is_some() || opts.tls_client.is_some() {
-        config.tls = Some(tls_config(opts.tls_ca.as_deref(), opts.tls_client.as_ref())?.into());
+        config.tls = Some(tls_config(
+            opts.tls_ca.as_deref(),
+            opts.tls_client.as_ref(),
+        )?);
     }
     if let Some(user) = &opts.username {
         config.username = Some(user.clone());
     }
     if let Some(password) = password(opts)? {
-        config.password = Some(password.expose().to_string());
+        config.password = Some(password);
     }
-    // A start with Redis down must not fail: connect in the background and keep retrying.
-    config.fail_fast = false;
     Ok((config, topology))
 }
 
-/// The connection settings every client gets.
-fn configure(mut builder: Builder, opts: &ConnectOptions) -> Builder {
-    builder
-        .with_connection_config(|c| {
-            c.connection_timeout = opts.connect_timeout;
-            c.internal_command_timeout = opts.connect_timeout.max(Duration::from_millis(100));
-            // An EVALSHA whose connection dropped may have run: never send it twice.
-            c.max_command_attempts = 1;
-            // A stalled server is noticed and the connection replaced.
-            c.unresponsive.max_timeout = Some(opts.connect_timeout.max(Duration::from_secs(1)));
-            c.unresponsive.interval = Duration::from_millis(250);
-        })
-        // Capped low: a restarted Redis is found within a quarter second, not after a
-        // back-off grown during the outage.
-        .set_policy(ReconnectPolicy::new_exponential(0, 20, 250, 2));
-    builder
+/// The nodes named by a Cluster URL (where the slot map is first read).
+pub(crate) fn cluster_seeds(
+    opts: &ConnectOptions,
+) -> Result<Vec<(String, u16)>, RedisSettingsError> {
+    match config(opts)?.0.server {
+        Server::Cluster(seeds) => Ok(seeds),
+        _ => Err(RedisSettingsError("not a Cluster URL".into())),
+    }
+}
+
+/// Reads a (normalized) URL: the scheme's `-cluster` / `-sentinel` suffix chooses the
+/// topology, `rediss` / `valkeys` TLS with the system's CAs (unless `--redis-tls-ca`).
+fn parse_url(text: &str) -> Result<Config, String> {
+    let url = Url::parse(text).map_err(|e| e.to_string())?;
+    let scheme = url.scheme();
+    let cluster = scheme.ends_with("-cluster");
+    let sentinel = scheme.ends_with("-sentinel");
+    if scheme.ends_with("+unix") {
+        return Err("unix sockets are not supported".into());
+    }
+    let host = url
+        .host_str()
+        .ok_or("Invalid or missing host.")?
+        .to_string();
+    let port = url.port().unwrap_or(if sentinel { 26379 } else { 6379 });
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .map(|s| s.into_owned())
+            .map_err(|e| e.to_string())
+    };
+    let username = Some(decode(url.username())?).filter(|u| !u.is_empty());
+    let password = Some(decode(url.password().unwrap_or_default())?).filter(|p| !p.is_empty());
+    let query = |name: &str| {
+        url.query_pairs()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    };
+    let mut hosts = Vec::new();
+    if cluster || sentinel {
+        for (key, value) in url.query_pairs() {
+            if key == "node" {
+                let (h, p) = value
+                    .split_once(':')
+                    .filter(|(_, p)| !p.contains(':'))
+                    .ok_or_else(|| format!("Invalid host:port for cluster node: {value}"))?;
+                let p: u16 = p.parse().map_err(|e| format!("{value}: {e}"))?;
+                hosts.push((h.to_string(), p));
+            }
+        }
+        hosts.push((host.clone(), port));
+    }
+    let database = if cluster { None } else { database(&url)? };
+    let server = if cluster {
+        Server::Cluster(hosts)
+    } else if sentinel {
+        Server::Sentinel {
+            sentinels: hosts,
+            service: query("sentinelServiceName")
+                .ok_or("Invalid or missing sentinel service name query parameter.")?,
+            username: query("sentinelUsername"),
+            password: query("sentinelPassword").map(Secret::new),
+        }
+    } else {
+        Server::Standalone(host, port)
+    };
+    let tls = if uses_tls(text) {
+        Some(system_tls()?)
+    } else {
+        None
+    };
+    Ok(Config {
+        server,
+        username,
+        password: password.map(Secret::new),
+        database,
+        tls,
+    })
+}
+
+/// The database in the URL's path (`/2`), if any.
+fn database(url: &Url) -> Result<Option<u8>, String> {
+    let Some(parts) = url.path_segments() else {
+        return Ok(None);
+    };
+    let parts: Vec<&str> = parts.collect();
+    match parts.as_slice() {
+        [] => Ok(None),
+        [db] if db.trim().is_empty() => Ok(None),
+        [db] => db
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("invalid database {db}: {e}")),
+        _ => Err("Invalid database path.".into()),
+    }
+}
+
+/// TLS trusting the system's CAs (a `rediss` URL without `--redis-tls-ca`).
+fn system_tls() -> Result<TlsConnector, String> {
+    let loaded = rustls_native_certs::load_native_certs();
+    if let Some(e) = loaded.errors.first() {
+        tracing::debug!(target: "sluice::store::redis", error = %e, "some system CA certificates could not be read");
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let (_, _) = roots.add_parsable_certificates(loaded.certs);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(config)))
 }
 
 /// The password from `--redis-password` / `SLUICE_REDIS_PASSWORD` or `--redis-password-file`.
@@ -261,8 +349,8 @@ fn tls_config(
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-    // fred's own TLS default (system roots) cannot carry a client certificate: with one, the
-    // CA that signed the server's certificate must be named too.
+    // The system's roots come with no client certificate: with one, the CA that signed the
+    // server's certificate must be named too.
     let Some(ca) = ca else {
         return Err(RedisSettingsError(
             "--redis-tls-cert needs --redis-tls-ca (the CA that signed the Redis server's certificate)"
@@ -302,7 +390,7 @@ fn tls_config(
             })?
         }
     };
-    Ok(TlsConnector::from(config))
+    Ok(TlsConnector::from(Arc::new(config)))
 }
 
 #[cfg(test)]
@@ -328,7 +416,7 @@ mod tests {
 
     #[test]
     fn scheme_chooses_topology() {
-        let t = |u: &str| build_pool(&opts(u)).map(|(_, t)| t).unwrap();
+        let t = |u: &str| config(&opts(u)).map(|(_, t)| t).unwrap();
         assert_eq!(t("redis://127.0.0.1:7000"), Topology::Standalone);
         assert_eq!(
             t("redis-cluster://127.0.0.1:7000,127.0.0.1:7001"),
@@ -338,9 +426,72 @@ mod tests {
             t("redis-sentinel://127.0.0.1:26379?sentinelServiceName=m"),
             Topology::Sentinel
         );
-        assert!(build_pool(&opts("redis-sentinel://127.0.0.1:26379")).is_err());
+        assert!(config(&opts("redis-sentinel://127.0.0.1:26379")).is_err());
         let mut o = opts("redis://127.0.0.1:7000");
         o.tls_ca = Some("/nonexistent".into());
-        assert!(build_pool(&o).is_err(), "a CA needs a TLS URL");
+        assert!(config(&o).is_err(), "a CA needs a TLS URL");
+    }
+
+    #[test]
+    fn urls_read_as_fred_read_them() {
+        let c = |u: &str| config(&opts(u)).map(|(c, _)| c);
+        let s = c("redis://u%40x:p%3Aw@h.example/3").unwrap();
+        assert_eq!(s.server, Server::Standalone("h.example".into(), 6379));
+        assert_eq!(s.username.as_deref(), Some("u@x"));
+        assert_eq!(
+            s.password
+                .as_ref()
+                .map(|p| p.expose().to_string())
+                .as_deref(),
+            Some("p:w")
+        );
+        assert_eq!(s.database, Some(3));
+        assert!(s.tls.is_none());
+        let s = c("redis://:pw@h:1").unwrap();
+        assert_eq!(s.username, None);
+        assert!(s.password.is_some());
+        assert_eq!(c("redis://h:1/").unwrap().database, None);
+        assert!(c("redis://h:1/x").is_err());
+        assert!(c("redis://h:1/1/2").is_err());
+        assert!(c("redis://:1").is_err(), "no host");
+        assert!(c("rediss://h:1").unwrap().tls.is_some());
+        assert!(c("valkeys://h:1").unwrap().tls.is_some());
+        let s = c("rediss-cluster://a:1,b:2/5").unwrap();
+        assert_eq!(
+            s.server,
+            Server::Cluster(vec![("b".into(), 2), ("a".into(), 1)])
+        );
+        assert_eq!(s.database, None, "a Cluster has no databases");
+        assert!(s.tls.is_some());
+        let s = c("redis-sentinel://a,b:2/1?sentinelServiceName=m&sentinelUsername=su&sentinelPassword=sp")
+            .unwrap();
+        assert_eq!(s.database, Some(1));
+        let Server::Sentinel {
+            sentinels,
+            service,
+            username,
+            password,
+        } = s.server
+        else {
+            panic!("not sentinel");
+        };
+        assert_eq!(sentinels, vec![("b".into(), 2), ("a".into(), 26379)]);
+        assert_eq!(service, "m");
+        assert_eq!(username.as_deref(), Some("su"));
+        assert_eq!(
+            password.map(|p| p.expose().to_string()).as_deref(),
+            Some("sp")
+        );
+        assert!(c("redis-cluster://a:1?node=b").is_err());
+        // The flags override the URL's credentials.
+        let mut o = opts("redis://u:p@h:1");
+        o.username = Some("flag".into());
+        o.password = Some(Secret::new("secret"));
+        let (s, _) = config(&o).unwrap();
+        assert_eq!(s.username.as_deref(), Some("flag"));
+        assert_eq!(
+            s.password.map(|p| p.expose().to_string()).as_deref(),
+            Some("secret")
+        );
     }
 }

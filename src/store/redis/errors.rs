@@ -1,6 +1,6 @@
-//! What a Redis failure is: fred's errors and our own connections' ([`super::link`])
-//! classified into the store's [`ErrorKind`]s, the metrics label and what the breaker counts
-//! (outages, never script errors).
+//! What a Redis failure is: the link's errors ([`CallError`], the one taxonomy of sluice's
+//! Redis client) classified into the store's [`ErrorKind`]s, here and nowhere else: the
+//! metrics label and what the breaker counts (outages, never script errors).
 
 use super::link::CallError;
 use super::BACKEND;
@@ -8,30 +8,6 @@ use crate::store::{ErrorKind, StoreError};
 
 pub(super) fn error(kind: ErrorKind, message: impl Into<String>) -> StoreError {
     StoreError::new(BACKEND, kind, message)
-}
-
-pub(super) fn from_fred(e: &fred::error::Error) -> StoreError {
-    error(kind_of(e), format!("{:?}: {}", e.kind(), e.details()))
-}
-
-/// Classifies a fred error: its kind for client-side failures; for an error reply, the
-/// reply's first word. fred reports some client-side failures as `Unknown` too ("Too many
-/// failed write attempts.", a dropped reply channel's "channel closed", "Failed to route
-/// command."): those are outages, not script errors, or the breaker would count a lost
-/// connection as an answer.
-pub(super) fn kind_of(e: &fred::error::Error) -> ErrorKind {
-    use fred::error::ErrorKind as F;
-    match e.kind() {
-        F::Timeout => ErrorKind::Timeout,
-        F::Cluster | F::Routing => ErrorKind::Cluster,
-        F::Backpressure => ErrorKind::Server,
-        F::Parse | F::Protocol | F::InvalidArgument | F::InvalidCommand | F::NotFound => {
-            ErrorKind::Script
-        }
-        F::Unknown => reply_kind(e.details()),
-        // IO, TLS, auth, configuration, sentinel, cancelled by a closing connection.
-        _ => ErrorKind::Connection,
-    }
 }
 
 /// Classifies an error reply by its code (its first word); text that is no reply code is
@@ -48,61 +24,65 @@ pub(super) fn reply_kind(details: &str) -> ErrorKind {
     }
 }
 
-/// An error reply read by a thread's own connection ([`super::link`]).
+/// An error reply read by a link.
 pub(super) fn from_reply(details: &str) -> StoreError {
     error(reply_kind(details), details)
 }
 
-/// A call on a thread's own connection that got no reply.
+/// A call on a link that failed: the one place a [`CallError`] becomes a [`StoreError`].
 pub(super) fn from_call(e: CallError) -> StoreError {
     match e {
         CallError::Timeout => error(ErrorKind::Timeout, "redis call timed out"),
         CallError::NotSent => error(ErrorKind::Connection, "not connected"),
         CallError::Lost(why, _) => error(ErrorKind::Connection, format!("connection lost: {why}")),
         CallError::Argument(e) => error(ErrorKind::Script, e.to_string()),
+        CallError::Reply(e) => from_reply(&e),
+        CallError::Unexpected(e) => error(ErrorKind::Script, format!("unexpected reply: {e}")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fred::error::{Error, ErrorKind as F};
 
     #[test]
     fn client_side_failures_are_outages_and_error_replies_are_not() {
-        let kind = |k: F, details: &str| kind_of(&Error::new(k, details.to_string()));
-        for lost in [
-            "Too many failed write attempts.",
-            "channel closed",
-            "Failed to route command.",
-        ] {
-            assert_eq!(kind(F::Unknown, lost), ErrorKind::Connection, "{lost}");
-        }
+        let kind = |e: CallError| from_call(e).kind();
+        let reply = |d: &str| kind(CallError::Reply(d.to_string()));
+        assert_eq!(kind(CallError::NotSent), ErrorKind::Connection);
         assert_eq!(
-            kind(F::Canceled, "Connection closed unexpectedly."),
+            kind(CallError::Lost("closed".into(), 1)),
             ErrorKind::Connection
         );
-        assert_eq!(kind(F::Timeout, "Request timed out."), ErrorKind::Timeout);
+        assert_eq!(kind(CallError::Timeout), ErrorKind::Timeout);
+        assert_eq!(reply("MOVED 12 127.0.0.1:7001"), ErrorKind::Cluster);
+        assert_eq!(reply("ASK 12 127.0.0.1:7001"), ErrorKind::Cluster);
+        assert_eq!(reply("CLUSTERDOWN The cluster is down"), ErrorKind::Cluster);
+        assert_eq!(reply("TRYAGAIN Multiple keys"), ErrorKind::Server);
+        assert_eq!(reply("BUSY Redis is busy"), ErrorKind::Server);
+        assert_eq!(reply("OOM command not allowed"), ErrorKind::Server);
+        assert_eq!(reply("READONLY You can't write"), ErrorKind::Server);
+        assert_eq!(reply("LOADING Redis is loading"), ErrorKind::Server);
+        // Refused credentials fail the link's set-up (not connected); on a command, an ACL's
+        // refusal is an answer, as before.
         assert_eq!(
-            kind(F::Cluster, "MOVED 12 127.0.0.1:7001"),
-            ErrorKind::Cluster
-        );
-        assert_eq!(
-            kind(F::Unknown, "CLUSTERDOWN The cluster is down"),
-            ErrorKind::Cluster
-        );
-        assert_eq!(
-            kind(F::Unknown, "TRYAGAIN Multiple keys"),
-            ErrorKind::Server
-        );
-        assert_eq!(kind(F::Unknown, "BUSY Redis is busy"), ErrorKind::Server);
-        assert_eq!(
-            kind(F::Unknown, "ERR Error running script (call to f_x): bad"),
+            reply("NOPERM this user has no permissions"),
             ErrorKind::Script
         );
         assert_eq!(
-            kind(F::Unknown, "NOSCRIPT No matching script"),
+            reply("ERR Error running script (call to f_x): bad"),
             ErrorKind::Script
         );
+        assert_eq!(reply("NOSCRIPT No matching script"), ErrorKind::Script);
+        assert_eq!(reply("connection reset"), ErrorKind::Connection);
+        assert_eq!(kind(CallError::Unexpected("x".into())), ErrorKind::Script);
+        for outage in [
+            kind(CallError::NotSent),
+            kind(CallError::Timeout),
+            reply("LOADING x"),
+        ] {
+            assert!(outage.is_outage(), "{outage:?}");
+        }
+        assert!(!reply("NOSCRIPT x").is_outage());
     }
 }

@@ -98,7 +98,7 @@ fn build() -> Library {
     );
     body.push('\n');
     body.push_str(&BATCH_LUA.replacen("-- sluice:tables", &tables, 1));
-    let hash = fred::util::sha1_hash(&body);
+    let hash = crate::store::redis::resp::sha1_hex(&body);
     let name = format!("sluice_{}", &hash[..12]);
     let functions: Vec<String> = ScriptId::ALL
         .iter()

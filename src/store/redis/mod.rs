@@ -52,19 +52,20 @@
 //!   clock and Redis' differ), plus one second of grace for instances whose clocks run behind.
 //!   A call that times out may still run in Redis later (its charge stands, unseen). Hit counts and limits are clamped to 2^53 - 1
 //!   (Lua numbers are doubles); below that the arithmetic is identical to Rust's.
-//! * **Connections**: a fred pool (`--redis-pool-size`) on the runtime that connected the
-//!   store, and one connection of our own per gRPC serving thread ([`RedisStore::attach_thread`],
-//!   [`link`]) driven by that thread's runtime, so a request crosses no thread, and the
-//!   decisions queued while its previous `FCALL` was out leave as one `FCALL` (fred would
-//!   write, and Redis wake, once per command). A thread
-//!   whose own connection is not up uses the pool, and so does a command that never left it.
+//! * **Connections**: one client, sluice's own ([`link`]): `--redis-pool-size` shared links
+//!   ([`link::LinkSet`]) on the runtime that connected the store, for records, probes, the
+//!   scripts' loading and the decisions of threads without a link of their own; and one link
+//!   per gRPC serving thread ([`RedisStore::attach_thread`]) driven by that thread's runtime,
+//!   so a request crosses no thread, and the decisions queued while its previous `FCALL` was
+//!   out leave as one `FCALL`. A thread whose own link is not up uses the shared links, and
+//!   so does a command that never left it.
 //!   The breaker, readiness and status are the store's, over all of them. Cluster: sluice routes by slot
-//!   itself ([`nodes`]): a pool and a breaker per primary, shared by every thread, so a dead
+//!   itself ([`nodes`]): shared links and a breaker per primary, shared by every thread, so a dead
 //!   primary or a reshard costs only the slots concerned (`cluster/redirect.rs` follows `MOVED`, `ASK`
 //!   and `TRYAGAIN`: a redirected call did not run, so it is sent again); and a serving
 //!   thread's own connection per primary ([`Inner::node_link`], opened on its first call
 //!   there), on which the calls of a tick leave in one write, one `FCALL` per hash slot (a
-//!   call may touch one slot only), with the pool for what it cannot carry (not up yet, a
+//!   call may touch one slot only), with the node's shared links for what it cannot carry (not up yet, a
 //!   request redirected by `ASK` or `TRYAGAIN`, which leaves its batch).
 //! * **Clock**: by default the script reads Redis' `TIME`, so instances with skewed clocks
 //!   agree (in Cluster, each node's clock decides its own keys). `--clock local` passes
@@ -75,9 +76,9 @@
 //!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
 //!   the script on every primary and retries once. A [`breaker`] (one per Cluster primary)
 //!   stops calling Redis after consecutive outage failures ([`ErrorKind::is_outage`]: not
-//!   script errors; fred's client-side failures are outages, see `kind_of`) and the
+//!   script errors; client-side failures are outages, see [`errors`]) and the
 //!   monitor PINGs it until it answers again. Readiness ([`RedisStore::ready`]) waits for
-//!   the script loaded on the shared pool (Cluster: on every slot's primary).
+//!   the script loaded on a shared link (Cluster: on every slot's primary).
 
 pub mod breaker;
 mod calls;
@@ -96,9 +97,6 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use fred::prelude::{Client, ClientLike, LuaInterface, Options, Pool};
-use fred::types::{ClusterHash, CustomCommand, Value};
-use fred::util::redis_keyslot;
 use futures::future::join_all;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -106,21 +104,21 @@ use tokio::task::JoinHandle;
 use self::breaker::{Breaker, BreakerOptions};
 use self::calls::{eval, load_script, MIN_TIMEOUT, REJECTED};
 pub(crate) use self::cluster::nodes;
-use self::cluster::redirect;
 pub use self::connect::{ConnectOptions, RedisSettingsError, Topology};
 pub use self::dial::CLIENT_NAME;
-use self::errors::{error, from_call, from_fred, from_reply};
+use self::errors::{error, from_call, from_reply};
 use self::link::dial::{self, Dial};
 pub use self::link::resp;
-use self::link::{CallError, Link};
+use self::link::{CallError, Link, LinkSet};
 use self::nodes::Nodes;
 pub use self::pipelined::PipelinedConnection;
-use self::redirect::eval_asking;
-use self::resp::Frame;
+use self::resp::{sha1_hex, Frame, Value};
 use self::script::{Answer, Scope};
 use super::batch::admission;
 use super::{Charge, Check, Deadline, ErrorKind, Store, StoreError, Verdict};
 use crate::model::Micros;
+pub use crate::store::slot_tag::slot_of as key_slot;
+use crate::store::slot_tag::slot_of;
 
 const BACKEND: &str = "redis";
 
@@ -140,7 +138,7 @@ pub struct RedisOptions {
 /// What metrics and health report about the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RedisStatus {
-    /// At least one pooled connection is up.
+    /// At least one shared link is up (Cluster: to some primary).
     pub connected: bool,
     /// The circuit breaker is open: calls fail at once.
     pub breaker_open: bool,
@@ -154,9 +152,9 @@ pub struct RedisStore {
 
 /// How the store reaches Redis.
 enum Links {
-    /// Standalone and Sentinel: fred's pool (and the serving threads' own clients).
-    Pool(Pool),
-    /// Cluster: a pool and a breaker per primary, routed by slot here ([`nodes`]).
+    /// Standalone and Sentinel: the shared links (and the serving threads' own).
+    Shared(LinkSet),
+    /// Cluster: shared links and a breaker per primary, routed by slot here ([`nodes`]).
     Cluster(Box<Nodes>),
 }
 
@@ -167,7 +165,7 @@ struct Inner {
     dial: Option<Dial>,
     /// How long an own connection may leave commands unanswered before it is replaced.
     stall: Duration,
-    /// The serving threads' connection tasks (aborted with the store, like the pool's).
+    /// The serving threads' links' tasks (aborted with the store, like the shared links').
     threads: Mutex<Vec<JoinHandle<()>>>,
     topology: Topology,
     sha: Value,
@@ -179,7 +177,8 @@ struct Inner {
     /// Turns true once connected with the script loaded (or its loading attempted).
     ready: watch::Receiver<bool>,
     monitor: OnceLock<JoinHandle<()>>,
-    connections: Vec<ConnectionTask>,
+    /// The shared links' tasks.
+    connections: Vec<JoinHandle<()>>,
 }
 
 impl Drop for Inner {
@@ -202,9 +201,6 @@ fn abort_all(tasks: &mut Mutex<Vec<JoinHandle<()>>>) {
     }
 }
 
-/// A fred client's connection task.
-type ConnectionTask = JoinHandle<Result<(), fred::error::Error>>;
-
 thread_local! {
     /// This thread's own connections, one per store attached to it (keyed by the store's
     /// address): a link's task runs on the runtime that started it, so a serving thread that
@@ -226,24 +222,26 @@ impl RedisStore {
     /// error here (calls fail, per the breaker, until it is up); an invalid configuration is.
     /// Must be called within a Tokio runtime.
     pub fn connect(opts: RedisOptions) -> Result<RedisStore, RedisSettingsError> {
-        let (pool, topology) = connect::build_pool(&opts.connect)?;
-        let (links, connections) = match topology {
-            Topology::Cluster => (
+        let (_, topology) = connect::config(&opts.connect)?;
+        let dial = Dial::new(&opts.connect)?;
+        // A stalled server is noticed and its connection replaced after this long.
+        let stall = stall(&opts.connect);
+        let (links, connections) = match &dial {
+            None => (
                 Links::Cluster(Box::new(Nodes::new(&opts.connect, opts.breaker)?)),
                 Vec::new(),
             ),
-            Topology::Standalone | Topology::Sentinel => {
-                let connections = pool.connect_pool();
-                (Links::Pool(pool), connections)
+            Some(dial) => {
+                let (set, tasks) = LinkSet::start(dial, opts.connect.pool_size, stall, true);
+                (Links::Shared(set), tasks)
             }
         };
-        let sha = Value::from(fred::util::sha1_hash(script::LUA));
+        let sha = Value::from(sha1_hex(script::LUA));
         let (ready_tx, ready) = watch::channel(false);
         let inner = Arc::new(Inner {
             links,
-            dial: Dial::new(&opts.connect)?,
-            // As long as fred waits for an unresponsive connection (`connect::configure`).
-            stall: opts.connect.connect_timeout.max(Duration::from_secs(1)),
+            dial,
+            stall,
             threads: Mutex::new(Vec::new()),
             topology,
             sha,
@@ -264,7 +262,7 @@ impl RedisStore {
     /// Gives the calling thread its own connection ([`link`]: our RESP client, which writes
     /// the commands of one scheduler tick with one write), driven by the runtime it runs, for
     /// the requests it decides: a serving thread of `--grpc-threads`. Requests on other
-    /// threads, and on this one while its connection is not up, use the shared pool. The
+    /// threads, and on this one while its connection is not up, use the shared links. The
     /// breaker, readiness and status stay the store's as a whole. Must be called within the
     /// thread's (current-thread) Tokio runtime; a second call on one thread does nothing.
     pub fn attach_thread(&self) -> Result<(), RedisSettingsError> {
@@ -300,7 +298,7 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Waits until the store can answer: the shared pool connected with the script loaded
+    /// Waits until the store can answer: a shared link connected with the script loaded
     /// (Cluster: every slot's primary). Health waits for it before saying SERVING.
     pub async fn ready(&self) {
         let mut rx = self.inner.ready.clone();
@@ -319,11 +317,11 @@ impl RedisStore {
     /// Connection and breaker state, for metrics and tests.
     pub fn status(&self) -> RedisStatus {
         match &self.inner.links {
-            Links::Pool(pool) => RedisStatus {
-                // The shared pool only: it is every thread's fallback, so "connected" must
-                // mean a request on any thread finds a connection (a serving thread's own
-                // client may be up while another thread's is not yet).
-                connected: pool.clients().iter().any(|c| c.is_connected()),
+            Links::Shared(set) => RedisStatus {
+                // The shared links only: they are every thread's fallback, so "connected"
+                // must mean a request on any thread finds a connection (a serving thread's
+                // own link may be up while another thread's is not yet).
+                connected: set.is_up(),
                 breaker_open: self.inner.breaker.is_open(),
             },
             // Cluster: connected when some primary is; "open" when some primary's is (its
@@ -331,9 +329,7 @@ impl RedisStore {
             Links::Cluster(nodes) => {
                 let all = nodes.all();
                 RedisStatus {
-                    connected: all
-                        .iter()
-                        .any(|n| n.pool.clients().iter().any(|c| c.is_connected())),
+                    connected: all.iter().any(|n| n.links.is_up()),
                     breaker_open: all.iter().any(|n| n.breaker.is_open()),
                 }
             }
@@ -358,12 +354,13 @@ impl RedisStore {
         };
         let timeout = inner.timeout(deadline);
         match &inner.links {
-            // Boxed, as the pool's path below: each is far larger than the own connection's,
-            // and a request's future is moved (copied) several times on its way to the runtime.
+            // Boxed, as the shared links' path below: each is far larger than the own
+            // link's, and a request's future is moved (copied) several times on its way to
+            // the runtime.
             Links::Cluster(nodes) => {
                 Box::pin(inner.decide_cluster(nodes, checks, now, timeout)).await
             }
-            Links::Pool(pool) => {
+            Links::Shared(set) => {
                 if !inner.breaker.allows() {
                     return Err(breaker_open());
                 }
@@ -371,18 +368,17 @@ impl RedisStore {
                     Some(link) => inner.decide_on_link(&link, checks, now, timeout).await,
                     None => None,
                 };
-                match on_link {
-                    // Told to the breaker there (a drop counts once, not once per call).
-                    Some(r) => r,
-                    // No own connection up, or the command never left it: the shared pool.
-                    None => {
-                        let result =
-                            Box::pin(inner.decide_one(pool.next_connected(), checks, now, timeout))
-                                .await;
-                        record(&inner.breaker, &result);
-                        result
-                    }
+                // Told to the breaker there (a drop counts once, not once per call).
+                if let Some(r) = on_link {
+                    return r;
                 }
+                // No own link up, or the command never left it: a shared link, one
+                // `EVALSHA` per request (as fred's pool did; `NOSCRIPT` loads the scripts).
+                let result = Box::pin(inner.run(set.next(), checks, Scope::All, now, timeout))
+                    .await
+                    .map(script::Reply::verdicts);
+                record(&inner.breaker, &result);
+                result
             }
         }
     }
@@ -436,11 +432,16 @@ impl Inner {
     /// request's deadline leaves less (see [`Deadline::budget`]).
     fn timeout(&self, deadline: Deadline) -> Duration {
         match deadline.budget() {
-            // Never zero: fred would read it as "no timeout".
+            // Never zero: a call must have some time to be answered.
             Some(b) => self.command_timeout.min(b).max(MIN_TIMEOUT),
             None => self.command_timeout,
         }
     }
+}
+
+/// How long a link may leave commands unanswered before its connection is replaced.
+fn stall(opts: &ConnectOptions) -> Duration {
+    opts.connect_timeout.max(Duration::from_secs(1))
 }
 
 impl Store for RedisStore {

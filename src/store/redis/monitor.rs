@@ -5,11 +5,12 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use fred::prelude::{Client, ClientLike, Options, Pool};
 use futures::future::join_all;
 use tokio::sync::watch;
 
+use super::link::{Link, LinkSet};
 use super::nodes::{self, Nodes};
+use super::resp::Frame;
 use super::{load_script, Inner, Links};
 
 /// How long a probe `PING` may wait: long enough that a `PING` sent during a stall answers
@@ -53,12 +54,12 @@ pub(super) async fn run(store: Weak<Inner>, ready: watch::Sender<bool>) {
             probed = Some(crate::clock::monotonic());
         }
         match &inner.links {
-            Links::Pool(pool) => {
-                if !is_ready && first_connection(pool).await {
+            Links::Shared(set) => {
+                if !is_ready && first_connection(set).await {
                     tracing::info!(target: "sluice::store::redis", "connected to redis");
                     let _ = ready.send(true);
                 }
-                if probe && inner.breaker.is_open() && ping(pool.next_connected()).await {
+                if probe && inner.breaker.is_open() && ping(set.next()).await {
                     inner.breaker.success();
                 }
             }
@@ -92,14 +93,13 @@ pub(super) async fn run(store: Weak<Inner>, ready: watch::Sender<bool>) {
     }
 }
 
-/// Once some pooled connection is up: loads the script there (fred keeps reconnecting in the
-/// background; polled rather than waiting on fred's connect event, which could fire before
-/// the wait starts). True once ready.
-async fn first_connection(pool: &Pool) -> bool {
-    if !pool.clients().iter().any(|c| c.is_connected()) {
+/// Once some shared link is up: loads the script there (the links keep reconnecting in the
+/// background; polled). True once ready.
+async fn first_connection(set: &LinkSet) -> bool {
+    if !set.is_up() {
         return false;
     }
-    if let Err(e) = load_script(pool.next_connected(), LOAD_TIMEOUT).await {
+    if let Err(e) = load_script(set.next(), LOAD_TIMEOUT).await {
         // Requests load it on NOSCRIPT; not a reason to stay unready.
         tracing::warn!(target: "sluice::store::redis", error = %e, "cannot load the script yet");
     }
@@ -111,19 +111,19 @@ async fn first_connection(pool: &Pool) -> bool {
 async fn care_for_nodes(nodes: &Nodes, probe: bool) {
     let all = nodes.all();
     let work = all.iter().map(|n| async move {
-        let client = n.pool.next_connected();
-        if !client.is_connected() {
+        let link = n.links.next();
+        if !link.is_up() {
             return;
         }
         if !n.loaded.load(std::sync::atomic::Ordering::Relaxed) {
-            match load_script(client, LOAD_TIMEOUT).await {
+            match load_script(link, LOAD_TIMEOUT).await {
                 Ok(()) => n.loaded.store(true, std::sync::atomic::Ordering::Relaxed),
                 Err(e) => {
                     tracing::debug!(target: "sluice::store::redis", node = %n.addr, error = %e, "cannot load the script yet")
                 }
             }
         }
-        if probe && n.breaker.is_open() && ping(client).await {
+        if probe && n.breaker.is_open() && ping(link).await {
             n.breaker.success();
         }
     });
@@ -131,18 +131,9 @@ async fn care_for_nodes(nodes: &Nodes, probe: bool) {
 }
 
 /// True when the server answers a `PING` in time; at once false when not connected.
-async fn ping(client: &Client) -> bool {
-    let opts = Options {
-        timeout: Some(PING_TIMEOUT),
-        fail_fast: true,
-        ..Options::default()
-    };
+async fn ping(link: &Link) -> bool {
     matches!(
-        tokio::time::timeout(
-            PING_TIMEOUT,
-            client.with_options(&opts).ping::<String>(None)
-        )
-        .await,
-        Ok(Ok(_))
+        link.call("PING", &[], PING_TIMEOUT).await,
+        Ok(Frame::Simple(_) | Frame::Bulk(_))
     )
 }

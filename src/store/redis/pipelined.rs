@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fred::types::Value;
+use super::resp::Value;
 use tokio::task::JoinHandle;
 
 use super::connect::{ConnectOptions, RedisSettingsError};

@@ -6,18 +6,14 @@
 //! so on Cluster that counter settles with it; a counter in another slot settles with a claim
 //! held there beside the record.
 
-use std::time::Duration;
-
 use bytes::Bytes;
-use fred::prelude::{Client, ClientLike, Options};
-use fred::types::{ClusterHash, CustomCommand, Value};
-use fred::util::redis_keyslot;
 
-use super::errors::{error, from_fred};
-use super::redirect::asking;
+use super::errors::{error, from_call};
+use super::resp::{Frame, Value};
 use super::script::Scope;
 use super::{breaker_open, record, ClockSource, Inner, Links, RedisStore, When};
 use crate::model::{Micros, MICROS_PER_MILLI};
+use crate::store::slot_tag::slot_of;
 use crate::store::{key, Check, Deadline, ErrorKind, Reservations, StoreError};
 
 impl Reservations for RedisStore {
@@ -66,13 +62,9 @@ impl Reservations for RedisStore {
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let args = vec![Value::Bytes(Bytes::copy_from_slice(key))];
         match self.inner.command("GET", key, args, deadline).await? {
-            Value::Null => Ok(None),
-            Value::Bytes(b) => Ok(Some(b.to_vec())),
-            Value::String(s) => Ok(Some(s.as_bytes().to_vec())),
-            other => Err(error(
-                ErrorKind::Script,
-                format!("GET answered {:?}", other.kind()),
-            )),
+            Frame::Bulk(None) => Ok(None),
+            Frame::Bulk(Some(b)) | Frame::Simple(b) => Ok(Some(b)),
+            other => Err(error(ErrorKind::Script, format!("GET answered {other:?}"))),
         }
     }
 
@@ -102,13 +94,13 @@ impl Reservations for RedisStore {
         };
         let timeout = inner.timeout(deadline);
         match &inner.links {
-            Links::Pool(pool) => {
+            Links::Shared(set) => {
                 if !inner.breaker.allows() {
                     return Err(breaker_open());
                 }
                 let result = inner
                     .run(
-                        pool.next_connected(),
+                        set.next(),
                         checks,
                         Scope::Settle(key, marker),
                         when,
@@ -119,10 +111,10 @@ impl Reservations for RedisStore {
                 Ok(!result?.unclaimed())
             }
             Links::Cluster(nodes) => {
-                let home = redis_keyslot(key);
+                let home = slot_of(key);
                 let mut parts: Vec<(u16, Vec<&Check<'_>>)> = Vec::new();
                 for c in checks {
-                    let slot = redis_keyslot(c.key);
+                    let slot = slot_of(c.key);
                     match parts.iter_mut().find(|(s, _)| *s == slot) {
                         Some((_, part)) => part.push(c),
                         None => parts.push((slot, vec![c])),
@@ -174,8 +166,8 @@ impl Inner {
         if !matches!(self.links, Links::Cluster(_)) {
             return Vec::new();
         }
-        let home = redis_keyslot(key);
-        let mut slots: Vec<u16> = counters.iter().map(|c| redis_keyslot(c)).collect();
+        let home = slot_of(key);
+        let mut slots: Vec<u16> = counters.iter().map(|c| slot_of(c)).collect();
         slots.retain(|&s| s != home);
         slots.sort_unstable();
         slots.dedup();
@@ -192,29 +184,31 @@ impl Inner {
         key: &[u8],
         args: Vec<Value>,
         deadline: Deadline,
-    ) -> Result<Value, StoreError> {
+    ) -> Result<Frame, StoreError> {
         let timeout = self.timeout(deadline);
         match &self.links {
-            Links::Pool(pool) => {
+            Links::Shared(set) => {
                 if !self.breaker.allows() {
                     return Err(breaker_open());
                 }
-                let result = send(pool.next_connected(), name, None, args, timeout)
+                let result = set
+                    .next()
+                    .command(name, &args, timeout)
                     .await
-                    .map_err(|e| from_fred(&e));
+                    .map_err(from_call);
                 record(&self.breaker, &result);
                 result
             }
             // Through the one redirect loop, as decisions are ([`Inner::follow`]).
             Links::Cluster(nodes) => {
-                let slot = redis_keyslot(key);
+                let slot = slot_of(key);
                 let args = &args;
                 self.follow(nodes, slot, timeout, move |node, route, left| async move {
-                    let client = node.pool.next_connected().clone();
+                    let link = node.links.next().clone();
                     let result = if route.asking {
-                        asking(&client, name, args.clone(), left).await
+                        link.command_asking(name, args, left).await
                     } else {
-                        send(&client, name, Some(slot), args.clone(), left).await
+                        link.command(name, args, left).await
                     };
                     (result, None)
                 })
@@ -222,26 +216,4 @@ impl Inner {
             }
         }
     }
-}
-
-async fn send(
-    client: &Client,
-    name: &'static str,
-    slot: Option<u16>,
-    args: Vec<Value>,
-    timeout: Duration,
-) -> Result<Value, fred::error::Error> {
-    let hash = match slot {
-        Some(s) => ClusterHash::Custom(s),
-        None => ClusterHash::FirstKey,
-    };
-    let opts = Options {
-        timeout: Some(timeout),
-        fail_fast: true,
-        ..Options::default()
-    };
-    client
-        .with_options(&opts)
-        .custom(CustomCommand::new_static(name, hash, false), args)
-        .await
 }

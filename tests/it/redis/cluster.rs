@@ -57,7 +57,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     let cluster = RedisCluster::start();
 
     // Hostile values never break the hash tag: every key of a descriptor is in one slot,
-    // the one fred computes, and different descriptors have different keys.
+    // the one sluice computes, and different descriptors have different keys.
     let long = vec![b'x'; 5_000];
     let hostile: Vec<Vec<(&[u8], &[u8])>> = vec![
         vec![(b"k", b"a:b")],
@@ -79,7 +79,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
             for name in [None, Some("a{b}:c")] {
                 let k = key_of("", entries, limit, name);
                 let slot = cluster.keyslot(&k);
-                assert_eq!(slot, fred::util::redis_keyslot(&k));
+                assert_eq!(slot, sluice::store::redis::key_slot(&k));
                 slots.insert(slot);
                 assert!(all_keys.insert(k), "no two keys collide");
             }
@@ -423,8 +423,8 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     assert_ne!(owner_now, victim);
     let fresh = key_of("failover:", &[(b"k", b"alpha")], &tight, None);
     assert_eq!(
-        fred::util::redis_keyslot(&fresh),
-        fred::util::redis_keyslot(&keys[0]),
+        sluice::store::redis::key_slot(&fresh),
+        sluice::store::redis::key_slot(&keys[0]),
         "on the dead primary's slot"
     );
     let c = [check(&fresh, &tight, 1, 0)];

@@ -20,7 +20,7 @@ impl Inner {
         // Parts by slot, each in request order; `index` maps back to the request.
         let mut parts: Vec<(u16, Vec<usize>)> = Vec::new();
         for (i, c) in checks.iter().enumerate() {
-            let slot = redis_keyslot(c.key);
+            let slot = slot_of(c.key);
             match parts.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, idx)) => idx.push(i),
                 None => parts.push((slot, vec![i])),
@@ -149,20 +149,20 @@ impl Inner {
             return;
         };
         let timeout = self.command_timeout;
-        let calls: Vec<(Client, Vec<Value>)> = undo
+        let calls: Vec<(Link, Vec<Value>)> = undo
             .into_iter()
             .filter_map(|(slot, now, idx)| {
                 let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
-                let client = nodes.route(slot)?.pool.next_connected().clone();
+                let link = nodes.route(slot)?.links.next().clone();
                 Some((
-                    client,
+                    link,
                     script::evalsha(&self.sha, &part, Scope::Undo, Some(now), now),
                 ))
             })
             .collect();
         rt.spawn(async move {
-            for (client, args) in calls {
-                let _ = eval(&client, None, args, timeout).await;
+            for (link, args) in calls {
+                let _ = eval(&link, &args, timeout).await;
             }
         });
     }

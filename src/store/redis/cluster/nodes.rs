@@ -1,11 +1,11 @@
-//! Redis Cluster routing of sluice's own: the slot map (read with `CLUSTER SLOTS`), one fred
-//! pool per primary (each a plain single-server client) and one [`Breaker`] per primary.
+//! Redis Cluster routing of sluice's own: the slot map (read with `CLUSTER SLOTS` over a
+//! link), shared links ([`LinkSet`]) per primary and one [`Breaker`] per primary.
 //!
-//! Why not fred's cluster client: when one node's connection drops it reconnects to every
-//! node of the slot map at once (all must succeed) and, meanwhile, fails or holds the
-//! commands of every slot; a dead primary (until its replica is promoted) and a reshard's
-//! MOVED storm therefore failed every request. Here a node's trouble stays with its slots:
-//! its pool reconnects alone, its breaker opens alone, and the slot map is read again (every
+//! Why per node: a client that reconnects to every node of the slot map at once when one
+//! node's connection drops (fred's did) fails or holds the commands of every slot meanwhile;
+//! a dead primary (until its replica is promoted) and a reshard's MOVED storm then fail every
+//! request. Here a node's trouble stays with its slots: its links reconnect alone, its
+//! breaker opens alone, and the slot map is read again (every
 //! [`REFRESH_UNHEALTHY`] while a node fails, at once on a redirection) so a promoted replica
 //! takes the slots over within a fraction of a second.
 
@@ -13,15 +13,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, ClusterInterface, Pool};
-use fred::types::Value;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use crate::store::redis::breaker::{Breaker, BreakerOptions};
 use crate::store::redis::connect::{self, ConnectOptions, RedisSettingsError};
 use crate::store::redis::dial::Dial;
-use crate::store::redis::ConnectionTask;
+use crate::store::redis::link::LinkSet;
+use crate::store::redis::resp::{Frame, Value};
 
 /// Slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16_384;
@@ -33,16 +32,16 @@ pub(crate) const REFRESH_UNHEALTHY: Duration = Duration::from_millis(100);
 /// caused no error here).
 pub(crate) const REFRESH_HEALTHY: Duration = Duration::from_secs(5);
 
-/// One primary: its pool and breaker, and how a serving thread opens its own connection to
+/// One primary: its shared links and breaker, and how a serving thread opens its own connection to
 /// it ([`crate::store::redis::link`], made by the store on the thread's first call to this node).
 pub(crate) struct Node {
     pub addr: String,
-    pub pool: Pool,
+    pub(in crate::store::redis) links: LinkSet,
     pub breaker: Breaker,
     /// Set once the script is loaded on this node (or its loading attempted).
     pub loaded: AtomicBool,
     pub(in crate::store::redis) dial: Dial,
-    tasks: Vec<ConnectionTask>,
+    tasks: Vec<JoinHandle<()>>,
     /// The serving threads' connection tasks to this node, each on its thread's runtime.
     pub(in crate::store::redis) thread_tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -75,7 +74,9 @@ pub(crate) struct Nodes {
     map: RwLock<SlotMap>,
     /// Set by a redirection or an uncovered slot: the monitor reads the map at once.
     stale: AtomicBool,
-    /// Serialises the creation of node pools (two requests learning one node create one).
+    /// How long a node's link may leave commands unanswered before it is replaced.
+    stall: Duration,
+    /// Serialises the creation of nodes (two requests learning one node create one).
     creating: Mutex<()>,
 }
 
@@ -86,9 +87,6 @@ impl Nodes {
         breaker: BreakerOptions,
     ) -> Result<Nodes, RedisSettingsError> {
         let seeds = connect::cluster_seeds(opts)?;
-        // Fail on a bad configuration now, not when the first node is found.
-        let (host, port) = seeds.first().cloned().unwrap_or_default();
-        connect::build_node_pool(opts, &host, port)?;
         Ok(Nodes {
             opts: opts.clone(),
             breaker,
@@ -99,6 +97,7 @@ impl Nodes {
                 nodes: Vec::new(),
             }),
             stale: AtomicBool::new(true),
+            stall: crate::store::redis::stall(opts),
             creating: Mutex::new(()),
         })
     }
@@ -143,16 +142,16 @@ impl Nodes {
         let (host, port) = split_addr(addr).ok_or_else(|| {
             RedisSettingsError::new(format!("invalid cluster node address {addr}"))
         })?;
-        let pool = connect::build_node_pool(&self.opts, host, port)?;
         let dial = Dial::node(&self.opts, host, port)?;
-        let tasks = {
+        let (links, tasks) = {
             let _rt = self.runtime.enter();
-            pool.connect_pool()
+            // One slot per call on a node: no batch across slots.
+            LinkSet::start(&dial, self.opts.pool_size, self.stall, false)
         };
         tracing::debug!(target: "sluice::store::redis", node = addr, "connecting to cluster node");
         Ok(Arc::new(Node {
             addr: addr.to_string(),
-            pool,
+            links,
             breaker: Breaker::new(self.breaker),
             loaded: AtomicBool::new(false),
             dial,
@@ -187,8 +186,7 @@ impl Nodes {
         map.slots.iter().all(|&i| i != NONE)
             && used.iter().all(|&i| {
                 let n = &map.nodes[i];
-                n.loaded.load(Ordering::Relaxed)
-                    && n.pool.clients().iter().any(|c| c.is_connected())
+                n.loaded.load(Ordering::Relaxed) && n.links.is_up()
             })
     }
 
@@ -198,7 +196,7 @@ impl Nodes {
         map.slots.contains(&NONE)
             || used_nodes(&map).iter().any(|&i| {
                 let n = &map.nodes[i];
-                n.breaker.is_open() || !n.pool.clients().iter().any(|c| c.is_connected())
+                n.breaker.is_open() || !n.links.is_up()
             })
     }
 
@@ -213,32 +211,30 @@ impl Nodes {
         let mut candidates: Vec<String> = self
             .all()
             .iter()
-            .filter(|n| !n.breaker.is_open() && n.pool.clients().iter().any(|c| c.is_connected()))
+            .filter(|n| !n.breaker.is_open() && n.links.is_up())
             .map(|n| n.addr.clone())
             .collect();
         candidates.extend(self.seeds.iter().map(|(h, p)| format!("{h}:{p}")));
         let mut last = String::from("no node to ask");
         for addr in candidates {
             let node = self.node(&addr).map_err(|e| e.to_string())?;
-            let client = node.pool.next_connected().clone();
-            if !client.is_connected() {
-                let _ = tokio::time::timeout(timeout, client.wait_for_connect()).await;
-            }
-            let reply = tokio::time::timeout(timeout, client.cluster_slots::<Value>()).await;
+            let Some(link) = node.links.up(timeout).await else {
+                last = format!("{addr}: not connected within {timeout:?}");
+                continue;
+            };
+            let reply = link
+                .command("CLUSTER", &[Value::from("SLOTS")], timeout)
+                .await;
             let ranges = match reply {
-                Ok(Ok(v)) => match parse_slots(v, split_addr(&addr).map_or("", |a| a.0)) {
+                Ok(f) => match parse_slots(f, split_addr(&addr).map_or("", |a| a.0)) {
                     Some(r) if !r.is_empty() => r,
                     _ => {
                         last = format!("{addr}: unreadable CLUSTER SLOTS");
                         continue;
                     }
                 },
-                Ok(Err(e)) => {
-                    last = format!("{addr}: {e}");
-                    continue;
-                }
-                Err(_) => {
-                    last = format!("{addr}: CLUSTER SLOTS timed out");
+                Err(e) => {
+                    last = format!("{addr}: CLUSTER SLOTS: {e}");
                     continue;
                 }
             };
@@ -298,22 +294,30 @@ pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
 
 /// `CLUSTER SLOTS` as `(start, end, "host:port" of the primary)`; an empty host (a node that
 /// does not know its own address) is `asked`'s.
-fn parse_slots(reply: Value, asked: &str) -> Option<Vec<(u16, u16, String)>> {
-    let Value::Array(ranges) = reply else {
+fn parse_slots(reply: Frame, asked: &str) -> Option<Vec<(u16, u16, String)>> {
+    let Frame::Array(Some(ranges)) = reply else {
         return None;
+    };
+    let int = |f: &Frame| match f {
+        Frame::Integer(i) => u16::try_from(*i).ok(),
+        _ => None,
     };
     let mut out = Vec::with_capacity(ranges.len());
     for range in ranges {
-        let Value::Array(fields) = range else {
+        let Frame::Array(Some(fields)) = range else {
             return None;
         };
-        let start = u16::try_from(fields.first()?.as_i64()?).ok()?;
-        let end = u16::try_from(fields.get(1)?.as_i64()?).ok()?;
-        let Value::Array(primary) = fields.get(2)? else {
+        let start = int(fields.first()?)?;
+        let end = int(fields.get(1)?)?;
+        let Frame::Array(Some(primary)) = fields.get(2)? else {
             return None;
         };
-        let host = primary.first()?.as_string()?;
-        let port = u16::try_from(primary.get(1)?.as_i64()?).ok()?;
+        let host = match primary.first()? {
+            Frame::Bulk(Some(h)) | Frame::Simple(h) => String::from_utf8_lossy(h).into_owned(),
+            Frame::Bulk(None) => String::new(),
+            _ => return None,
+        };
+        let port = int(primary.get(1)?)?;
         let host = if host.is_empty() || host == "?" {
             asked.to_string()
         } else {
@@ -335,34 +339,37 @@ mod tests {
 
     #[test]
     fn cluster_slots_reply_is_read() {
-        let node = |h: &str, p: i64| {
-            Value::Array(vec![
-                Value::String(h.into()),
-                Value::Integer(p),
-                Value::String("id".into()),
-            ])
-        };
-        let reply = Value::Array(vec![
-            Value::Array(vec![
-                Value::Integer(0),
-                Value::Integer(5460),
+        let bulk = |s: &str| Frame::Bulk(Some(s.as_bytes().to_vec()));
+        let node =
+            |h: &str, p: i64| Frame::Array(Some(vec![bulk(h), Frame::Integer(p), bulk("id")]));
+        let reply = Frame::Array(Some(vec![
+            Frame::Array(Some(vec![
+                Frame::Integer(0),
+                Frame::Integer(5460),
                 node("127.0.0.1", 7000),
                 node("127.0.0.1", 7003),
-            ]),
-            Value::Array(vec![
-                Value::Integer(5461),
-                Value::Integer(16383),
+            ])),
+            Frame::Array(Some(vec![
+                Frame::Integer(5461),
+                Frame::Integer(16383),
                 node("", 7001),
-            ]),
-        ]);
+            ])),
+            Frame::Array(Some(vec![
+                Frame::Integer(16383),
+                Frame::Integer(16383),
+                node("::1", 7002),
+            ])),
+        ]));
         assert_eq!(
             parse_slots(reply, "10.0.0.9").unwrap(),
             vec![
                 (0, 5460, "127.0.0.1:7000".to_string()),
-                (5461, 16383, "10.0.0.9:7001".to_string())
+                (5461, 16383, "10.0.0.9:7001".to_string()),
+                (16383, 16383, "[::1]:7002".to_string())
             ]
         );
-        assert!(parse_slots(Value::Integer(1), "h").is_none());
+        assert!(parse_slots(Frame::Integer(1), "h").is_none());
+        assert!(parse_slots(Frame::Array(Some(vec![Frame::Integer(1)])), "h").is_none());
         assert_eq!(split_addr("[::1]:7000"), Some(("::1", 7000)));
         assert_eq!(split_addr("h:x"), None);
     }

@@ -7,7 +7,7 @@
 //! During a reshard a per-slot batch (several requests' decisions in one `FCALL` on a
 //! thread's own connection) is refused whole: `TRYAGAIN` when some of its keys have moved
 //! and others not, `ASK` when none is left. So a request redirected by `ASK` or `TRYAGAIN`
-//! leaves the batch: it is sent again alone, on the node's pool, where a call of its own keys
+//! leaves the batch: it is sent again alone, on the node's shared links, where a call of its own keys
 //! only is answered (`ASK` is followed; `TRYAGAIN` is left only for a request whose own keys
 //! are split, until their migration ends). Redirections tell each primary's breaker the node
 //! answered: a reshard never opens one. `MOVED` and `ASK` are followed [`MAX_REDIRECTS`]
@@ -17,15 +17,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{Client, ClientLike};
-use fred::types::{ClusterHash, CustomCommand, Value};
-
 use super::nodes::{self, Nodes};
 use crate::store::redis::connect::RedisSettingsError;
 use crate::store::redis::link::{CallError, Link};
 use crate::store::redis::resp::{self, Frame};
 use crate::store::redis::script::{self, Scope};
-use crate::store::redis::{breaker_open, error, from_fred, record, Inner, When, MIN_TIMEOUT};
+use crate::store::redis::{breaker_open, error, from_call, record, Inner, When, MIN_TIMEOUT};
 use crate::store::{Check, ErrorKind, StoreError};
 
 /// How one attempt of a call on a slot is to be sent.
@@ -37,9 +34,9 @@ pub(in crate::store::redis) struct Route {
     pub alone: bool,
 }
 
-/// What an attempt gave: the outcome as fred's would be, and the drop's id when a thread's own
-/// connection dropped under it (a drop counts once toward the breaker).
-pub(in crate::store::redis) type Sent<T> = (Result<T, fred::error::Error>, Option<u64>);
+/// What an attempt gave: its outcome, and the drop's id when a thread's own connection
+/// dropped under it (a drop counts once toward the breaker).
+pub(in crate::store::redis) type Sent<T> = (Result<T, CallError>, Option<u64>);
 
 impl Inner {
     /// The one redirect loop: `send` on the primary owning `slot` (or the node an `ASK` names),
@@ -87,8 +84,8 @@ impl Inner {
                 // CLUSTERDOWN is the node answering at once that the cluster refuses every
                 // slot (a primary failed, not yet replaced): an error for the request, but
                 // opening this node's breaker would save no timeout and outlast the refusal.
-                let down = matches!(&result, Err(e) if e.details().starts_with("CLUSTERDOWN"));
-                let result = result.map_err(|e| from_fred(&e));
+                let down = matches!(&result, Err(e) if e.reply().is_some_and(|r| r.starts_with("CLUSTERDOWN")));
+                let result = result.map_err(from_call);
                 match (down, dropped) {
                     (true, _) => node.breaker.success(),
                     (false, Some(drop)) => node.breaker.failure_of_drop(drop),
@@ -133,7 +130,7 @@ impl Inner {
 
     /// Cluster: one script call on the primary owning `slot` (an `FCALL` on this thread's own
     /// connection to it when up, in a batch with other requests of the slot, else an
-    /// `EVALSHA` on its pool), through [`Inner::follow`].
+    /// `EVALSHA` on its shared links), through [`Inner::follow`].
     pub(in crate::store::redis) async fn run_slot<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
         &self,
         nodes: &Nodes,
@@ -149,7 +146,7 @@ impl Inner {
             .follow(nodes, slot, timeout, move |node, route, left| async move {
                 // This thread's own connection to the node when up (not for ASK: `ASKING`
                 // must precede the call on its connection; nor once redirected: see the
-                // module docs), else the node's pool.
+                // module docs), else the node's shared links.
                 let mut dropped = None;
                 let own = match self
                     .node_link(&node)
@@ -164,8 +161,8 @@ impl Inner {
                 let result = match own {
                     Some(r) => r,
                     None => {
-                        let client = node.pool.next_connected().clone();
-                        Box::pin(self.call(&client, args, route.asking, left, now.deadline)).await
+                        let link = node.links.next().clone();
+                        Box::pin(self.call(&link, args, route.asking, left, now.deadline)).await
                     }
                 };
                 (result, dropped)
@@ -175,29 +172,28 @@ impl Inner {
     }
 }
 
-/// A slot's call on this thread's own connection to its node, its outcome as the pool's
-/// would be (so redirections, `CLUSTERDOWN` and outages are read alike). `None`: it did not
-/// run (never written, the function library refused, `NOSCRIPT`), so the pool sends it.
+/// A slot's call on this thread's own connection to its node, its outcome as the shared
+/// links' would be (so redirections, `CLUSTERDOWN` and outages are read alike). `None`: it
+/// did not run (never written, the function library refused, `NOSCRIPT`), so a shared link
+/// sends it.
 /// `dropped`: set to the drop's id when the connection dropped under the call.
 async fn on_link(
     link: &Link,
     call: &script::Call<'_>,
     timeout: Duration,
     dropped: &mut Option<u64>,
-) -> Option<Result<Vec<i64>, fred::error::Error>> {
-    use fred::error::{Error, ErrorKind as F};
+) -> Option<Result<Vec<i64>, CallError>> {
     Some(match link.decide(call, timeout).await {
         Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT") => return None,
-        // An error reply: `kind_of` reads its code, `Redirect::of` its words.
-        Ok(Frame::Error(e)) => Err(Error::new(F::Unknown, e)),
-        Ok(frame) => resp::integers(frame).map_err(|m| Error::new(F::Parse, m)),
+        // An error reply: `from_call` reads its code, `Redirect::of` its words.
+        Ok(Frame::Error(e)) => Err(CallError::Reply(e)),
+        Ok(frame) => resp::integers(frame).map_err(CallError::Unexpected),
         Err(CallError::NotSent) => return None,
-        Err(CallError::Timeout) => Err(Error::new(F::Timeout, "redis call timed out")),
         Err(CallError::Lost(why, drop)) => {
             *dropped = Some(drop);
-            Err(Error::new(F::IO, format!("connection lost: {why}")))
+            Err(CallError::Lost(why, drop))
         }
-        Err(CallError::Argument(e)) => Err(Error::new(F::InvalidArgument, e.to_string())),
+        Err(e) => Err(e),
     })
 }
 
@@ -209,8 +205,8 @@ pub(in crate::store::redis) enum Redirect {
 }
 
 impl Redirect {
-    pub(in crate::store::redis) fn of(e: &fred::error::Error) -> Option<Redirect> {
-        let mut words = e.details().split_whitespace();
+    pub(in crate::store::redis) fn of(e: &CallError) -> Option<Redirect> {
+        let mut words = e.reply()?.split_whitespace();
         match words.next()? {
             "MOVED" => Some(Redirect::Moved(words.nth(1)?.to_string())),
             "ASK" => Some(Redirect::Ask(words.nth(1)?.to_string())),
@@ -228,51 +224,13 @@ const MAX_REDIRECTS: u32 = 5;
 const TRYAGAIN_PAUSE: Duration = Duration::from_millis(2);
 const TRYAGAIN_PAUSE_MAX: Duration = Duration::from_millis(50);
 
-/// `ASKING` then `name args..` on one connection, back to back (a pipeline is never
-/// interleaved with other callers' commands): how a slot being imported is reached.
-pub(in crate::store::redis) async fn asking(
-    client: &Client,
-    name: &'static str,
-    args: Vec<Value>,
-    timeout: Duration,
-) -> Result<Value, fred::error::Error> {
-    let pipe = client.pipeline();
-    let asking = CustomCommand::new_static("ASKING", ClusterHash::Random, false);
-    let _: () = pipe.custom(asking, Vec::<Value>::new()).await?;
-    let cmd = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-    let _: () = pipe.custom(cmd, args).await?;
-    let replies = tokio::time::timeout(timeout, pipe.try_all::<Value>())
-        .await
-        .map_err(|_| {
-            fred::error::Error::new(fred::error::ErrorKind::Timeout, "ASKING timed out")
-        })?;
-    match replies.into_iter().nth(1) {
-        Some(reply) => reply,
-        None => Err(fred::error::Error::new(
-            fred::error::ErrorKind::Protocol,
-            format!("no reply to {name} after ASKING"),
-        )),
-    }
-}
-
-/// `ASKING` then `EVALSHA` ([`asking`]), its reply as integers.
-pub(in crate::store::redis) async fn eval_asking(
-    client: &Client,
-    args: Vec<Value>,
-    timeout: Duration,
-) -> Result<Vec<i64>, fred::error::Error> {
-    use fred::types::FromValue;
-    Vec::<i64>::from_value(asking(client, "EVALSHA", args, timeout).await?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fred::error::ErrorKind as F;
 
     #[test]
     fn redirections_are_read() {
-        let of = |d: &str| Redirect::of(&fred::error::Error::new(F::Cluster, d.to_string()));
+        let of = |d: &str| Redirect::of(&CallError::Reply(d.to_string()));
         assert!(
             matches!(of("MOVED 3999 127.0.0.1:6381"), Some(Redirect::Moved(a)) if a == "127.0.0.1:6381")
         );
@@ -284,5 +242,8 @@ mod tests {
             Some(Redirect::TryAgain)
         ));
         assert!(of("CLUSTERDOWN The cluster is down").is_none());
+        assert!(of("MOVED").is_none(), "no address");
+        assert!(Redirect::of(&CallError::Lost("MOVED 1 h:1".into(), 1)).is_none());
+        assert!(Redirect::of(&CallError::Timeout).is_none());
     }
 }

@@ -1,18 +1,17 @@
-//! Opening a serving thread's own connection ([`super`]): TCP (and TLS with the
-//! connector fred's configuration carries, so both trust the same CAs), then `AUTH`,
-//! `SELECT` and `CLIENT SETNAME sluice-thread` in one write; with Sentinel, the primary's
-//! address asked of the sentinels first and `ROLE` checked, so a thread never decides on a
+//! Opening a link's connection ([`super`]): TCP (and TLS with the connector the settings
+//! built, [`crate::store::redis::connect`]), then `AUTH`, `SELECT` and (a serving thread's
+//! own link) `CLIENT SETNAME sluice-thread` in one write; with
+//! Sentinel, the primary's address asked of the sentinels first and `ROLE` checked, so a thread never decides on a
 //! demoted primary; in a Cluster, one per node ([`crate::store::redis::nodes`]).
 
 use std::time::Duration;
 
-use fred::prelude::{ServerConfig, TlsConnector};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::resp::{self, Frame};
 use crate::secret::Secret;
-use crate::store::redis::connect::{self, ConnectOptions, RedisSettingsError};
+use crate::store::redis::connect::{self, Config, ConnectOptions, RedisSettingsError, Server};
 use crate::store::redis::library::LIBRARY;
 
 /// A byte stream to Redis, plain or TLS.
@@ -23,7 +22,9 @@ pub(in crate::store::redis) trait Io:
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 pub(in crate::store::redis) type Stream = Box<dyn Io>;
 
-/// The name the own connections give themselves (`CLIENT LIST` tells them from fred's).
+/// The name a serving thread's own connections give themselves (`CLIENT LIST` tells them
+/// from the store's shared links, which send no name: nothing an ACL refuses
+/// `CLIENT SETNAME` to can keep them down).
 pub const CLIENT_NAME: &str = "sluice-thread";
 
 /// How to open one own connection; cheap to clone.
@@ -35,6 +36,8 @@ pub(in crate::store::redis) struct Dial {
     database: Option<u8>,
     tls: Option<tokio_rustls::TlsConnector>,
     timeout: Duration,
+    /// `CLIENT SETNAME`'s, if any.
+    name: Option<&'static str>,
 }
 
 #[derive(Clone)]
@@ -55,21 +58,19 @@ impl Dial {
     ) -> Result<Option<Dial>, RedisSettingsError> {
         let (config, _) = connect::config(opts)?;
         let target = match &config.server {
-            ServerConfig::Centralized { server } => {
-                Target::Server(server.host.to_string(), server.port)
-            }
-            ServerConfig::Sentinel {
-                hosts,
-                service_name,
+            Server::Standalone(host, port) => Target::Server(host.clone(), *port),
+            Server::Sentinel {
+                sentinels,
+                service,
                 username,
                 password,
             } => Target::Sentinel {
-                sentinels: hosts.iter().map(|s| (s.host.to_string(), s.port)).collect(),
-                service: service_name.clone(),
+                sentinels: sentinels.clone(),
+                service: service.clone(),
                 username: username.clone(),
-                password: password.clone().map(Secret::new),
+                password: password.clone(),
             },
-            _ => return Ok(None),
+            Server::Cluster(_) => return Ok(None),
         };
         Ok(Some(Dial::with(config, target, opts)))
     }
@@ -88,17 +89,23 @@ impl Dial {
         ))
     }
 
-    fn with(config: fred::prelude::Config, target: Target, opts: &ConnectOptions) -> Dial {
-        let tls = config.tls.map(|t| match t.connector {
-            TlsConnector::Rustls(c) => c,
-        });
+    fn with(config: Config, target: Target, opts: &ConnectOptions) -> Dial {
         Dial {
             target,
             username: config.username,
-            password: config.password.map(Secret::new),
+            password: config.password,
             database: config.database,
-            tls,
+            tls: config.tls,
             timeout: opts.connect_timeout,
+            name: Some(CLIENT_NAME),
+        }
+    }
+
+    /// The same, for a shared link (no name).
+    pub(in crate::store::redis) fn shared(&self) -> Dial {
+        Dial {
+            name: None,
+            ..self.clone()
         }
     }
 
@@ -215,8 +222,10 @@ impl Dial {
             resp::encode_strs(&mut out, &[b"SELECT", db.to_string().as_bytes()]);
             n += 1;
         }
-        resp::encode_strs(&mut out, &[b"CLIENT", b"SETNAME", CLIENT_NAME.as_bytes()]);
-        n += 1;
+        if let Some(name) = self.name {
+            resp::encode_strs(&mut out, &[b"CLIENT", b"SETNAME", name.as_bytes()]);
+            n += 1;
+        }
         if primary {
             resp::encode_strs(&mut out, &[b"ROLE"]);
             n += 1;
@@ -355,4 +364,104 @@ async fn exchange(s: &mut Stream, out: &[u8], n: usize) -> Result<Vec<Frame>, St
         }
     }
     Ok(replies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    type Seen = tokio::task::JoinHandle<Vec<String>>;
+
+    /// A fake server for one connection: answers each command with `answer(its words)`;
+    /// returns its port and the commands it saw (words joined by spaces) once closed.
+    async fn fake(answer: impl Fn(&[String]) -> Vec<u8> + Send + 'static) -> (u16, Seen) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let (mut buf, mut seen) = (Vec::new(), Vec::new());
+            loop {
+                match resp::parse(&buf).unwrap() {
+                    Some((Frame::Array(Some(words)), used)) => {
+                        buf.drain(..used);
+                        let words: Vec<String> = words
+                            .iter()
+                            .map(|w| match w {
+                                Frame::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+                                _ => String::new(),
+                            })
+                            .collect();
+                        s.write_all(&answer(&words)).await.unwrap();
+                        seen.push(words.join(" "));
+                    }
+                    Some(_) => panic!("not a command"),
+                    None => {
+                        if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                            return seen;
+                        }
+                    }
+                }
+            }
+        });
+        (port, task)
+    }
+
+    /// A server whose `ROLE` answers `role`, and `+OK` to the rest.
+    fn server(role: &'static str) -> impl Fn(&[String]) -> Vec<u8> + Send + 'static {
+        move |w| match w[0].as_str() {
+            "ROLE" => format!("*3\r\n${}\r\n{role}\r\n:0\r\n*0\r\n", role.len()).into_bytes(),
+            _ => b"+OK\r\n".to_vec(),
+        }
+    }
+
+    /// A sentinel naming the primary at `port` (`None`: no such service).
+    fn sentinel(port: Option<u16>) -> impl Fn(&[String]) -> Vec<u8> + Send + 'static {
+        move |w| match (w[0].as_str(), port) {
+            ("SENTINEL", Some(p)) => {
+                let p = p.to_string();
+                format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{p}\r\n", p.len()).into_bytes()
+            }
+            ("SENTINEL", None) => b"*-1\r\n".to_vec(),
+            _ => b"+OK\r\n".to_vec(),
+        }
+    }
+
+    fn dial(sentinel: u16, query: &str) -> Dial {
+        let url =
+            format!("redis-sentinel://u:pw@127.0.0.1:{sentinel}/2?sentinelServiceName=m{query}");
+        Dial::new(&ConnectOptions::for_url(url)).unwrap().unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_sentinel_names_the_primary_which_must_say_it_is_one() {
+        let (p, primary_seen) = fake(server("master")).await;
+        let (s, sentinel_seen) = fake(sentinel(Some(p))).await;
+        let stream = dial(s, "&sentinelPassword=spw").connect().await.unwrap();
+        drop(stream);
+        assert_eq!(
+            sentinel_seen.await.unwrap(),
+            ["AUTH spw", "SENTINEL get-master-addr-by-name m"]
+        );
+        assert_eq!(
+            primary_seen.await.unwrap(),
+            [
+                "AUTH u pw",
+                "SELECT 2",
+                "CLIENT SETNAME sluice-thread",
+                "ROLE"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_replica_or_an_unknown_service_is_refused() {
+        let (s, _) = fake(sentinel(None)).await;
+        let e = dial(s, "").connect().await.err().unwrap();
+        assert!(e.contains("no primary named m"), "{e}");
+        let (r, _) = fake(server("slave")).await;
+        let (s, _) = fake(sentinel(Some(r))).await;
+        let e = dial(s, "").connect().await.err().unwrap();
+        assert!(e.contains("not a primary"), "{e}");
+    }
 }

@@ -1,10 +1,13 @@
-//! A serving thread's own Redis connection: our RESP client, for the hot decision path only.
+//! A Redis connection of sluice's own RESP client, the only one it has: a serving thread's
+//! own link for its decisions, and the store's shared links ([`LinkSet`]) for the rest.
 //!
-//! Why not fred here: fred 10.1 flushes the socket after every `EVALSHA` (even inside a
-//! pipeline), so each decision cost sluice a `writev` and Redis a read and an epoll wake-up
-//! (bench/why.md). A link queues the decisions of every request its thread decides and one
-//! task writes them all with one write when it next runs: on a current-thread runtime that is
-//! after every request task woken in the same tick has queued its own. Replies come back in
+//! Why not fred (issue 32 removed it): fred 10.1 flushes the socket after every `EVALSHA`
+//! (even inside a pipeline), so each decision cost sluice a `writev` and Redis a read and an
+//! epoll wake-up (34.1 µs of sluice CPU per request against 25.2 µs on links,
+//! ARCHITECTURE.md; bench/why.md). A link queues the decisions of every request its thread
+//! decides and one task writes them all with one write when it next runs: on a
+//! current-thread runtime that is after every request task woken in the same tick has queued
+//! its own. Replies come back in
 //! order and are matched to their callers first in, first out.
 //!
 //! Where the connection loaded the function library ([`super::library`]: Redis 7 and later,
@@ -17,9 +20,10 @@
 //! leave in one write, one `FCALL` per slot.
 //!
 //! A link is "up" once connected, authenticated and named ([`super::dial`]); callers use the
-//! shared pool whenever it is not, and a command that never left the queue when the
-//! connection dropped is reported [`CallError::NotSent`], so it can be sent on the pool
-//! instead: no request fails because a thread's own connection is down while the pool is up.
+//! store's shared links ([`LinkSet`]: links too, the one client) whenever it is not, and a
+//! command that never left the queue when the connection dropped is reported
+//! [`CallError::NotSent`], so it can be sent on a shared link instead: no request fails
+//! because a thread's own connection is down while the shared links are up.
 //! A command that was written is never sent again (it may have run).
 //!
 //! A caller waits at most until its deadline, which the connection's task keeps: one timer,
@@ -31,14 +35,13 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use fred::types::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use self::dial::{Dial, Stream};
-use self::resp::{ArgumentError, Frame};
+use self::resp::{ArgumentError, Frame, Value};
 use super::library::LIBRARY;
 use super::plain::{self, Plain, PlainReply, Take};
 use super::script::{Call, FastCall, ScriptId};
@@ -47,26 +50,52 @@ use self::queue::Queued;
 use self::task::run;
 
 pub(super) mod dial;
+pub(super) use self::set::LinkSet;
 mod queue;
 pub mod resp;
+mod set;
 mod task;
 #[cfg(test)]
 mod tests;
+mod value;
 
-/// How a call on a link failed.
-#[derive(Debug)]
-pub(super) enum CallError {
+/// How a call on a link failed: the one error taxonomy of sluice's Redis client, mapped to
+/// the store's [`StoreError`](crate::store::StoreError) in one place
+/// ([`super::errors::from_call`]).
+#[derive(Debug, thiserror::Error)]
+pub(in crate::store::redis) enum CallError {
     /// The command was never written: safe to send elsewhere.
+    #[error("not connected")]
     NotSent,
     /// The connection was lost after the command was written: it may have run. With the
     /// drop's id (every caller of one drop gets the same): one drop is one failure for the
     /// breaker, however many calls it cut ([`Breaker::failure_of_drop`]).
     ///
     /// [`Breaker::failure_of_drop`]: super::breaker::Breaker::failure_of_drop
+    #[error("connection lost: {0}")]
     Lost(String, u64),
     /// No reply within the call's timeout (it may still run).
+    #[error("redis call timed out")]
     Timeout,
+    #[error(transparent)]
     Argument(ArgumentError),
+    /// The server answered with an error reply (its code first: `NOSCRIPT`, `MOVED`, `ASK`,
+    /// `TRYAGAIN`, `OOM`, `READONLY`, `LOADING`, `WRONGPASS`...).
+    #[error("{0}")]
+    Reply(String),
+    /// The reply was not of the shape the command answers.
+    #[error("unexpected reply: {0}")]
+    Unexpected(String),
+}
+
+impl CallError {
+    /// The error reply's text, when the server answered with one.
+    pub(in crate::store::redis) fn reply(&self) -> Option<&str> {
+        match self {
+            CallError::Reply(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 /// A handle to a link; clones share the connection.
@@ -336,24 +365,89 @@ impl Link {
         args: &[Value],
         timeout: Duration,
     ) -> Result<Frame, CallError> {
-        let rx = {
-            let mut s = self.shared.lock();
-            if !s.up {
-                return Err(CallError::NotSent);
-            }
-            let first = s.out.is_empty() && s.queued.is_empty();
-            resp::encode(&mut s.out, name, args).map_err(CallError::Argument)?;
-            let (tx, rx) = Reply::new(timeout);
-            let earlier = s.arm(tx.deadline);
+        let rx = self.enqueue(None, name, args, timeout)?;
+        wait(rx).await
+    }
+
+    /// [`Link::call`], an error reply as [`CallError::Reply`].
+    pub(super) async fn command(
+        &self,
+        name: &str,
+        args: &[Value],
+        timeout: Duration,
+    ) -> Result<Frame, CallError> {
+        match self.call(name, args, timeout).await? {
+            Frame::Error(e) => Err(CallError::Reply(e)),
+            f => Ok(f),
+        }
+    }
+
+    /// `ASKING` then `name args..`, back to back on this connection (nothing can come between
+    /// them: both are queued under one lock), the second's reply as [`Link::command`]'s: how
+    /// a Cluster slot being imported is reached.
+    pub(super) async fn command_asking(
+        &self,
+        name: &str,
+        args: &[Value],
+        timeout: Duration,
+    ) -> Result<Frame, CallError> {
+        let rx = self.enqueue(Some(b"ASKING"), name, args, timeout)?;
+        match wait(rx).await? {
+            Frame::Error(e) => Err(CallError::Reply(e)),
+            f => Ok(f),
+        }
+    }
+
+    /// Queues `[before] name args..` for this tick's write: the receiver of `name`'s reply
+    /// (`before`'s is not waited for).
+    fn enqueue(
+        &self,
+        before: Option<&[u8]>,
+        name: &str,
+        args: &[Value],
+        timeout: Duration,
+    ) -> Result<Answer, CallError> {
+        let mut s = self.shared.lock();
+        if !s.up {
+            return Err(CallError::NotSent);
+        }
+        let first = s.out.is_empty() && s.queued.is_empty();
+        let start = s.out.len();
+        if let Some(b) = before {
+            resp::encode_strs(&mut s.out, &[b]);
+        }
+        if let Err(e) = resp::encode(&mut s.out, name, args) {
+            s.out.truncate(start);
+            return Err(CallError::Argument(e));
+        }
+        if before.is_some() {
+            let (tx, _) = Reply::new(timeout);
             s.waiting.push_back(Waiter::One(tx));
             s.unsent += 1;
-            if first || earlier {
-                // Later commands of this tick join the same write.
-                self.shared.wake.notify_one();
+        }
+        let (tx, rx) = Reply::new(timeout);
+        let earlier = s.arm(tx.deadline);
+        s.waiting.push_back(Waiter::One(tx));
+        s.unsent += 1;
+        if first || earlier {
+            // Later commands of this tick join the same write.
+            self.shared.wake.notify_one();
+        }
+        Ok(rx)
+    }
+
+    /// Waits until the link is up, at most `timeout`: whether it is.
+    // Connection waits are real time, kept on tokio's timers.
+    #[allow(clippy::disallowed_methods)]
+    pub(super) async fn wait_up(&self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        while !self.is_up() {
+            if Instant::now() >= until {
+                return false;
             }
-            rx
-        };
-        wait(rx).await
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
     }
 }
 

@@ -67,7 +67,7 @@ impl Queued {
             }
         };
         let slot = match parts.first_key {
-            Some(key) if self.by_slot => fred::util::redis_keyslot(key),
+            Some(key) if self.by_slot => crate::store::slot_tag::slot_of(key),
             _ => 0,
         };
         // Plain takes go on standalone and Sentinel connections only (with `batch`).

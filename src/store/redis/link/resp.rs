@@ -2,7 +2,7 @@
 //! commands written into a byte buffer (many per write) and replies read back from one.
 //! Pure: no I/O, so the framing is tested here byte for byte.
 
-use fred::types::Value;
+pub use super::value::{sha1_hex, Value};
 
 /// One reply from the server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -295,7 +295,7 @@ pub fn integers(frame: Frame) -> Result<Vec<i64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fred::bytes::Bytes;
+    use bytes::Bytes;
 
     #[test]
     fn commands_are_framed_as_arrays_of_bulk_strings() {
@@ -316,7 +316,7 @@ mod tests {
         encode_strs(&mut out, &[b"PING"]);
         assert!(out.ends_with(b"*1\r\n$4\r\nPING\r\n"));
         let len = out.len();
-        assert!(encode(&mut out, "X", &[Value::Double(1.5)]).is_err());
+        assert!(encode(&mut out, "X", &[Value::from("a"), Value::Null]).is_err());
         assert_eq!(out.len(), len, "a refused command leaves nothing behind");
     }
 
@@ -408,5 +408,38 @@ mod tests {
         assert_eq!(integers(f), Ok(vec![5, -1]));
         assert!(integers(Frame::Integer(1)).is_err());
         assert!(integers(Frame::Array(Some(vec![Frame::Bulk(None)]))).is_err());
+    }
+
+    #[test]
+    fn binary_arguments_and_replies_pass_untouched() {
+        // A bulk string's length frames it: CR LF and NUL inside are data.
+        let mut out = Vec::new();
+        encode(
+            &mut out,
+            "SET",
+            &[
+                Value::from("k"),
+                Value::Bytes(Bytes::from_static(b"a\r\n\0b")),
+            ],
+        )
+        .unwrap();
+        assert_eq!(out, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\na\r\n\0b\r\n");
+        let wire = b"$5\r\na\r\n\0b\r\n";
+        assert_eq!(
+            parse(wire),
+            Ok(Some((Frame::Bulk(Some(b"a\r\n\0b".to_vec())), wire.len())))
+        );
+        // Empty arrays and strings, and an error reply whose text holds a colon.
+        assert_eq!(parse(b"*0\r\n"), Ok(Some((Frame::Array(Some(vec![])), 4))));
+        assert_eq!(
+            parse(b"$0\r\n\r\n"),
+            Ok(Some((Frame::Bulk(Some(vec![])), 6)))
+        );
+        assert_eq!(
+            parse(b"-MOVED 3999 127.0.0.1:6381\r\n").unwrap().unwrap().0,
+            Frame::Error("MOVED 3999 127.0.0.1:6381".into())
+        );
+        // A negative length other than -1 is still the null reply (as Redis reads it).
+        assert_eq!(parse(b"*-1\r\n").unwrap().unwrap().0, Frame::Array(None));
     }
 }

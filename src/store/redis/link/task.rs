@@ -39,7 +39,7 @@ pub(super) async fn run(shared: Arc<Shared>, dial: Dial, stall: Duration) {
             Err(e) => {
                 if warned.is_none_or(|w| w.elapsed() >= WARN_EVERY) {
                     warned = Some(crate::clock::monotonic());
-                    tracing::warn!(target: "sluice::store::redis", error = %e, "thread connection to redis failed (its requests use the shared pool); retrying");
+                    tracing::warn!(target: "sluice::store::redis", error = %e, "thread connection to redis failed (its requests use the shared links); retrying");
                 } else {
                     tracing::debug!(target: "sluice::store::redis", error = %e, "thread connection to redis failed");
                 }
@@ -164,7 +164,7 @@ pub(super) async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) 
 }
 
 /// Whether Redis refused the `FCALL` itself, so that it ran nothing and its decisions may go
-/// elsewhere (the pool), and sets the connection right: the library is not on the server
+/// elsewhere (a shared link), and sets the connection right: the library is not on the server
 /// (`FUNCTION FLUSH`, a server restarted with an old dataset): reconnect, which loads it
 /// again; an ACL allows `FUNCTION LOAD` but not `FCALL`: decide by `EVALSHA` on this
 /// connection from now on. Each `FCALL` written meanwhile (one with `batch`, several on a

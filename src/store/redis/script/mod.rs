@@ -17,8 +17,9 @@
 use std::borrow::Borrow;
 use std::sync::LazyLock;
 
-use fred::bytes::Bytes;
-use fred::types::Value;
+use bytes::Bytes;
+
+use crate::store::redis::resp::{sha1_hex, Value};
 
 use crate::algorithm::{Algorithm, Limit};
 use crate::model::Micros;
@@ -84,7 +85,7 @@ static SOURCES: LazyLock<Vec<(String, Value)>> = LazyLock::new(|| {
                     fast_main(id.name())
                 ),
             };
-            let sha = Value::from(fred::util::sha1_hash(&source));
+            let sha = Value::from(sha1_hex(&source));
             (source, sha)
         })
         .collect()

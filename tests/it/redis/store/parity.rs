@@ -547,11 +547,18 @@ fn distinct_hyperloglog_estimate_is_bit_exact() {
     let limit = Limit::new(Algorithm::Distinct, u64::from(u32::MAX), 3_600 * SEC).unwrap();
     let window_start = T0 - T0 % (3_600 * SEC);
     // A plain client writes the states (binary) the script then reads.
-    let client =
-        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&redis.url()).unwrap())
-            .build()
-            .unwrap();
-    rt.block_on(client.init()).unwrap();
+    let client = {
+        let _rt = rt.enter();
+        sluice::store::redis::PipelinedConnection::connect(
+            &sluice::store::redis::ConnectOptions::for_url(redis.url()),
+        )
+        .unwrap()
+    };
+    rt.block_on(async {
+        while !client.is_up() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    });
     let mut runner = TestRunner::new(ProptestConfig {
         cases: 64,
         failure_persistence: crate::support::seeds::regressions(
@@ -595,14 +602,15 @@ fn distinct_hyperloglog_estimate_is_bit_exact() {
                 }
                 raw.push(b'\n');
                 raw.extend_from_slice(&regs);
-                rt.block_on(client.set::<(), _, _>(
-                    key.as_slice(),
-                    raw.as_slice(),
-                    None,
-                    None,
-                    false,
-                ))
-                .map_err(|e| TestCaseError::fail(format!("SET: {e}")))?;
+                {
+                    use sluice::store::redis::resp::{Frame, Value};
+                    let args = [Value::from(key.clone()), Value::from(raw.clone())];
+                    let set =
+                        rt.block_on(client.call("SET", &args, std::time::Duration::from_secs(5)));
+                    if !matches!(set, Ok(Frame::Simple(_))) {
+                        return Err(TestCaseError::fail(format!("SET: {set:?}")));
+                    }
+                }
                 let mut table = MapTable::default();
                 table.0.insert(
                     key.clone(),
