@@ -4,6 +4,7 @@
 //! a control plane instead of files, through the same compile and swap.
 
 mod build;
+mod checked;
 pub mod compile;
 pub(crate) mod error;
 pub(crate) mod files;

@@ -11,7 +11,7 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_saphyr::Spanned;
 
-use super::keys::Checked;
+use super::checked::Checked;
 
 /// `Deserialize` for a raw type: its derived code, with its map's unknown keys collected.
 macro_rules! checked {
