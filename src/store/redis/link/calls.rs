@@ -1,6 +1,5 @@
-//! A link's calls: a decision (in the tick's `FCALL`, or its own `EVALSHA`), a command (alone,
-//! or after `ASKING`), each queued for the connection's task to write; waiting for the link to
-//! be up.
+//! A link's calls: a decision (in the tick's `FCALL`), a command (alone, or after `ASKING`),
+//! each queued for the connection's task to write; waiting for the link to be up.
 
 use super::*;
 
@@ -32,8 +31,8 @@ impl Link {
         self.shared.lock().up
     }
 
-    /// Decides `call`: with the function library, in the `FCALL` that carries every decision
-    /// of this tick; else as its `EVALSHA`. An error reply is an `Ok(Frame::Error)`.
+    /// Decides `call` in the `FCALL` that carries every decision of this tick. An error reply
+    /// is an `Ok(Frame::Error)`.
     pub(in crate::store::redis) async fn decide(
         &self,
         call: &Call<'_>,
@@ -44,24 +43,17 @@ impl Link {
             if !s.up {
                 return Err(CallError::NotSent);
             }
-            if s.functions {
-                let first = s.out.is_empty() && s.queued.is_empty();
-                let (tx, rx) = Reply::new(timeout);
-                let earlier = s.arm(tx.deadline);
-                s.queued.push(call, tx).map_err(CallError::Argument)?;
-                if first || earlier {
-                    // Later decisions of this tick join the same FCALL.
-                    self.shared.wake.notify_one();
-                }
-                Some(rx)
-            } else {
-                None
+            let first = s.out.is_empty() && s.queued.is_empty();
+            let (tx, rx) = Reply::new(timeout);
+            let earlier = s.arm(tx.deadline);
+            s.queued.push(call, tx).map_err(CallError::Argument)?;
+            if first || earlier {
+                // Later decisions of this tick join the same FCALL.
+                self.shared.wake.notify_one();
             }
+            rx
         };
-        match rx {
-            Some(rx) => wait(rx).await,
-            None => self.call("EVALSHA", &call.evalsha(), timeout).await,
-        }
+        wait(rx).await
     }
 
     /// Drops the connection (when up) and connects again.

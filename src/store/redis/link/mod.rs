@@ -10,16 +10,17 @@
 //! its own. Replies come back in
 //! order and are matched to their callers first in, first out.
 //!
-//! Where the connection loaded the function library ([`super::library`]: Redis 7 and later,
-//! unless an ACL forbids `FUNCTION LOAD`), the decisions of one tick go as ONE command: an
-//! `FCALL` of the decision's function when there is one, of `batch` when there are several,
-//! whose reply holds one answer per decision; before it, after one `TIME`, the one-hit
-//! fixed_window takes that need no script ([`super::plain`]), one `HINCRBY` each. Elsewhere
-//! each decision is its own `EVALSHA`.
+//! A link loads the function library ([`super::library`]) when it connects, and is up only
+//! once it has (Redis 7.0+, Valkey 7.2+, an ACL allowing `FUNCTION`). The decisions of one
+//! tick go as ONE command: an `FCALL` of the decision's function when there is one, of
+//! `batch` when there are several, whose reply holds one answer per decision; before it,
+//! after one `TIME`, the one-hit fixed_window takes that need no script
+//! ([`super::plain`]), one `HINCRBY` each.
 //! On a Cluster node (`batch` off) one call may touch one slot only: the decisions of a tick
 //! leave in one write, one `FCALL` per slot.
 //!
-//! A link is "up" once connected, authenticated and named ([`super::dial`]); callers use the
+//! A link is "up" once connected, authenticated, named and the library loaded
+//! ([`super::dial`]); callers use the
 //! store's shared links ([`LinkSet`]: links too, the one client) whenever it is not, and a
 //! command that never left the queue when the connection dropped is reported
 //! [`CallError::NotSent`], so it can be sent on a shared link instead: no request fails
@@ -40,7 +41,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use self::dial::{Dial, Stream};
+use self::dial::{Dial, LoadError, Stream};
 use self::resp::{ArgumentError, Frame, Value};
 use super::library::LIBRARY;
 use super::plain::{self, Plain, PlainReply, Take};
@@ -200,16 +201,15 @@ struct Batched {
 
 #[derive(Default)]
 struct State {
+    /// Connected, with the function library loaded.
     up: bool,
-    /// The connection loaded the function library: decisions go as `FCALL`s, batched.
-    functions: bool,
     /// Encoded commands not written yet.
     out: Vec<u8>,
     /// How many of `waiting`'s last entries are for commands still in `out`.
     unsent: usize,
     /// One per command written or queued, in order: the replies arrive in this order.
     waiting: VecDeque<Waiter>,
-    /// The decisions queued for the next `FCALL` (with `functions` only).
+    /// The decisions queued for the next `FCALL`.
     queued: Queued,
     /// An `FCALL` of decisions awaits its reply: the next one waits for it, gathering every
     /// decision queued meanwhile (see [`task::serve`]).
@@ -233,13 +233,8 @@ struct State {
 const MAX_CARRY: usize = 4096;
 
 impl State {
-    /// Queues the carried mends' housekeeping first on a new connection (with the library:
-    /// without it they cannot run, and are dropped).
+    /// Queues the carried mends' housekeeping first on a new connection.
     fn send_carried(&mut self) {
-        if !self.functions {
-            self.carry.clear();
-            return;
-        }
         for take in std::mem::take(&mut self.carry) {
             Plain::encode_mend(&mut self.out, LIBRARY.mend(), &take, "forget");
             self.waiting.push_back(Waiter::Carried(take));
@@ -312,7 +307,6 @@ impl Shared {
     fn close(&self, why: &str) {
         let mut s = self.lock();
         s.up = false;
-        s.functions = false;
         s.redial = false;
         s.out.clear();
         s.fcall_in_flight = false;

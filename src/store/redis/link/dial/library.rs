@@ -6,33 +6,39 @@ use super::{exchange, Dial, Stream};
 use crate::store::redis::library::LIBRARY;
 use crate::store::redis::link::resp::{self, Frame};
 
+/// Why a connection could not load the library.
+#[derive(Debug)]
+pub(in crate::store::redis) enum LoadError {
+    /// The server refused `FUNCTION LOAD` (its error reply): no Functions (before Redis 7.0
+    /// or Valkey 7.2), or an ACL without `FUNCTION`. The connection cannot serve.
+    Refused(String),
+    /// The connection failed meanwhile.
+    Failed(String),
+}
+
 impl Dial {
-    /// `FUNCTION LOAD` of the decision library ([`crate::store::redis::library`]) unless the server has it
-    /// already: whether this connection decides with `FCALL`s. A server without functions
-    /// (before Redis 7) or an ACL that refuses `FUNCTION LOAD` is no error: the connection
-    /// decides with `EVALSHA`, as before. `Err`: the connection failed.
+    /// `FUNCTION LOAD` of the decision library ([`crate::store::redis::library`]) unless the
+    /// server has it already. Every decision is an `FCALL` of it, so a connection that cannot
+    /// load it does not serve: [`LoadError::Refused`] when the server refuses (before Redis 7,
+    /// or an ACL without `FUNCTION`), [`LoadError::Failed`] when the connection failed.
     pub(in crate::store::redis) async fn load_library(
         &self,
         s: &mut Stream,
-    ) -> Result<bool, String> {
+    ) -> Result<(), LoadError> {
         let mut out = Vec::new();
         resp::encode_strs(&mut out, &[b"FUNCTION", b"LOAD", LIBRARY.source.as_bytes()]);
         let replies = tokio::time::timeout(self.timeout, exchange(s, &out, 1))
             .await
-            .map_err(|_| format!("FUNCTION LOAD: no reply within {:?}", self.timeout))??;
+            .map_err(|_| format!("FUNCTION LOAD: no reply within {:?}", self.timeout))
+            .and_then(|r| r)
+            .map_err(LoadError::Failed)?;
         match &replies[0] {
-            Frame::Error(e) if e.contains("already exists") => Ok(true),
-            Frame::Error(e) => {
-                static WARNED: std::sync::Once = std::sync::Once::new();
-                WARNED.call_once(|| {
-                    tracing::warn!(target: "sluice::store::redis", error = %e, "redis refused the function library: decisions go as one EVALSHA each (more Redis CPU per decision)");
-                });
-                Ok(false)
-            }
-            _ => {
-                self.delete_other_libraries(s).await?;
-                Ok(true)
-            }
+            Frame::Error(e) if e.contains("already exists") => Ok(()),
+            Frame::Error(e) => Err(LoadError::Refused(e.clone())),
+            _ => self
+                .delete_other_libraries(s)
+                .await
+                .map_err(LoadError::Failed),
         }
     }
 

@@ -14,6 +14,7 @@ use crate::secret::Secret;
 use crate::store::redis::connect::{self, Config, ConnectOptions, RedisSettingsError, Server};
 
 mod library;
+pub(in crate::store::redis) use self::library::LoadError;
 
 /// A byte stream to Redis, plain or TLS.
 pub(in crate::store::redis) trait Io:
