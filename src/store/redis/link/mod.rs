@@ -1,7 +1,7 @@
 //! A Redis connection of sluice's own RESP client, the only one it has: a serving thread's
 //! own link for its decisions, and the store's shared links ([`LinkSet`]) for the rest.
 //!
-//! Why not fred (issue 32 removed it): fred 10.1 flushes the socket after every `EVALSHA`
+//! Why not fred (issue 32 removed it): fred 10.1 flushed the socket after every `EVALSHA`
 //! (even inside a pipeline), so each decision cost sluice a `writev` and Redis a read and an
 //! epoll wake-up (34.1 µs of sluice CPU per request against 25.2 µs on links,
 //! ARCHITECTURE.md; bench/why.md). A link queues the decisions of every request its thread
