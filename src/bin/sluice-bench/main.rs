@@ -51,7 +51,7 @@ enum Cmd {
     Load(LoadArgs),
     /// The gRPC floor: an RLS server that answers OK at once, one status per descriptor.
     Noop(NoopArgs),
-    /// The Redis floor: sluice's decision script by EVALSHA under redis-benchmark.
+    /// The Redis floor: sluice's decision function by FCALL under redis-benchmark.
     RedisFloor(RedisFloorArgs),
     /// Bytes per active key of the in-memory store, per algorithm.
     Memory(MemoryArgs),
@@ -361,7 +361,7 @@ fn redis_floor_command(a: RedisFloorArgs) -> anyhow::Result<()> {
     };
     let r = redis_floor::run(&args)?;
     eprintln!(
-        "{} by EVALSHA, pipeline {}, {} client(s), {} key(s): {:.0} calls/s; Redis CPU {:.2}s = {:.2} µs/call; usec_per_call {:.2}",
+        "{} by FCALL, pipeline {}, {} client(s), {} key(s): {:.0} calls/s; Redis CPU {:.2}s = {:.2} µs/call; usec_per_call {:.2}",
         r.algorithm,
         r.pipeline,
         r.clients,

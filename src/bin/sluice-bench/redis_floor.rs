@@ -1,11 +1,10 @@
-//! `sluice-bench redis-floor`: the Redis floor. Loads the decision script the Redis store runs
-//! for one decision of one descriptor on its shared pool (the library's `script::lua_for`: the
-//! fast path of fixed_window, sliding_log and the buckets, `batch.lua` otherwise; a serving
-//! thread's own connection batches them as `FCALL`s instead, which `bench/redis_cost.py`
-//! measures through the server) and runs `redis-benchmark` calling it by EVALSHA
-//! with exactly the KEYS and ARGV the store sends (built by the library's own
-//! `script::evalsha` from a `Check` like the limiter's), with `__rand_int__` in the key so
-//! `-r K` spreads the calls over K keys.
+//! `sluice-bench redis-floor`: the Redis floor. Loads the store's function library and runs
+//! `redis-benchmark` calling, by `FCALL`, the function the Redis store calls for one decision
+//! of one descriptor on its shared pool (the fast path of fixed_window, sliding_log and the
+//! buckets, `decide` otherwise; a serving thread's own connection batches them instead, which
+//! `bench/redis_cost.py` measures through the server), with exactly the KEYS and ARGV the
+//! store sends (built by the library's own `script::fcall` from a `Check` like the
+//! limiter's), with `__rand_int__` in the key so `-r K` spreads the calls over K keys.
 
 use std::process::Command;
 
@@ -16,6 +15,7 @@ use tokio::net::TcpStream;
 
 use sluice::algorithm::{Algorithm, Ask, Limit};
 use sluice::store::key::{self, Part};
+use sluice::store::redis::library::LIBRARY;
 use sluice::store::redis::resp::Value;
 use sluice::store::redis::script::{self, Scope};
 use sluice::store::{Charge, Check};
@@ -50,19 +50,19 @@ pub(crate) struct FloorReport {
     pub requests: u64,
     /// As redis-benchmark reports it (its --csv), or script calls over wall time without it.
     pub throughput_rps: f64,
-    /// EVALSHA calls Redis counted over the run.
+    /// FCALL calls Redis counted over the run.
     pub calls: u64,
     pub redis_cpu_s: f64,
     pub redis_cpu_us_per_call: Option<f64>,
-    /// Redis' own `usec_per_call` of EVALSHA over the run (time inside the command).
+    /// Redis' own `usec_per_call` of FCALL over the run (time inside the command).
     pub usec_per_call: Option<f64>,
     /// The redis-benchmark command line that ran.
     pub command: String,
 }
 
-/// The script the store runs for this decision, and the EVALSHA arguments after the SHA, as
-/// text: numkeys, KEYS, ARGV.
-pub(crate) fn evalsha_args(a: &FloorArgs) -> anyhow::Result<(&'static str, Vec<String>)> {
+/// The function the store calls for this decision, and the FCALL arguments after its name,
+/// as text: numkeys, KEYS, ARGV.
+pub(crate) fn fcall_args(a: &FloorArgs) -> anyhow::Result<(String, Vec<String>)> {
     // A bucket's burst is its limit.
     // The default limit is one nothing reaches; an algorithm that keeps less (sliding_log keeps
     // at most MAX_LOG timestamps per key) gets the largest it takes.
@@ -109,13 +109,13 @@ pub(crate) fn evalsha_args(a: &FloorArgs) -> anyhow::Result<(&'static str, Vec<S
         on_error: None,
     };
     let local = a.now.unwrap_or(1_700_000_000_000_000);
-    let lua = script::lua_for(&[&check], Scope::All);
-    let args = script::evalsha(&Value::Null, &[&check], Scope::All, a.now, local);
+    let args = script::fcall(&[&check], Scope::All, a.now, local);
+    let function = value_text(&args[0]);
     let out = args[1..]
         .iter()
         .map(|v| value_text(v).replace(PLACEHOLDER, "__rand_int__"))
         .collect();
-    Ok((lua, out))
+    Ok((function, out))
 }
 
 fn value_text(v: &Value) -> String {
@@ -127,24 +127,25 @@ fn value_text(v: &Value) -> String {
     }
 }
 
-/// `SCRIPT LOAD`s `lua` into `addr`; returns its SHA-1.
-async fn load_script(addr: &str, lua: &str) -> anyhow::Result<String> {
+/// `FUNCTION LOAD`s the store's library into `addr` (already there: done).
+async fn load_library(addr: &str) -> anyhow::Result<()> {
+    let lua = &LIBRARY.source;
     let stream = TcpStream::connect(addr)
         .await
         .with_context(|| format!("cannot connect to Redis at {addr}"))?;
     let mut stream = BufReader::new(stream);
     let cmd = format!(
-        "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n${}\r\n{lua}\r\n",
+        "*3\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n${}\r\n{lua}\r\n",
         lua.len()
     );
     stream.get_mut().write_all(cmd.as_bytes()).await?;
-    let sha = redis_info::read_bulk(&mut stream)
-        .await
-        .with_context(|| format!("SCRIPT LOAD at {addr}"))?;
-    if sha.len() != 40 {
-        bail!("SCRIPT LOAD answered {sha:?}");
+    match redis_info::read_bulk(&mut stream).await {
+        Ok(name) if name == LIBRARY.name => Ok(()),
+        Ok(other) => bail!("FUNCTION LOAD at {addr} answered {other:?}"),
+        Err(e) if e.to_string().contains("already exists") => Ok(()),
+        Err(e) => Err(e)
+            .with_context(|| format!("FUNCTION LOAD at {addr} (Redis 7.0+ or Valkey 7.2+ needed)")),
     }
-    Ok(sha)
 }
 
 pub(crate) fn run(a: &FloorArgs) -> anyhow::Result<FloorReport> {
@@ -155,8 +156,8 @@ pub(crate) fn run(a: &FloorArgs) -> anyhow::Result<FloorReport> {
         .redis
         .rsplit_once(':')
         .context("--redis must be HOST:PORT")?;
-    let (lua, args) = evalsha_args(a)?;
-    let sha = rt.block_on(load_script(&a.redis, lua))?;
+    let (function, args) = fcall_args(a)?;
+    rt.block_on(load_library(&a.redis))?;
     let mut cmd = Command::new(&a.benchmark);
     cmd.args(["-h", host, "-p", port])
         .args(["-n", &a.requests.to_string()])
@@ -164,7 +165,7 @@ pub(crate) fn run(a: &FloorArgs) -> anyhow::Result<FloorReport> {
         .args(["-P", &a.pipeline.to_string()])
         .args(["-r", &a.keys.to_string()])
         .arg("--csv")
-        .args(["EVALSHA", &sha])
+        .args(["FCALL", &function])
         .args(args);
     let shown = shell_line(&cmd);
     eprintln!("running: {shown}");
@@ -184,10 +185,10 @@ pub(crate) fn run(a: &FloorArgs) -> anyhow::Result<FloorReport> {
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let d = after.since(&before);
-    let calls = d.calls.get("evalsha").copied().unwrap_or(0);
+    let calls = d.calls.get("fcall").copied().unwrap_or(0);
     if calls == 0 {
         bail!(
-            "Redis counted no EVALSHA calls; redis-benchmark said: {}{}",
+            "Redis counted no FCALL calls; redis-benchmark said: {}{}",
             stdout,
             String::from_utf8_lossy(&out.stderr)
         );
@@ -195,7 +196,7 @@ pub(crate) fn run(a: &FloorArgs) -> anyhow::Result<FloorReport> {
     if let Some(failed) = script_errors(&stdout) {
         bail!("the script failed under redis-benchmark: {failed}");
     }
-    let usec = d.usec.get("evalsha").copied().unwrap_or(0);
+    let usec = d.usec.get("fcall").copied().unwrap_or(0);
     Ok(FloorReport {
         algorithm: a.algorithm.as_str(),
         pipeline: a.pipeline,
@@ -226,7 +227,7 @@ fn csv_rps(stdout: &str) -> Option<f64> {
 fn script_errors(stdout: &str) -> Option<String> {
     stdout
         .lines()
-        .find(|l| l.contains("ERR") || l.contains("NOSCRIPT"))
+        .find(|l| l.contains("ERR"))
         .map(str::to_string)
 }
 
@@ -252,6 +253,7 @@ fn shell_line(cmd: &Command) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice::store::redis::script::ScriptId;
 
     fn args(algorithm: Algorithm, now: Option<i64>) -> FloorArgs {
         FloorArgs {
@@ -270,8 +272,8 @@ mod tests {
 
     #[test]
     fn one_key_with_rand_int_and_the_store_layout() {
-        let (lua, a) = evalsha_args(&args(Algorithm::Concurrency, None)).unwrap();
-        assert_eq!(lua, script::LUA);
+        let (function, a) = fcall_args(&args(Algorithm::Concurrency, None)).unwrap();
+        assert_eq!(function, LIBRARY.function(ScriptId::Decide));
         assert_eq!(a[0], "1");
         assert_eq!(
             a[1],
@@ -282,7 +284,7 @@ mod tests {
         assert_eq!(a.len(), 5 + 13);
         // key index 1, algorithm 8, limit, window
         assert_eq!(&a[5..9], ["1", "8", "1000", "60000000"]);
-        let local = evalsha_args(&args(Algorithm::Concurrency, Some(1_700_000_000_000_000)))
+        let local = fcall_args(&args(Algorithm::Concurrency, Some(1_700_000_000_000_000)))
             .unwrap()
             .1;
         assert_eq!(local[3], "1700000000000000");
@@ -290,8 +292,8 @@ mod tests {
 
     #[test]
     fn a_bucket_runs_its_fast_path_with_its_burst() {
-        let (lua, a) = evalsha_args(&args(Algorithm::Gcra, None)).unwrap();
-        assert_eq!(lua, script::ScriptId::Bucket.lua());
+        let (function, a) = fcall_args(&args(Algorithm::Gcra, None)).unwrap();
+        assert_eq!(function, LIBRARY.function(ScriptId::Bucket));
         // numkeys, key, now, limit, window, hits, mode, burst
         assert_eq!(
             a,
@@ -310,8 +312,8 @@ mod tests {
 
     #[test]
     fn a_fixed_window_runs_the_fast_path() {
-        let (lua, a) = evalsha_args(&args(Algorithm::FixedWindow, None)).unwrap();
-        assert_eq!(lua, script::ScriptId::FixedWindow.lua());
+        let (function, a) = fcall_args(&args(Algorithm::FixedWindow, None)).unwrap();
+        assert_eq!(function, LIBRARY.function(ScriptId::FixedWindow));
         // numkeys, key, now, limit, window, hits, mode
         assert_eq!(
             a,
@@ -329,7 +331,7 @@ mod tests {
 
     #[test]
     fn csv_output() {
-        let out = "\"test\",\"rps\",\"avg_latency_ms\"\n\"EVALSHA abc\",\"123456.78\",\"0.2\"\n";
+        let out = "\"test\",\"rps\",\"avg_latency_ms\"\n\"FCALL abc\",\"123456.78\",\"0.2\"\n";
         assert_eq!(csv_rps(out), Some(123456.78));
         assert_eq!(csv_rps(""), None);
     }

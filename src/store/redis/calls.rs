@@ -1,9 +1,11 @@
-//! One script call on one link: `decide_on_link` (a whole decision, `FCALL` in the tick's
-//! batch where the link loaded the function library) or `run` (`EVALSHA`: settlements, and
-//! a Cluster node's shared links), each loading the scripts and sending again once on
-//! `NOSCRIPT`, and telling the breaker how it went.
+//! One decision's `FCALL` on one link: `decide_on_link` (a thread's own link: in the tick's
+//! batch) or `run` (a shared link: one `FCALL` of its own; settlements, and a Cluster node's
+//! shared links), and telling the breaker how it went. A server that lost the library
+//! (`FUNCTION FLUSH`): a thread's own link reconnects, which loads it, and its decision goes
+//! to a shared link, which loads it and sends the call again once.
 
 use super::*;
+use crate::store::redis::library::LIBRARY;
 
 impl Inner {
     /// This thread's own connection, when it has one and it is up.
@@ -44,11 +46,11 @@ impl Inner {
         })
     }
 
-    /// Standalone and Sentinel on `link` (this thread's own, or a shared one): the whole
-    /// request in one call, loading the scripts on `NOSCRIPT`, the outcome told to the breaker
-    /// (a dropped connection once, however many calls it cut). `None`: it was not run (the
-    /// command never left the connection, or the server turned out to be a replica, which
-    /// refuses every write), so the caller sends it on another link.
+    /// Standalone and Sentinel on this thread's own `link`: the whole request in the tick's
+    /// `FCALL`, the outcome told to the breaker (a dropped connection once, however many calls
+    /// it cut). `None`: it was not run (the command never left the connection, the library was
+    /// not on the server, or the server turned out to be a replica, which refuses every
+    /// write), so the caller sends it on a shared link.
     pub(super) async fn decide_on_link(
         &self,
         link: &Link,
@@ -56,20 +58,8 @@ impl Inner {
         now: When,
         timeout: Duration,
     ) -> Option<Result<Vec<Verdict>, StoreError>> {
-        let call = script::call(&self.sha, checks, Scope::All, now.script, now.local);
-        let mut reply = link.decide(&call, timeout).await;
-        if matches!(&reply, Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT")) {
-            // Rare: boxed, so it does not enlarge every request's future.
-            let load = load_timeout(timeout, now.deadline);
-            if let Err(e) = Box::pin(load_on_link(link, load)).await {
-                if let Some(result) = &e {
-                    record(&self.breaker, result);
-                }
-                return e;
-            }
-            reply = Box::pin(link.call(EVALSHA, &call.evalsha(), timeout)).await;
-        }
-        let reply = match reply {
+        let call = script::call(checks, Scope::All, now.script, now.local);
+        let reply = match link.decide(&call, timeout).await {
             // A demoted primary (Sentinel failover): find the new one; nothing was written.
             Ok(Frame::Error(e)) if e.contains("READONLY") => {
                 link.redial();
@@ -91,8 +81,8 @@ impl Inner {
         Some(result)
     }
 
-    /// One `EVALSHA` of the script over `checks` on `link`, loading the script on
-    /// `NOSCRIPT`.
+    /// One `FCALL` of the library over `checks` on `link` (a shared one), loading the library
+    /// again when the server lost it.
     pub(super) async fn run<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
         &self,
         link: &Link,
@@ -101,7 +91,7 @@ impl Inner {
         now: When,
         timeout: Duration,
     ) -> Result<script::Reply, StoreError> {
-        let args = || script::evalsha(&self.sha, checks, scope, now.script, now.local);
+        let args = || script::fcall(checks, scope, now.script, now.local);
         let reply = self
             .call(link, &args, false, timeout, now.deadline)
             .await
@@ -109,8 +99,10 @@ impl Inner {
         script::decode(reply, checks.len())
     }
 
-    /// `EVALSHA` (after `ASKING` when `asking`), loading the script and retrying once on
-    /// `NOSCRIPT`; the error as the link gives it, for the Cluster's redirections.
+    /// `FCALL` (after `ASKING` when `asking`), loading the library and retrying once when the
+    /// server does not have it (`FUNCTION FLUSH`, a restart with an old dataset, another
+    /// sluice build deleting it); the error as the link gives it, for the Cluster's
+    /// redirections.
     pub(super) async fn call(
         &self,
         link: &Link,
@@ -121,15 +113,15 @@ impl Inner {
     ) -> Result<Vec<i64>, CallError> {
         let once = || async {
             if asking {
-                integers(link.command_asking(EVALSHA, &args(), timeout).await)
+                integers(link.command_asking(FCALL, &args(), timeout).await)
             } else {
-                eval(link, &args(), timeout).await
+                fcall(link, &args(), timeout).await
             }
         };
         match once().await {
-            Err(CallError::Reply(e)) if e.starts_with("NOSCRIPT") => {
-                load_script(link, load_timeout(timeout, deadline)).await?;
-                // Encoded again rather than kept: NOSCRIPT is rare, requests are not.
+            Err(CallError::Reply(e)) if function_not_found(&e) => {
+                load_library(link, load_timeout(timeout, deadline)).await?;
+                // Encoded again rather than kept: a lost library is rare, requests are not.
                 once().await
             }
             Err(CallError::Reply(e)) if e.starts_with("READONLY") => {
@@ -142,6 +134,12 @@ impl Inner {
     }
 }
 
+/// Whether an error reply to an `FCALL` says the server has no such function: the library
+/// is not loaded there (it ran nothing).
+pub(super) fn function_not_found(e: &str) -> bool {
+    e.contains("Function not found")
+}
+
 /// A verdict for a check with no answer (its part failed): never reached on success paths.
 pub(super) const REJECTED: Verdict = Verdict {
     allowed: false,
@@ -151,13 +149,13 @@ pub(super) const REJECTED: Verdict = Verdict {
     cached: false,
 };
 
-/// Loading the script is rare and larger than a decision: allow it at least this long.
+/// Loading the library is rare and larger than a decision: allow it at least this long.
 pub(super) const LOAD_TIMEOUT_MIN: Duration = Duration::from_millis(500);
 
 /// The shortest timeout a call is given, however near the deadline.
 pub(super) const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 
-/// How long loading the scripts may take: longer than a decision, unless the request's
+/// How long loading the library may take: longer than a decision, unless the request's
 /// deadline is nearer.
 pub(super) fn load_timeout(timeout: Duration, deadline: Deadline) -> Duration {
     let load = match deadline.budget() {
@@ -167,13 +165,13 @@ pub(super) fn load_timeout(timeout: Duration, deadline: Deadline) -> Duration {
     timeout.max(load)
 }
 
-/// `EVALSHA args..` on `link`, its reply as integers.
-pub(super) async fn eval(
+/// `FCALL args..` on `link`, its reply as integers.
+pub(super) async fn fcall(
     link: &Link,
     args: &[Value],
     timeout: Duration,
 ) -> Result<Vec<i64>, CallError> {
-    integers(link.command(EVALSHA, args, timeout).await)
+    integers(link.command(FCALL, args, timeout).await)
 }
 
 /// A script's reply as its integers.
@@ -181,29 +179,12 @@ fn integers(reply: Result<Frame, CallError>) -> Result<Vec<i64>, CallError> {
     resp::integers(reply?).map_err(CallError::Unexpected)
 }
 
-/// `SCRIPT LOAD` of every script on a thread's own connection; the error is what
-/// [`Inner::decide_on_link`] answers (`None`: the command never left, use a shared link).
-pub(super) async fn load_on_link(
-    link: &Link,
-    timeout: Duration,
-) -> Result<(), Option<Result<Vec<Verdict>, StoreError>>> {
-    for lua in script::scripts() {
-        let args = [Value::from("LOAD"), Value::from(lua)];
-        match link.call("SCRIPT", &args, timeout).await {
-            Ok(Frame::Error(e)) => return Err(Some(Err(from_reply(&e)))),
-            Ok(_) => {}
-            Err(CallError::NotSent) => return Err(None),
-            Err(e) => return Err(Some(Err(from_call(e)))),
-        }
+/// `FUNCTION LOAD` of the library on `link`'s server (already there: done). A connection
+/// loads it when it opens ([`link::dial`]); this is for a server that lost it since.
+pub(super) async fn load_library(link: &Link, timeout: Duration) -> Result<(), CallError> {
+    let args = [Value::from("LOAD"), Value::from(LIBRARY.source.as_str())];
+    match link.command("FUNCTION", &args, timeout).await {
+        Err(CallError::Reply(e)) if e.contains("already exists") => Ok(()),
+        r => r.map(|_| ()),
     }
-    Ok(())
-}
-
-/// `SCRIPT LOAD` of every script on `link`'s server.
-pub(super) async fn load_script(link: &Link, timeout: Duration) -> Result<(), CallError> {
-    for lua in script::scripts() {
-        let args = [Value::from("LOAD"), Value::from(lua)];
-        link.command("SCRIPT", &args, timeout).await?;
-    }
-    Ok(())
 }

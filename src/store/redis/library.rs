@@ -1,17 +1,19 @@
 //! The decision scripts as one Redis Function library (`FUNCTION LOAD` once per connection,
-//! `FCALL` per decision), for the serving threads' own connections ([`super::link`]).
+//! `FCALL` per decision): the only way sluice decides on Redis, on every link
+//! ([`super::link`]), so Redis 7.0+ or Valkey 7.2+ is required.
 //!
-//! Why: an `EVALSHA` runs its whole script on every call, so `decide.lua` made its helpers
-//! and each algorithm's closures per decision; a library's top level runs once, at load. And
-//! the library's `batch` decides every decision a thread queued in one scheduler tick in one
-//! `FCALL`, so Redis parses, dispatches and answers one command for all of them.
+//! Why: a library's top level runs once, at load, where a script run by `EVAL` would build
+//! its helpers and each algorithm's closures per decision; and the library's `batch` decides
+//! every decision a thread queued in one scheduler tick in one `FCALL`, so Redis parses,
+//! dispatches and answers one command for all of them. Functions only: one copy of the
+//! scripts, one way to call them.
 //!
-//! The library is assembled from the very files `EVALSHA` runs (no second copy of any
-//! algorithm), at one top level: `batch.lua`'s script (every algorithm's file, then the batch
+//! The library is assembled from the algorithms' files (no second copy of any algorithm), at
+//! one top level: `batch.lua`'s script (every algorithm's file, then the batch
 //! policy) split at its `-- sluice:main` line into definitions and the per-call body (the
 //! `decide` function); each lone entry point (`fixed_window`, ...) wrapped as a function of
 //! `(KEYS, ARGV)`; `plain.lua` (plain takes' mend); `functions.lua` (`batch`) last. Its name
-//! carries a hash of its source, so sluice versions sharing one Redis each call their own
+//! carries a hash (SHA-1) of its source, so sluice versions sharing one Redis each call their own
 //! code, and loading is "load unless already there": never `REPLACE`. A connection that loads
 //! it (it was not there) deletes the other `sluice_*` libraries, so builds do not pile up in
 //! Redis; an older sluice still running meanwhile finds its function gone, reconnects and

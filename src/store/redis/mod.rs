@@ -1,9 +1,11 @@
-//! The Redis store: every decision is one Lua script (`decide.lua`, or the fast path of a lone
-//! check's algorithm) run atomically by Redis itself, so a request's checks are checked and
-//! charged at once, shared by any number of sluice instances. On a serving thread's own
-//! connection the scripts are a Redis Function library ([`library`]) and the decisions of
-//! several requests share one `FCALL` (on a Cluster node, those of one hash slot); elsewhere
-//! each request is one `EVALSHA`.
+//! The Redis store: every decision is one Lua function (`decide`, or the fast path of a lone
+//! check's algorithm) of sluice's Redis Function library ([`library`]) run atomically by
+//! Redis itself, so a request's checks are checked and charged at once, shared by any number
+//! of sluice instances. Every connection loads the library when it opens, so Redis 7.0+ or
+//! Valkey 7.2+ is required (and an ACL allowing `FUNCTION LOAD` and `FCALL`): one copy of
+//! the scripts, and no second way to call them. On a serving thread's own connection the
+//! decisions of several requests share one `FCALL` (on a Cluster node, those of one hash
+//! slot); on a shared link each request is one `FCALL`.
 //!
 //! # Guarantees per topology
 //!
@@ -53,8 +55,8 @@
 //!   A call that times out may still run in Redis later (its charge stands, unseen). Hit counts and limits are clamped to 2^53 - 1
 //!   (Lua numbers are doubles); below that the arithmetic is identical to Rust's.
 //! * **Connections**: one client, sluice's own ([`link`]): `--redis-pool-size` shared links
-//!   ([`link::LinkSet`]) on the runtime that connected the store, for records, probes, the
-//!   scripts' loading and the decisions of threads without a link of their own; and one link
+//!   ([`link::LinkSet`]) on the runtime that connected the store, for records, probes and
+//!   the decisions of threads without a link of their own; and one link
 //!   per gRPC serving thread ([`RedisStore::attach_thread`]) driven by that thread's runtime,
 //!   so a request crosses no thread, and the decisions queued while its previous `FCALL` was
 //!   out leave as one `FCALL`. A thread whose own link is not up uses the shared links, and
@@ -73,12 +75,14 @@
 //! * **Failures**: a call that fails or exceeds `--redis-command-timeout` (or nine tenths of
 //!   what is left of the request's gRPC deadline, when less: [`Deadline`])
 //!   is an error with its [`ErrorKind`] (the caller's failure policy decides); a script call is never retried on another connection,
-//!   since it may have run. `NOSCRIPT` (Redis restarted, failed over, or `SCRIPT FLUSH`) loads
-//!   the script on every primary and retries once. A [`breaker`] (one per Cluster primary)
+//!   since it may have run. A function not found (Redis restarted or failed over without its
+//!   data, `FUNCTION FLUSH`) loads the library again there and retries once. A server that
+//!   refuses the library (before Redis 7, or an ACL without `FUNCTION`) keeps every link
+//!   down, with the reason logged: decisions fail as an outage. A [`breaker`] (one per Cluster primary)
 //!   stops calling Redis after consecutive outage failures ([`ErrorKind::is_outage`]: not
 //!   script errors; client-side failures are outages, see [`errors`]) and the
 //!   monitor PINGs it until it answers again. Readiness ([`RedisStore::ready`]) waits for
-//!   the script loaded on a shared link (Cluster: on every slot's primary).
+//!   a shared link up, the library loaded (Cluster: on every slot's primary).
 
 pub mod breaker;
 mod calls;
@@ -102,7 +106,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::breaker::{Breaker, BreakerOptions};
-use self::calls::{eval, load_script, MIN_TIMEOUT, REJECTED};
+use self::calls::{fcall, MIN_TIMEOUT, REJECTED};
 pub(crate) use self::cluster::nodes;
 pub use self::connect::{ConnectOptions, RedisSettingsError, Topology};
 pub use self::dial::CLIENT_NAME;
@@ -112,7 +116,7 @@ pub use self::link::resp;
 use self::link::{CallError, Link, LinkSet};
 use self::nodes::Nodes;
 pub use self::pipelined::PipelinedConnection;
-use self::resp::{sha1_hex, Frame, Value};
+use self::resp::{Frame, Value};
 use self::script::{Answer, Scope};
 use super::batch::admission;
 use super::{Charge, Check, Deadline, ErrorKind, Store, StoreError, Verdict};
@@ -168,13 +172,12 @@ struct Inner {
     /// The serving threads' links' tasks (aborted with the store, like the shared links').
     threads: Mutex<Vec<JoinHandle<()>>>,
     topology: Topology,
-    sha: Value,
     command_timeout: Duration,
     clock: ClockSource,
     /// Standalone and Sentinel's breaker (a Cluster has one per primary).
     breaker: Breaker,
     breaker_opts: BreakerOptions,
-    /// Turns true once connected with the script loaded (or its loading attempted).
+    /// Turns true once a shared link is up (connected, the library loaded).
     ready: watch::Receiver<bool>,
     monitor: OnceLock<JoinHandle<()>>,
     /// The shared links' tasks.
@@ -214,8 +217,8 @@ thread_local! {
     static NODE_LINKS: RefCell<Vec<(Weak<nodes::Node>, Link)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The decision command (what `script::evalsha`'s arguments follow).
-const EVALSHA: &str = "EVALSHA";
+/// The decision command (what `script::fcall`'s arguments follow).
+const FCALL: &str = "FCALL";
 
 impl RedisStore {
     /// Starts connecting in the background and returns at once: Redis being down is not an
@@ -236,7 +239,6 @@ impl RedisStore {
                 (Links::Shared(set), tasks)
             }
         };
-        let sha = Value::from(sha1_hex(script::LUA));
         let (ready_tx, ready) = watch::channel(false);
         let inner = Arc::new(Inner {
             links,
@@ -244,7 +246,6 @@ impl RedisStore {
             stall,
             threads: Mutex::new(Vec::new()),
             topology,
-            sha,
             command_timeout: opts.command_timeout,
             clock: opts.clock,
             breaker: Breaker::new(opts.breaker),
@@ -298,7 +299,7 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Waits until the store can answer: a shared link connected with the script loaded
+    /// Waits until the store can answer: a shared link connected with the library loaded
     /// (Cluster: every slot's primary). Health waits for it before saying SERVING.
     pub async fn ready(&self) {
         let mut rx = self.inner.ready.clone();
@@ -373,7 +374,7 @@ impl RedisStore {
                     return r;
                 }
                 // No own link up, or the command never left it: a shared link, one
-                // `EVALSHA` per request (as fred's pool did; `NOSCRIPT` loads the scripts).
+                // `FCALL` per request.
                 let result = Box::pin(inner.run(set.next(), checks, Scope::All, now, timeout))
                     .await
                     .map(script::Reply::verdicts);

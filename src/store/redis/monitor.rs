@@ -1,4 +1,4 @@
-//! The store's background care, one task per store: readiness (connected, script loaded),
+//! The store's background care, one task per store: readiness (connected, library loaded),
 //! `PING` probes of open breakers every `probe_every` (so traffic resumes as soon as Redis
 //! answers, even when no request comes), and in Cluster mode the slot map kept current.
 
@@ -8,10 +8,10 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::sync::watch;
 
-use super::link::{Link, LinkSet};
+use super::link::Link;
 use super::nodes::{self, Nodes};
 use super::resp::Frame;
-use super::{load_script, Inner, Links};
+use super::{Inner, Links};
 
 /// How long a probe `PING` may wait: long enough that a `PING` sent during a stall answers
 /// the moment the stall ends (it is queued behind it), short enough to notice a dead server.
@@ -19,9 +19,6 @@ const PING_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// How long the slot map's `CLUSTER SLOTS` may take per node asked.
 const REFRESH_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// How long loading the script may take (it is larger than a decision).
-const LOAD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often "not reachable yet" is logged while the store waits for Redis.
 const WARN_EVERY: Duration = Duration::from_secs(5);
@@ -55,7 +52,7 @@ pub(super) async fn run(store: Weak<Inner>, ready: watch::Sender<bool>) {
         }
         match &inner.links {
             Links::Shared(set) => {
-                if !is_ready && first_connection(set).await {
+                if !is_ready && set.is_up() {
                     tracing::info!(target: "sluice::store::redis", "connected to redis");
                     let _ = ready.send(true);
                 }
@@ -93,35 +90,13 @@ pub(super) async fn run(store: Weak<Inner>, ready: watch::Sender<bool>) {
     }
 }
 
-/// Once some shared link is up: loads the script there (the links keep reconnecting in the
-/// background; polled). True once ready.
-async fn first_connection(set: &LinkSet) -> bool {
-    if !set.is_up() {
-        return false;
-    }
-    if let Err(e) = load_script(set.next(), LOAD_TIMEOUT).await {
-        // Requests load it on NOSCRIPT; not a reason to stay unready.
-        tracing::warn!(target: "sluice::store::redis", error = %e, "cannot load the script yet");
-    }
-    true
-}
-
-/// Loads the script on connected primaries that lack it, and (when `probe`) PINGs those whose
-/// breaker is open, all at once.
+/// PINGs the connected primaries whose breaker is open (when `probe`), all at once.
 async fn care_for_nodes(nodes: &Nodes, probe: bool) {
     let all = nodes.all();
     let work = all.iter().map(|n| async move {
         let link = n.links.next();
         if !link.is_up() {
             return;
-        }
-        if !n.loaded.load(std::sync::atomic::Ordering::Relaxed) {
-            match load_script(link, LOAD_TIMEOUT).await {
-                Ok(()) => n.loaded.store(true, std::sync::atomic::Ordering::Relaxed),
-                Err(e) => {
-                    tracing::debug!(target: "sluice::store::redis", node = %n.addr, error = %e, "cannot load the script yet")
-                }
-            }
         }
         if probe && n.breaker.is_open() && ping(link).await {
             n.breaker.success();

@@ -1,6 +1,6 @@
 //! The Redis store on a real 6-node Redis Cluster (3 primaries, 3 replicas): keys of one
 //! descriptor share a slot whatever its values, requests spanning several slots are decided
-//! with one EVALSHA per slot, and the optimistic charge is given back when another descriptor
+//! with one FCALL per slot, and the optimistic charge is given back when another descriptor
 //! rejects. One test function: a cluster takes seconds to form on this small box.
 
 use crate::support::redis as redis_support;
@@ -130,15 +130,15 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
     let owners: HashSet<u16> = keys.iter().map(|k| cluster.owner(k)).collect();
     assert!(owners.len() >= 2, "the request spans several primaries");
 
-    // All admitted: one EVALSHA per slot, every count charged.
+    // All admitted: one FCALL per slot, every count charged.
     let checks: Vec<Check<'_>> = (0..4)
         .map(|i| check(&keys[i], &limit, 1, i as u32))
         .collect();
-    let before = cluster.command_calls("evalsha");
+    let before = cluster.command_calls("fcall");
     let v = rt
         .block_on(store.decide_checks(&checks, T0, Deadline::NONE))
         .unwrap();
-    assert_eq!(cluster.command_calls("evalsha") - before, 4);
+    assert_eq!(cluster.command_calls("fcall") - before, 4);
     assert!(v.iter().all(|v| v.allowed && v.charged && v.remaining == 2));
     assert!(keys.iter().all(|k| count(&cluster, k) == 1));
 
@@ -335,7 +335,7 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
         .unwrap();
 
     // `redis_hash_tag: domain`: every key of the domain in one slot, so a request of several
-    // descriptors is one EVALSHA and its rejection exact (nothing charged, nothing undone).
+    // descriptors is one FCALL and its rejection exact (nothing charged, nothing undone).
     let tagged = |value: &[u8], limit: &Limit| {
         let mut out = Vec::new();
         key::build_tagged(
@@ -364,22 +364,18 @@ fn cluster_keys_slots_round_trips_and_optimistic_refunds() {
         .map(|i| check(&tagged_keys[i], &limit, 1, i as u32))
         .collect();
     checks.push(check(&tagged_tight, &tight, 2, 4));
-    let before = cluster.command_calls("evalsha");
+    let before = cluster.command_calls("fcall");
     let v = rt
         .block_on(store.decide_checks(&checks, T0, Deadline::NONE))
         .unwrap();
-    assert_eq!(
-        cluster.command_calls("evalsha") - before,
-        1,
-        "one round trip"
-    );
+    assert_eq!(cluster.command_calls("fcall") - before, 1, "one round trip");
     assert!(!v[4].allowed && v.iter().all(|v| !v.charged));
     assert!(v[..4].iter().all(|v| v.allowed && v.remaining == 3));
     assert!(tagged_keys.iter().all(|k| count(&cluster, k) == 0));
 
     // A primary dies: its replica is promoted (the cluster notices after
-    // cluster-node-timeout) and decisions on its slots recover, NOSCRIPT included (scripts
-    // are not replicated). Polled, never slept for: a starved box may even fail over early.
+    // cluster-node-timeout) and decisions on its slots recover (the library was replicated
+    // with `FUNCTION LOAD`, and would be loaded again if not). Polled, never slept for: a starved box may even fail over early.
     let mut cluster = cluster;
     let victim = cluster.owner(&keys[0]);
     cluster

@@ -273,11 +273,11 @@ impl RedisNode {
     }
 
     /// `calls` of a command in `INFO commandstats` (0 when never called).
-    /// Decision round trips: `EVALSHA`s (the shared pool, or a server without functions) and
-    /// `FCALL`s (a serving thread's own connection: one per scheduler tick, whatever the
-    /// number of decisions it carries).
+    /// Decision round trips: `FCALL`s (one per request on the shared pool; on a serving
+    /// thread's own connection one per scheduler tick, whatever the number of decisions it
+    /// carries).
     pub fn decision_calls(&self) -> u64 {
-        self.command_calls("evalsha") + self.command_calls("fcall")
+        self.command_calls("fcall")
     }
 
     pub fn command_calls(&self, command: &str) -> u64 {

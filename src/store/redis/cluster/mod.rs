@@ -154,15 +154,12 @@ impl Inner {
             .filter_map(|(slot, now, idx)| {
                 let part: Vec<&Check<'_>> = idx.iter().map(|&i| &checks[i]).collect();
                 let link = nodes.route(slot)?.links.next().clone();
-                Some((
-                    link,
-                    script::evalsha(&self.sha, &part, Scope::Undo, Some(now), now),
-                ))
+                Some((link, script::fcall(&part, Scope::Undo, Some(now), now)))
             })
             .collect();
         rt.spawn(async move {
             for (link, args) in calls {
-                let _ = eval(&link, &args, timeout).await;
+                let _ = fcall(&link, &args, timeout).await;
             }
         });
     }

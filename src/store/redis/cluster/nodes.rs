@@ -38,8 +38,6 @@ pub(crate) struct Node {
     pub addr: String,
     pub(in crate::store::redis) links: LinkSet,
     pub breaker: Breaker,
-    /// Set once the script is loaded on this node (or its loading attempted).
-    pub loaded: AtomicBool,
     pub(in crate::store::redis) dial: Dial,
     tasks: Vec<JoinHandle<()>>,
     /// The serving threads' connection tasks to this node, each on its thread's runtime.
@@ -153,7 +151,6 @@ impl Nodes {
             addr: addr.to_string(),
             links,
             breaker: Breaker::new(self.breaker),
-            loaded: AtomicBool::new(false),
             dial,
             tasks,
             thread_tasks: Mutex::new(Vec::new()),
@@ -179,15 +176,12 @@ impl Nodes {
         self.read().nodes.clone()
     }
 
-    /// Every slot has a node, and that node is connected with the script loaded.
+    /// Every slot has a node, and that node is connected (with the function library loaded:
+    /// a link is up only then).
     pub(crate) fn ready(&self) -> bool {
         let map = self.read();
         let used = used_nodes(&map);
-        map.slots.iter().all(|&i| i != NONE)
-            && used.iter().all(|&i| {
-                let n = &map.nodes[i];
-                n.loaded.load(Ordering::Relaxed) && n.links.is_up()
-            })
+        map.slots.iter().all(|&i| i != NONE) && used.iter().all(|&i| map.nodes[i].links.is_up())
     }
 
     /// Some slot has no node, or its node is down or its breaker open.

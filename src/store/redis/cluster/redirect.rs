@@ -129,8 +129,8 @@ impl Inner {
     }
 
     /// Cluster: one script call on the primary owning `slot` (an `FCALL` on this thread's own
-    /// connection to it when up, in a batch with other requests of the slot, else an
-    /// `EVALSHA` on its shared links), through [`Inner::follow`].
+    /// connection to it when up, in a batch with other requests of the slot, else one of its
+    /// own on the node's shared links), through [`Inner::follow`].
     pub(in crate::store::redis) async fn run_slot<'k, C: std::borrow::Borrow<Check<'k>> + Sync>(
         &self,
         nodes: &Nodes,
@@ -140,7 +140,7 @@ impl Inner {
         now: When,
         timeout: Duration,
     ) -> Result<script::Reply, StoreError> {
-        let args = || script::evalsha(&self.sha, checks, scope, now.script, now.local);
+        let args = || script::fcall(checks, scope, now.script, now.local);
         let args = &args;
         let reply = self
             .follow(nodes, slot, timeout, move |node, route, left| async move {
@@ -153,7 +153,7 @@ impl Inner {
                     .filter(|_| !route.asking && !route.alone)
                 {
                     Some(link) => {
-                        let call = script::call(&self.sha, checks, scope, now.script, now.local);
+                        let call = script::call(checks, scope, now.script, now.local);
                         on_link(&link, &call, left, &mut dropped).await
                     }
                     None => None,
@@ -174,8 +174,8 @@ impl Inner {
 
 /// A slot's call on this thread's own connection to its node, its outcome as the shared
 /// links' would be (so redirections, `CLUSTERDOWN` and outages are read alike). `None`: it
-/// did not run (never written, the function library refused, `NOSCRIPT`), so a shared link
-/// sends it.
+/// did not run (never written, or the library was not on the node: the link loads it
+/// again), so a shared link sends it.
 /// `dropped`: set to the drop's id when the connection dropped under the call.
 async fn on_link(
     link: &Link,
@@ -184,7 +184,6 @@ async fn on_link(
     dropped: &mut Option<u64>,
 ) -> Option<Result<Vec<i64>, CallError>> {
     Some(match link.decide(call, timeout).await {
-        Ok(Frame::Error(e)) if e.starts_with("NOSCRIPT") => return None,
         // An error reply: `from_call` reads its code, `Redirect::of` its words.
         Ok(Frame::Error(e)) => Err(CallError::Reply(e)),
         Ok(frame) => resp::integers(frame).map_err(CallError::Unexpected),

@@ -1,7 +1,7 @@
 //! A Redis connection of sluice's own RESP client, the only one it has: a serving thread's
 //! own link for its decisions, and the store's shared links ([`LinkSet`]) for the rest.
 //!
-//! Why not fred (issue 32 removed it): fred 10.1 flushes the socket after every `EVALSHA`
+//! Why not fred (issue 32 removed it): fred 10.1 flushed the socket after every `EVALSHA`
 //! (even inside a pipeline), so each decision cost sluice a `writev` and Redis a read and an
 //! epoll wake-up (34.1 µs of sluice CPU per request against 25.2 µs on links,
 //! ARCHITECTURE.md; bench/why.md). A link queues the decisions of every request its thread
@@ -10,16 +10,17 @@
 //! its own. Replies come back in
 //! order and are matched to their callers first in, first out.
 //!
-//! Where the connection loaded the function library ([`super::library`]: Redis 7 and later,
-//! unless an ACL forbids `FUNCTION LOAD`), the decisions of one tick go as ONE command: an
-//! `FCALL` of the decision's function when there is one, of `batch` when there are several,
-//! whose reply holds one answer per decision; before it, after one `TIME`, the one-hit
-//! fixed_window takes that need no script ([`super::plain`]), one `HINCRBY` each. Elsewhere
-//! each decision is its own `EVALSHA`.
+//! A link loads the function library ([`super::library`]) when it connects, and is up only
+//! once it has (Redis 7.0+, Valkey 7.2+, an ACL allowing `FUNCTION`). The decisions of one
+//! tick go as ONE command: an `FCALL` of the decision's function when there is one, of
+//! `batch` when there are several, whose reply holds one answer per decision; before it,
+//! after one `TIME`, the one-hit fixed_window takes that need no script
+//! ([`super::plain`]), one `HINCRBY` each.
 //! On a Cluster node (`batch` off) one call may touch one slot only: the decisions of a tick
 //! leave in one write, one `FCALL` per slot.
 //!
-//! A link is "up" once connected, authenticated and named ([`super::dial`]); callers use the
+//! A link is "up" once connected, authenticated, named and the library loaded
+//! ([`super::dial`]); callers use the
 //! store's shared links ([`LinkSet`]: links too, the one client) whenever it is not, and a
 //! command that never left the queue when the connection dropped is reported
 //! [`CallError::NotSent`], so it can be sent on a shared link instead: no request fails
@@ -40,7 +41,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use self::dial::{Dial, Stream};
+use self::dial::{Dial, LoadError, Stream};
 use self::resp::{ArgumentError, Frame, Value};
 use super::library::LIBRARY;
 use super::plain::{self, Plain, PlainReply, Take};
@@ -49,6 +50,7 @@ use super::script::{Call, FastCall, ScriptId};
 use self::queue::Queued;
 use self::task::run;
 
+mod calls;
 pub(super) mod dial;
 pub(super) use self::set::LinkSet;
 mod queue;
@@ -199,16 +201,15 @@ struct Batched {
 
 #[derive(Default)]
 struct State {
+    /// Connected, with the function library loaded.
     up: bool,
-    /// The connection loaded the function library: decisions go as `FCALL`s, batched.
-    functions: bool,
     /// Encoded commands not written yet.
     out: Vec<u8>,
     /// How many of `waiting`'s last entries are for commands still in `out`.
     unsent: usize,
     /// One per command written or queued, in order: the replies arrive in this order.
     waiting: VecDeque<Waiter>,
-    /// The decisions queued for the next `FCALL` (with `functions` only).
+    /// The decisions queued for the next `FCALL`.
     queued: Queued,
     /// An `FCALL` of decisions awaits its reply: the next one waits for it, gathering every
     /// decision queued meanwhile (see [`task::serve`]).
@@ -232,13 +233,8 @@ struct State {
 const MAX_CARRY: usize = 4096;
 
 impl State {
-    /// Queues the carried mends' housekeeping first on a new connection (with the library:
-    /// without it they cannot run, and are dropped).
+    /// Queues the carried mends' housekeeping first on a new connection.
     fn send_carried(&mut self) {
-        if !self.functions {
-            self.carry.clear();
-            return;
-        }
         for take in std::mem::take(&mut self.carry) {
             Plain::encode_mend(&mut self.out, LIBRARY.mend(), &take, "forget");
             self.waiting.push_back(Waiter::Carried(take));
@@ -295,172 +291,10 @@ const WARN_EVERY: Duration = Duration::from_secs(5);
 /// How often the connection checks that replies keep coming while commands wait.
 const STALL_CHECK: Duration = Duration::from_millis(250);
 
-impl Link {
-    /// Starts connecting on the calling task's runtime, in the background; the task ends when
-    /// aborted (with the store). `batch`: the decisions of a tick may share one `FCALL` (on a
-    /// Cluster node, where one call touches one slot, only those of one slot do).
-    pub(super) fn start(dial: Dial, stall: Duration, batch: bool) -> (Link, JoinHandle<()>) {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                queued: Queued {
-                    by_slot: !batch,
-                    ..Queued::default()
-                },
-                ..State::default()
-            }),
-            wake: Notify::new(),
-            batch,
-        });
-        let task = tokio::spawn(run(shared.clone(), dial, stall));
-        (Link { shared }, task)
-    }
-
-    pub(super) fn is_up(&self) -> bool {
-        self.shared.lock().up
-    }
-
-    /// Decides `call`: with the function library, in the `FCALL` that carries every decision
-    /// of this tick; else as its `EVALSHA`. An error reply is an `Ok(Frame::Error)`.
-    pub(super) async fn decide(
-        &self,
-        call: &Call<'_>,
-        timeout: Duration,
-    ) -> Result<Frame, CallError> {
-        let rx = {
-            let mut s = self.shared.lock();
-            if !s.up {
-                return Err(CallError::NotSent);
-            }
-            if s.functions {
-                let first = s.out.is_empty() && s.queued.is_empty();
-                let (tx, rx) = Reply::new(timeout);
-                let earlier = s.arm(tx.deadline);
-                s.queued.push(call, tx).map_err(CallError::Argument)?;
-                if first || earlier {
-                    // Later decisions of this tick join the same FCALL.
-                    self.shared.wake.notify_one();
-                }
-                Some(rx)
-            } else {
-                None
-            }
-        };
-        match rx {
-            Some(rx) => wait(rx).await,
-            None => self.call("EVALSHA", &call.evalsha(), timeout).await,
-        }
-    }
-
-    /// Drops the connection (when up) and connects again.
-    pub(super) fn redial(&self) {
-        self.shared.lock().redial = true;
-        self.shared.wake.notify_one();
-    }
-
-    /// Sends `name args..` with the commands queued in this tick and waits for its reply (an
-    /// error reply is an `Ok(Frame::Error)`).
-    pub(super) async fn call(
-        &self,
-        name: &str,
-        args: &[Value],
-        timeout: Duration,
-    ) -> Result<Frame, CallError> {
-        let rx = self.enqueue(None, name, args, timeout)?;
-        wait(rx).await
-    }
-
-    /// [`Link::call`], an error reply as [`CallError::Reply`].
-    pub(super) async fn command(
-        &self,
-        name: &str,
-        args: &[Value],
-        timeout: Duration,
-    ) -> Result<Frame, CallError> {
-        match self.call(name, args, timeout).await? {
-            Frame::Error(e) => Err(CallError::Reply(e)),
-            f => Ok(f),
-        }
-    }
-
-    /// `ASKING` then `name args..`, back to back on this connection (nothing can come between
-    /// them: both are queued under one lock), the second's reply as [`Link::command`]'s: how
-    /// a Cluster slot being imported is reached.
-    pub(super) async fn command_asking(
-        &self,
-        name: &str,
-        args: &[Value],
-        timeout: Duration,
-    ) -> Result<Frame, CallError> {
-        let rx = self.enqueue(Some(b"ASKING"), name, args, timeout)?;
-        match wait(rx).await? {
-            Frame::Error(e) => Err(CallError::Reply(e)),
-            f => Ok(f),
-        }
-    }
-
-    /// Queues `[before] name args..` for this tick's write: the receiver of `name`'s reply
-    /// (`before`'s is not waited for).
-    fn enqueue(
-        &self,
-        before: Option<&[u8]>,
-        name: &str,
-        args: &[Value],
-        timeout: Duration,
-    ) -> Result<Answer, CallError> {
-        let mut s = self.shared.lock();
-        if !s.up {
-            return Err(CallError::NotSent);
-        }
-        let first = s.out.is_empty() && s.queued.is_empty();
-        let start = s.out.len();
-        if let Some(b) = before {
-            resp::encode_strs(&mut s.out, &[b]);
-        }
-        if let Err(e) = resp::encode(&mut s.out, name, args) {
-            s.out.truncate(start);
-            return Err(CallError::Argument(e));
-        }
-        if before.is_some() {
-            let (tx, _) = Reply::new(timeout);
-            s.waiting.push_back(Waiter::One(tx));
-            s.unsent += 1;
-        }
-        let (tx, rx) = Reply::new(timeout);
-        let earlier = s.arm(tx.deadline);
-        s.waiting.push_back(Waiter::One(tx));
-        s.unsent += 1;
-        if first || earlier {
-            // Later commands of this tick join the same write.
-            self.shared.wake.notify_one();
-        }
-        Ok(rx)
-    }
-
-    /// Waits until the link is up, at most `timeout`: whether it is.
-    // Connection waits are real time, kept on tokio's timers.
-    #[allow(clippy::disallowed_methods)]
-    pub(super) async fn wait_up(&self, timeout: Duration) -> bool {
-        let until = Instant::now() + timeout;
-        while !self.is_up() {
-            if Instant::now() >= until {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        true
-    }
-}
-
 /// A new id for a connection's drop (ids are unique in the process).
 fn new_drop() -> u64 {
     static DROPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     DROPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-/// The answer to a call (its deadline is kept by the connection's task, see [`Reply`]).
-async fn wait(rx: Answer) -> Result<Frame, CallError> {
-    rx.await
-        .unwrap_or_else(|_| Err(CallError::Lost("connection task ended".into(), new_drop())))
 }
 
 impl Shared {
@@ -473,7 +307,6 @@ impl Shared {
     fn close(&self, why: &str) {
         let mut s = self.lock();
         s.up = false;
-        s.functions = false;
         s.redial = false;
         s.out.clear();
         s.fcall_in_flight = false;

@@ -56,7 +56,7 @@ impl Queued {
         let (k, a) = (self.keys.len(), self.args.len());
         let parts = match call {
             Call::Fast(f) => Ok(self.encode_fast(f)),
-            Call::Whole(evalsha) => self.encode_whole(evalsha),
+            Call::Whole(args) => self.encode_whole(args),
         };
         let parts = match parts {
             Ok(p) => p,
@@ -114,19 +114,19 @@ impl Queued {
         }
     }
 
-    /// `decide.lua`'s decision from its `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`):
+    /// `decide.lua`'s decision from its `FCALL` argument list (`function numkeys KEYS.. ARGV..`):
     /// its key and argument counts, then its arguments.
     pub(super) fn encode_whole<'c>(
         &mut self,
-        evalsha: &'c [Value],
+        args: &'c [Value],
     ) -> Result<Parts<'c>, ArgumentError> {
-        let nkeys = evalsha
+        let nkeys = args
             .get(1)
             .and_then(Value::as_i64)
             .and_then(|n| usize::try_from(n).ok())
-            .filter(|n| 2 + n <= evalsha.len())
+            .filter(|n| 2 + n <= args.len())
             .ok_or_else(|| ArgumentError("decision without its key count".into()))?;
-        let (keys, argv) = evalsha[2..].split_at(nkeys);
+        let (keys, argv) = args[2..].split_at(nkeys);
         resp::bulk_int(&mut self.args, i64::from(ScriptId::Decide.code()));
         resp::bulk_int(&mut self.args, nkeys as i64);
         resp::bulk_int(&mut self.args, argv.len() as i64);

@@ -307,10 +307,10 @@ mod tests {
             Value::Bytes(Bytes::from_static(b"")),
             Value::Integer(i64::MIN),
         ];
-        encode(&mut out, "EVALSHA", &args).unwrap();
+        encode(&mut out, "FCALL", &args).unwrap();
         assert_eq!(
             out,
-            b"*6\r\n$7\r\nEVALSHA\r\n$3\r\nabc\r\n$3\r\n-42\r\n$1\r\n0\r\n$0\r\n\r\n$20\r\n-9223372036854775808\r\n"
+            b"*6\r\n$5\r\nFCALL\r\n$3\r\nabc\r\n$3\r\n-42\r\n$1\r\n0\r\n$0\r\n\r\n$20\r\n-9223372036854775808\r\n"
         );
         // A second command goes after the first: one buffer, one write.
         encode_strs(&mut out, &[b"PING"]);

@@ -1,7 +1,7 @@
 //! A store's shared links ([`LinkSet`]): `--redis-pool-size` links to one server, on the
 //! store's runtime, for everything that is not a serving thread's decision on its own link:
 //! decisions of other threads (and of a thread whose own link is down), reservation records,
-//! health probes, loading the scripts, the Cluster slot map.
+//! health probes, the Cluster slot map.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

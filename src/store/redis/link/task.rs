@@ -13,21 +13,31 @@ pub(super) async fn run(shared: Arc<Shared>, dial: Dial, stall: Duration) {
     loop {
         match dial.connect().await {
             Ok(mut stream) => {
-                let functions = match dial.load_library(&mut stream).await {
-                    Ok(f) => f,
-                    Err(e) => {
-                        tracing::debug!(target: "sluice::store::redis", error = %e, "thread connection lost while loading the functions");
+                match dial.load_library(&mut stream).await {
+                    Ok(()) => {}
+                    Err(LoadError::Refused(e)) => {
+                        // Every decision is an FCALL of the library: without it, no link is
+                        // up, the store is not ready, and decisions fail as an outage.
+                        if warned.is_none_or(|w| w.elapsed() >= WARN_EVERY) {
+                            warned = Some(crate::clock::monotonic());
+                            tracing::error!(target: "sluice::store::redis", error = %e, "redis refused sluice's function library (FUNCTION LOAD): sluice needs Redis 7.0+ or Valkey 7.2+, and an ACL allowing FUNCTION and FCALL; not ready, retrying");
+                        }
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).clamp(Duration::from_millis(20), MAX_RETRY);
                         continue;
                     }
-                };
+                    Err(LoadError::Failed(e)) => {
+                        tracing::debug!(target: "sluice::store::redis", error = %e, "connection lost while loading the function library");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).clamp(Duration::from_millis(20), MAX_RETRY);
+                        continue;
+                    }
+                }
                 delay = Duration::ZERO;
                 warned = None;
                 {
                     let mut s = shared.lock();
                     s.up = true;
-                    s.functions = functions;
                     s.redial = false;
                     s.send_carried();
                 }
@@ -166,17 +176,13 @@ pub(super) async fn serve(shared: &Shared, mut stream: Stream, stall: Duration) 
 /// Whether Redis refused the `FCALL` itself, so that it ran nothing and its decisions may go
 /// elsewhere (a shared link), and sets the connection right: the library is not on the server
 /// (`FUNCTION FLUSH`, a server restarted with an old dataset): reconnect, which loads it
-/// again; an ACL allows `FUNCTION LOAD` but not `FCALL`: decide by `EVALSHA` on this
-/// connection from now on. Each `FCALL` written meanwhile (one with `batch`, several on a
-/// Cluster node) is refused alike, and so sent elsewhere: none of them ran.
+/// again. Each `FCALL` written meanwhile (one with `batch`, several on a Cluster node) is
+/// refused alike, and so sent elsewhere: none of them ran. Any other error reply (an ACL
+/// refusing `FCALL` itself, `NOPERM`) is the decisions' answer.
 pub(super) fn fcall_refused(s: &mut State, f: &Frame) -> bool {
     let Frame::Error(e) = f else { return false };
     if e.contains("Function not found") {
         s.redial = true;
-        true
-    } else if e.starts_with("NOPERM") {
-        tracing::warn!(target: "sluice::store::redis", error = %e, "redis refused FCALL: this connection decides by EVALSHA");
-        s.functions = false;
         true
     } else {
         false

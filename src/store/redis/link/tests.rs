@@ -219,7 +219,6 @@ fn a_take_of_a_key_charged_in_this_window_goes_plain_after_one_time() {
     // `b`'s settle (the key's expiry) goes on the next connection, before anything else;
     // `a`'s give-back does not (its hit stays counted).
     let mut s = shared.lock();
-    s.functions = true;
     s.send_carried();
     assert_eq!(
         commands(&s.out),

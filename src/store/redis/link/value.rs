@@ -84,8 +84,8 @@ impl From<Vec<u8>> for Value {
     }
 }
 
-/// The lowercase hex SHA-1 of `text`: how `EVALSHA` names a script (ring's, the crypto
-/// crate already in the graph).
+/// The lowercase hex SHA-1 of `text`: what names the function library after its source
+/// ([`crate::store::redis::library`]; ring's, the crypto crate already in the graph).
 pub fn sha1_hex(text: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, text.as_bytes());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
@@ -105,7 +105,7 @@ mod tests {
         assert_eq!(Value::from("ab").as_bytes(), Some(&b"ab"[..]));
         assert_eq!(Value::Integer(-7).as_str().as_deref(), Some("-7"));
         assert_eq!(Value::Null.kind(), "null");
-        // `SCRIPT LOAD "return 1"` answers this name.
+        // The SHA-1 Redis names `return 1` by.
         assert_eq!(
             sha1_hex("return 1"),
             "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"

@@ -1,10 +1,11 @@
 //! A call's arguments: `KEYS` and `ARGV` of a fast path, the short layout or the long one.
 
 use super::*;
+use crate::store::redis::library::LIBRARY;
 
 /// A fast path's decision before it is encoded: its script, its one key and its `ARGV`
 /// (`now`, `None` for the Redis clock, then [`FastCall::ints`]). A thread's own connection
-/// writes it straight into its buffer; [`FastCall::evalsha`] lists it for `EVALSHA`.
+/// writes it straight into its buffer; [`FastCall::fcall`] lists it for a lone `FCALL`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FastCall<'k> {
     pub id: ScriptId,
@@ -21,10 +22,10 @@ impl<'k> FastCall<'k> {
         &self.ints[..self.n]
     }
 
-    /// Its `EVALSHA` argument list (`sha 1 key now ints..`).
-    pub fn evalsha(&self) -> Vec<Value> {
+    /// Its `FCALL` argument list (`function 1 key now ints..`).
+    pub fn fcall(&self) -> Vec<Value> {
         let mut args = Vec::with_capacity(4 + self.n);
-        args.push(Value::clone(self.id.sha()));
+        args.push(Value::from(LIBRARY.function(self.id)));
         args.push(Value::Integer(1));
         args.push(Value::Bytes(Bytes::copy_from_slice(self.key)));
         args.push(self.now.map_or(EMPTY, Value::Integer));
@@ -64,7 +65,7 @@ pub fn fast_call<'k, C: Borrow<Check<'k>>>(
 }
 
 /// One call over a request's checks, before it is encoded: a fast path's values (which a
-/// thread's own connection writes straight into its buffer), or `batch.lua`'s `EVALSHA`
+/// thread's own connection writes straight into its buffer), or `batch.lua`'s `FCALL`
 /// arguments.
 pub enum Call<'k> {
     Fast(FastCall<'k>),
@@ -80,18 +81,17 @@ impl Call<'_> {
         }
     }
 
-    /// Its `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`).
-    pub fn evalsha(&self) -> std::borrow::Cow<'_, [Value]> {
+    /// Its `FCALL` argument list (`function numkeys KEYS.. ARGV..`).
+    pub fn fcall(&self) -> std::borrow::Cow<'_, [Value]> {
         match self {
-            Call::Fast(f) => f.evalsha().into(),
+            Call::Fast(f) => f.fcall().into(),
             Call::Whole(args) => args.as_slice().into(),
         }
     }
 }
 
-/// The call over `checks` (see [`evalsha`]).
+/// The call over `checks` (see [`fcall`]).
 pub fn call<'k, C: Borrow<Check<'k>>>(
-    sha: &Value,
     checks: &[C],
     scope: Scope<'k>,
     now: Option<Micros>,
@@ -99,30 +99,30 @@ pub fn call<'k, C: Borrow<Check<'k>>>(
 ) -> Call<'k> {
     match fast_call(checks, scope, now) {
         Some(f) => Call::Fast(f),
-        // `evalsha` asks `fast_path` again: a few compares, not worth a second entry point.
-        None => Call::Whole(evalsha(sha, checks, scope, now, local)),
+        // `fcall` asks `fast_path` again: a few compares, not worth a second entry point.
+        None => Call::Whole(fcall(checks, scope, now, local)),
     }
 }
 
-/// The whole `EVALSHA` argument list (`sha numkeys KEYS.. ARGV..`) built in one allocation.
-/// `sha` names `batch.lua`; a fast path names its own. Both scripts answer in the layout
-/// [`decode`] reads.
-pub fn evalsha<'k, C: Borrow<Check<'k>>>(
-    sha: &Value,
+/// The whole `FCALL` argument list (`function numkeys KEYS.. ARGV..`) built in one
+/// allocation: the library's function of `batch.lua` (`decide`), or of the fast path the
+/// checks take. Both answer in the layout [`decode`] reads.
+pub fn fcall<'k, C: Borrow<Check<'k>>>(
     checks: &[C],
     scope: Scope<'k>,
     now: Option<Micros>,
     local: Micros,
 ) -> Vec<Value> {
     if let Some(fast) = fast_call(checks, scope, now) {
-        return fast.evalsha();
+        return fast.fcall();
     }
+    let decide = Value::from(LIBRARY.function(ScriptId::Decide));
     if short_layout(checks, scope) {
-        return short_evalsha(sha, checks, now);
+        return short_fcall(decide, checks, now);
     }
     let keys = keys_of(checks, scope);
     let mut args = Vec::with_capacity(2 + keys.len() + 3 + checks.len() * FIELDS);
-    args.push(sha.clone());
+    args.push(decide);
     args.push(Value::Integer(keys.len() as i64));
     args.extend(keys.iter().map(|k| Value::Bytes(Bytes::copy_from_slice(k))));
     push_argv(&mut args, &keys, checks, scope, now, local);
@@ -130,15 +130,15 @@ pub fn evalsha<'k, C: Borrow<Check<'k>>>(
 }
 
 /// `batch.lua`'s short layout (see [`short_layout`] and the script's header).
-pub(super) fn short_evalsha<'k, C: Borrow<Check<'k>>>(
-    sha: &Value,
+pub(super) fn short_fcall<'k, C: Borrow<Check<'k>>>(
+    decide: Value,
     checks: &[C],
     now: Option<Micros>,
 ) -> Vec<Value> {
     let int = Value::Integer;
     let n = checks.len();
     let mut args = Vec::with_capacity(2 + n + 4 + 4 * n);
-    args.push(sha.clone());
+    args.push(decide);
     args.push(int(n as i64));
     args.extend(
         checks

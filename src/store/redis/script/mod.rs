@@ -15,11 +15,10 @@
 //! [`flag`] bits, in every layout: a new option is a new bit, and no argument moves.
 
 use std::borrow::Borrow;
-use std::sync::LazyLock;
 
 use bytes::Bytes;
 
-use crate::store::redis::resp::{sha1_hex, Value};
+use crate::store::redis::resp::Value;
 
 use crate::algorithm::{Algorithm, Limit};
 use crate::model::Micros;
@@ -40,7 +39,7 @@ macro_rules! common_lua {
 }
 
 /// `batch.lua`'s script: every algorithm's file (each `src/algorithm/<name>.rs`'s port and its
-/// lone entry point), then the batch policy; its SHA-1 names it in `EVALSHA`.
+/// lone entry point), then the batch policy: what the function library is built of.
 pub const LUA: &str = common_lua!(
     "../lua/fixed_window.lua",
     "../lua/sliding_window.lua",
@@ -51,18 +50,10 @@ pub const LUA: &str = common_lua!(
     "../lua/batch.lua"
 );
 
-/// The lone entry points' scripts: each its algorithm's file, whose entry point
-/// `NAME(key, now, ARGV[2..6])` answers flags, remaining and reset (fixed_window; sliding_log;
-/// token_bucket, leaky_bucket and gcra, one meter; sliding_window), after the common files.
-const FIXED_WINDOW_FN: &str = common_lua!("../lua/fixed_window.lua");
-const SLIDING_LOG_FN: &str = common_lua!("../lua/sliding_log.lua");
-const BUCKET_FN: &str = common_lua!("../lua/bucket.lua");
-const SLIDING_WINDOW_FN: &str = common_lua!("../lua/sliding_window.lua");
-
 /// A fast path's per-call part, the same for all: `now` from `ARGV[1]` ('' reads the Redis
 /// clock), then its function on `KEYS[1]` and `ARGV[2..6]`, answered as
-/// `{ now, flags, remaining, reset }`. It ends the fast path's script, and the function
-/// library (`library.rs`) wraps it as the fast path's own function.
+/// `{ now, flags, remaining, reset }`: the function library (`library.rs`) wraps it as the
+/// fast path's own function.
 pub fn fast_main(name: &str) -> String {
     format!(
         "local now = tonumber(ARGV[1])\n\
@@ -70,30 +61,6 @@ pub fn fast_main(name: &str) -> String {
          now = tonumber(t[1]) * 1000000 + tonumber(t[2])\nend\n\
          return {{ now, {name}(KEYS[1], now, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) }}\n"
     )
-}
-
-/// Each script's source (indexed by [`ScriptId::code`] - 1) and its SHA-1, made once.
-static SOURCES: LazyLock<Vec<(String, Value)>> = LazyLock::new(|| {
-    ScriptId::ALL
-        .iter()
-        .map(|id| {
-            let source = match id.argc() {
-                None => LUA.to_string(),
-                Some(_) => format!(
-                    "{}\n-- sluice:main\n{}",
-                    id.definitions(),
-                    fast_main(id.name())
-                ),
-            };
-            let sha = Value::from(sha1_hex(&source));
-            (source, sha)
-        })
-        .collect()
-});
-
-/// Every script a decision may call: each is loaded (`SCRIPT LOAD`) wherever one is.
-pub fn scripts() -> impl Iterator<Item = &'static str> {
-    ScriptId::ALL.iter().map(|id| id.lua())
 }
 
 /// Which script a call runs: its code in the function library's `batch`, its function's
@@ -134,28 +101,6 @@ impl ScriptId {
             ScriptId::SlidingLog => "sliding_log",
             ScriptId::Bucket => "bucket",
             ScriptId::SlidingWindow => "sliding_window",
-        }
-    }
-
-    /// The script `EVALSHA` runs.
-    pub fn lua(self) -> &'static str {
-        &SOURCES[usize::from(self.code()) - 1].0
-    }
-
-    /// Its SHA-1, which names it in `EVALSHA`.
-    pub fn sha(self) -> &'static Value {
-        &SOURCES[usize::from(self.code()) - 1].1
-    }
-
-    /// Its file: for a fast path, the definitions its script and the library share (the
-    /// script adds [`fast_main`]).
-    pub fn definitions(self) -> &'static str {
-        match self {
-            ScriptId::Decide => LUA,
-            ScriptId::FixedWindow => FIXED_WINDOW_FN,
-            ScriptId::SlidingLog => SLIDING_LOG_FN,
-            ScriptId::Bucket => BUCKET_FN,
-            ScriptId::SlidingWindow => SLIDING_WINDOW_FN,
         }
     }
 
@@ -351,14 +296,9 @@ fn short_layout<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> boo
         })
 }
 
-/// The script a call over `checks` runs (what [`evalsha`] names).
+/// The script a call over `checks` runs (whose function [`fcall`] names).
 pub fn script_of<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> ScriptId {
     fast_path(checks, scope).map_or(ScriptId::Decide, |(_, id)| id)
-}
-
-/// The source of the script a call over `checks` runs.
-pub fn lua_for<'k, C: Borrow<Check<'k>>>(checks: &[C], scope: Scope<'_>) -> &'static str {
-    script_of(checks, scope).lua()
 }
 
 mod call;

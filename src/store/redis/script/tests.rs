@@ -1,5 +1,6 @@
 use super::*;
 use crate::algorithm::Ask;
+use crate::store::redis::library::LIBRARY;
 
 #[test]
 fn repeated_keys_share_an_index_and_fields_line_up() {
@@ -49,10 +50,11 @@ fn plain_fixed_window_takes_of_distinct_keys_take_the_short_layout() {
         on_error: None,
     };
     let (a, b) = (mk(b"a", &l, 0), mk(b"b", &l, 1));
-    let sha = Value::from("decide");
-    let args = evalsha(&sha, &[&a, &b], Scope::All, None, 5);
+    let decide = Value::from(LIBRARY.function(ScriptId::Decide));
+    let args = fcall(&[&a, &b], Scope::All, None, 5);
+    assert_eq!(args[0], decide);
     let s = |v: &Value| v.as_str().map(|s| s.to_string()).unwrap_or_default();
-    // sha, 2 keys, 'fixed', now, n, groups, then limit, window, hits, algorithm each.
+    // function, 2 keys, 'fixed', now, n, groups, then limit, window, hits, algorithm each.
     assert_eq!(args.len(), 2 + 2 + 4 + 4 * 2);
     assert_eq!((s(&args[2]), s(&args[3])), ("a".into(), "b".into()));
     assert_eq!(s(&args[4]), "fixed");
@@ -67,20 +69,17 @@ fn plain_fixed_window_takes_of_distinct_keys_take_the_short_layout() {
     );
     // Groups not in check order are spelled out.
     let (c, d) = (mk(b"c", &l, 0), mk(b"d", &l, 0));
-    assert_eq!(
-        s(&evalsha(&sha, &[&a, &c, &d], Scope::All, None, 5)[8]),
-        "0 0 0"
-    );
+    assert_eq!(s(&fcall(&[&a, &c, &d], Scope::All, None, 5)[8]), "0 0 0");
     // Anything else keeps the long layout.
     let long = |checks: &[&Check<'_>], scope| {
-        let args = evalsha(&sha, checks, scope, None, 5);
+        let args = fcall(checks, scope, None, 5);
         s(&args[2 + args[1].as_i64().unwrap() as usize])
     };
     assert_eq!(long(&[&a, &a], Scope::All), "all");
     assert_eq!(long(&[&a, &b], Scope::Part), "part");
     assert_eq!(long(&[&a, &mk(b"c", &cal, 1)], Scope::All), "all");
     // One sliding_log beside fixed windows is short; two are not.
-    let log_args = evalsha(&sha, &[&a, &mk(b"c", &log, 1)], Scope::All, None, 5);
+    let log_args = fcall(&[&a, &mk(b"c", &log, 1)], Scope::All, None, 5);
     assert_eq!(s(&log_args[4]), "fixed");
     assert_eq!(log_args[15].as_i64(), Some(3));
     let two_logs = [&a, &mk(b"c", &log, 1), &mk(b"d", &log, 2)];
@@ -200,24 +199,27 @@ fn only_a_lone_epoch_aligned_window_a_sliding_log_or_a_bucket_takes_a_fast_path(
     assert!(fast_path(&[&one, &one], Scope::All).is_none());
     assert!(fast_path(&[&cal], Scope::All).is_none());
     assert!(fast_path(&[&other], Scope::All).is_none());
-    assert_eq!(lua_for(&[&log], Scope::All), ScriptId::SlidingLog.lua());
+    let function = |id| Value::from(LIBRARY.function(id));
+    assert_eq!(script_of(&[&log], Scope::All), ScriptId::SlidingLog);
     assert_eq!(
-        evalsha(&Value::Null, &[&log], Scope::All, None, 5)[0],
-        *ScriptId::SlidingLog.sha()
+        fcall(&[&log], Scope::All, None, 5)[0],
+        function(ScriptId::SlidingLog)
     );
-    assert_eq!(lua_for(&[&log, &log], Scope::All), LUA);
-    let sha = Value::from("decide");
-    let args = evalsha(&sha, &[&one], Scope::All, None, 5);
-    assert_eq!(args[0], *ScriptId::FixedWindow.sha());
+    assert_eq!(script_of(&[&log, &log], Scope::All), ScriptId::Decide);
+    let args = fcall(&[&one], Scope::All, None, 5);
+    assert_eq!(args[0], function(ScriptId::FixedWindow));
     let ints: Vec<Option<i64>> = args.iter().map(|v| v.as_i64()).collect();
     // numkeys, key, now ('' = Redis clock), limit, window, hits, flags (REFUND | ALWAYS)
     assert_eq!(ints[1], Some(1));
     assert_eq!(args[3], EMPTY);
     assert_eq!(&ints[4..], [Some(10), Some(60_000_000), Some(3), Some(3)]);
-    assert_eq!(evalsha(&sha, &[&other], Scope::All, None, 5)[0], sha);
+    assert_eq!(
+        fcall(&[&other], Scope::All, None, 5)[0],
+        function(ScriptId::Decide)
+    );
     // A bucket's fast path also takes its burst.
-    let args = evalsha(&sha, &[&bucket], Scope::All, None, 5);
-    assert_eq!(args[0], *ScriptId::Bucket.sha());
+    let args = fcall(&[&bucket], Scope::All, None, 5);
+    assert_eq!(args[0], function(ScriptId::Bucket));
     assert_eq!(script_of(&[&bucket], Scope::All), ScriptId::Bucket);
     let ints: Vec<Option<i64>> = args.iter().map(|v| v.as_i64()).collect();
     assert_eq!(

@@ -94,11 +94,6 @@ async fn serving_threads_decide_on_their_own_connections_and_each_reply_reaches_
         (1..400).contains(&calls),
         "{calls} round trips for 400 requests"
     );
-    assert_eq!(
-        redis.command_calls("evalsha"),
-        0,
-        "all on the threads' own connections"
-    );
     // The decisions went over the threads' own connections (their last command).
     let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
     assert!(
@@ -226,22 +221,46 @@ async fn own_connections_follow_a_sentinel_failover() {
 }
 
 /// Where the function library cannot be loaded (here an ACL refuses `FUNCTION`; likewise a
-/// Redis before 7), the threads' own connections decide with one `EVALSHA` per request, as
-/// before: nothing fails.
+/// Redis before 7.0 or a Valkey before 7.2): every decision is an `FCALL` of it, so no
+/// connection is up, the store is not ready, the log names the refused permission, and
+/// requests fail as a store outage (`--on-store-error`, here UNAVAILABLE).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_functions_the_own_connections_decide_by_evalsha() {
+async fn without_function_permission_the_store_is_not_ready_and_says_why() {
     let redis = RedisNode::start();
     redis.cli(&["ACL", "SETUSER", "default", "-function"]);
-    let (server, _dir) = serve(&redis.url(), &[]).await;
-    wait_until("both threads' own connections", || {
-        own_connections(&redis.cli(&["CLIENT", "LIST"])).len() == 2
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n",
+    )
+    .unwrap();
+    let url = redis.url();
+    let flags = [
+        "--backend",
+        "redis",
+        "--redis-url",
+        &url,
+        "--grpc-threads",
+        "2",
+    ];
+    let bin = crate::support::process::Binary::start(&config, &flags);
+    wait_until("the refusal logged, naming the permission", || {
+        bin.log.lock().unwrap().iter().any(|l| {
+            l.contains("function library") && l.contains("function|load") && l.contains("7.0")
+        })
     });
-    burst(server.grpc_addr, 200, "evalsha").await.unwrap();
+    assert_ne!(health(bin.grpc_addr).await, ServingStatus::Serving as i32);
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", bin.grpc_addr))
+        .await
+        .unwrap();
+    let status = client
+        .should_rate_limit(req_k(&["nofunction"]).to_proto())
+        .await
+        .expect_err("no decision without the library");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert_eq!(redis.command_calls("fcall"), 0);
-    let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
-    assert!(own.iter().any(|l| l.contains(" cmd=evalsha ")), "{own:?}");
-    server.shutdown();
-    server.wait().await.unwrap();
+    assert_eq!(redis.cli(&["DBSIZE"]), "0");
 }
 
 /// While a stalled Redis holds a thread's `FCALL`, the decisions queued behind it wait; one
@@ -289,37 +308,24 @@ fn a_decision_given_up_before_it_left_is_never_sent() {
     assert!(!exists(&b), "a decision nobody waited for was sent");
 }
 
-/// An ACL that lets `FUNCTION LOAD` through but refuses `FCALL`: the refused call ran
-/// nothing, so its decisions go on the pool, and the connection decides by `EVALSHA` from
-/// then on. Nothing fails.
+/// An ACL that lets `FUNCTION LOAD` through but refuses `FCALL`: the library loads, but
+/// every decision is refused, so requests fail as a store outage (`--on-store-error`, here
+/// UNAVAILABLE): there is no other way to decide. Nothing is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_fcall_refused_the_own_connections_fall_back_to_evalsha() {
+async fn with_fcall_refused_decisions_fail() {
     let redis = RedisNode::start();
     redis.cli(&["ACL", "SETUSER", "default", "-fcall"]);
     let (server, _dir) = serve(&redis.url(), &[]).await;
-    wait_until("both threads' own connections", || {
-        own_connections(&redis.cli(&["CLIENT", "LIST"])).len() == 2
-    });
-    // SO_REUSEPORT spreads the burst's connections over the threads by hash, so a round may
-    // miss a thread: bursts go on (each answered in full) until both connections have
-    // decided by EVALSHA since their refused FCALL.
-    let mut round = 0;
-    wait_until_async("both own connections to decide by EVALSHA", || {
-        round += 1;
-        let tag = format!("nofcall{round}");
-        let (addr, redis) = (server.grpc_addr, &redis);
-        async move {
-            burst(addr, 200, &tag).await.unwrap();
-            let own = own_connections(&redis.cli(&["CLIENT", "LIST"]));
-            own.iter().all(|l| l.contains(" cmd=evalsha "))
-        }
-    })
-    .await;
+    let err = burst(server.grpc_addr, 20, "nofcall").await.unwrap_err();
+    assert!(err.starts_with("20 of 20 failed"), "{err}");
+    assert!(err.contains("unavailable"), "{err}");
+    assert!(err.contains("NOPERM") && err.contains("'fcall'"), "{err}");
     assert_eq!(
         redis.command_calls("fcall"),
         0,
         "refused calls are not counted"
     );
+    assert_eq!(redis.cli(&["DBSIZE"]), "0");
     server.shutdown();
     server.wait().await.unwrap();
 }

@@ -4,7 +4,7 @@
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_of_five_descriptors_is_one_evalsha() {
+async fn a_request_of_five_descriptors_is_one_fcall() {
     let redis = RedisNode::start();
     let store = connected(options(&redis.url(), ClockSource::Redis)).await;
     let limit = Limit::fixed_window(3, 3_600 * SEC).unwrap();
@@ -14,7 +14,7 @@ async fn a_request_of_five_descriptors_is_one_evalsha() {
     let checks: Vec<Check<'_>> = (0..5u32)
         .map(|i| take(&keys[i as usize], &limit, 1, i))
         .collect();
-    // Warm up: the script is loaded by then whatever the order of events.
+    // Warm up: a shared link is up by then whatever the order of events.
     store
         .decide_checks(&checks, 0, Deadline::NONE)
         .await
@@ -155,7 +155,7 @@ async fn the_redis_clock_decides_by_default() {
 // ---------------------------------------------------------------------------------------------
 
 /// Every script sets a key's expiry to when its state stops counting plus the grace
-/// (`expiry.lua`), by `EVALSHA` and in the library's batch alike: a key gone early would
+/// (`expiry.lua`), in a shared link's lone `FCALL` and in the library's batch alike: a key gone early would
 /// grant quota, one kept long holds memory. fixed_window.lua, sliding_log.lua, batch.lua's
 /// short layout and its general path.
 #[test]
@@ -172,7 +172,7 @@ fn every_script_expires_a_key_when_its_state_stops_counting() {
     let log_ms = w / 1_000 + grace_ms;
     let fixed = Limit::fixed_window(100, w).unwrap();
     let log = Limit::new(Algorithm::SlidingLog, 100, w).unwrap();
-    for (name, store) in [("evalsha", &pooled), ("batch", &batched)] {
+    for (name, store) in [("pooled", &pooled), ("batch", &batched)] {
         let k = |v: &str, l: &Limit| key_of(&format!("{name}:"), v, l);
         let (a, b, c) = (k("a", &fixed), k("b", &fixed), k("c", &fixed));
         let (d, e, f) = (k("d", &fixed), k("e", &log), k("f", &log));

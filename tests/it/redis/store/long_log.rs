@@ -1,7 +1,7 @@
 //! A sliding_log of thousands of entries beside fixed windows of one descriptor (issue 32,
 //! item 6): `batch.lua` decides it from counts and ranks of the sorted set, never reading the
 //! whole log, and the verdicts are still exactly the in-memory policy's, on the shared pool's
-//! `EVALSHA` and on a serving thread's function library alike: takes of thousands of hits at a
+//! lone `FCALL`s and in a serving thread's batches alike: takes of thousands of hits at a
 //! time, single hits, refunds and charge-always checks (the general path), time moving on so
 //! that much of the log expires, and now and then stepping back.
 
@@ -70,7 +70,7 @@ fn run(rt: &tokio::runtime::Runtime, store: &RedisStore, redis: &RedisNode, pref
 }
 
 #[test]
-fn a_long_log_beside_fixed_windows_decides_as_rust_on_evalsha() {
+fn a_long_log_beside_fixed_windows_decides_as_rust_on_the_shared_pool() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let redis = RedisNode::start();
     let store = rt.block_on(connected(options(&redis.url(), ClockSource::Local)));

@@ -1,6 +1,6 @@
 //! The Redis store against a real single `redis-server` (started per test on a free loopback
 //! port): parity of the Lua script with the in-memory policy, one round trip per request,
-//! exact limits across instances, the failure policy, the circuit breaker, recovery, NOSCRIPT,
+//! exact limits across instances, the failure policy, the circuit breaker, recovery, a lost function library,
 //! the command timeout, and the `--backend redis` wiring of the server.
 //!
 //! Each test owns its Redis, so they may run in parallel.
@@ -9,7 +9,7 @@
 //! exactness across instances, the clock), `plain` (fixed_window takes with no script:
 //! exact across window edges, settled, given back, mended), `long_log` (a sliding_log of
 //! thousands of entries beside fixed windows, exact and O(log n)), `failures` (the failure policy,
-//! the breaker, NOSCRIPT, stalls), `server` (`--backend redis` end to end).
+//! the breaker, a lost library, stalls), `server` (`--backend redis` end to end).
 
 mod clocks;
 mod decisions;

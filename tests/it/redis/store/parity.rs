@@ -382,7 +382,7 @@ fn runner(name: &'static str) -> TestRunner {
     })
 }
 
-/// Each request as one `EVALSHA` on the shared pool.
+/// Each request as one `FCALL` of its own on the shared pool.
 #[test]
 fn lua_script_matches_the_in_memory_policy() {
     let rt = tokio::runtime::Runtime::new().unwrap();

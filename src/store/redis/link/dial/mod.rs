@@ -12,7 +12,9 @@ use tokio::net::TcpStream;
 use super::resp::{self, Frame};
 use crate::secret::Secret;
 use crate::store::redis::connect::{self, Config, ConnectOptions, RedisSettingsError, Server};
-use crate::store::redis::library::LIBRARY;
+
+mod library;
+pub(in crate::store::redis) use self::library::LoadError;
 
 /// A byte stream to Redis, plain or TLS.
 pub(in crate::store::redis) trait Io:
@@ -245,88 +247,6 @@ impl Dial {
     }
 }
 
-impl Dial {
-    /// `FUNCTION LOAD` of the decision library ([`crate::store::redis::library`]) unless the server has it
-    /// already: whether this connection decides with `FCALL`s. A server without functions
-    /// (before Redis 7) or an ACL that refuses `FUNCTION LOAD` is no error: the connection
-    /// decides with `EVALSHA`, as before. `Err`: the connection failed.
-    pub(in crate::store::redis) async fn load_library(
-        &self,
-        s: &mut Stream,
-    ) -> Result<bool, String> {
-        let mut out = Vec::new();
-        resp::encode_strs(&mut out, &[b"FUNCTION", b"LOAD", LIBRARY.source.as_bytes()]);
-        let replies = tokio::time::timeout(self.timeout, exchange(s, &out, 1))
-            .await
-            .map_err(|_| format!("FUNCTION LOAD: no reply within {:?}", self.timeout))??;
-        match &replies[0] {
-            Frame::Error(e) if e.contains("already exists") => Ok(true),
-            Frame::Error(e) => {
-                static WARNED: std::sync::Once = std::sync::Once::new();
-                WARNED.call_once(|| {
-                    tracing::warn!(target: "sluice::store::redis", error = %e, "redis refused the function library: decisions go as one EVALSHA each (more Redis CPU per decision)");
-                });
-                Ok(false)
-            }
-            _ => {
-                self.delete_other_libraries(s).await?;
-                Ok(true)
-            }
-        }
-    }
-
-    /// Deletes every `sluice_*` function library but this build's. A refusal (an ACL without
-    /// `FUNCTION DELETE`) leaves them, as before; a reply that does not come fails the
-    /// connection, since a late one would be read as the reply to its first decision.
-    async fn delete_other_libraries(&self, s: &mut Stream) -> Result<(), String> {
-        let mut out = Vec::new();
-        resp::encode_strs(
-            &mut out,
-            &[b"FUNCTION", b"LIST", b"LIBRARYNAME", b"sluice_*"],
-        );
-        let replies = tokio::time::timeout(self.timeout, exchange(s, &out, 1))
-            .await
-            .map_err(|_| format!("FUNCTION LIST: no reply within {:?}", self.timeout))??;
-        let others: Vec<Vec<u8>> = library_names(&replies[0])
-            .into_iter()
-            .filter(|n| n.starts_with(b"sluice_") && n != LIBRARY.name.as_bytes())
-            .collect();
-        if others.is_empty() {
-            return Ok(());
-        }
-        let mut out = Vec::new();
-        for name in &others {
-            resp::encode_strs(&mut out, &[b"FUNCTION", b"DELETE", name]);
-        }
-        tokio::time::timeout(self.timeout, exchange(s, &out, others.len()))
-            .await
-            .map_err(|_| format!("FUNCTION DELETE: no reply within {:?}", self.timeout))??;
-        Ok(())
-    }
-}
-
-/// The library names in a `FUNCTION LIST` reply (each library a flat array of name/value
-/// pairs in RESP2).
-fn library_names(reply: &Frame) -> Vec<Vec<u8>> {
-    let Frame::Array(Some(libraries)) = reply else {
-        return Vec::new();
-    };
-    libraries
-        .iter()
-        .filter_map(|lib| {
-            let Frame::Array(Some(fields)) = lib else {
-                return None;
-            };
-            fields.chunks_exact(2).find_map(|kv| match kv {
-                [Frame::Bulk(Some(k)), Frame::Bulk(Some(v))] if k == b"library_name" => {
-                    Some(v.clone())
-                }
-                _ => None,
-            })
-        })
-        .collect()
-}
-
 fn auth(out: &mut Vec<u8>, username: Option<&str>, password: &Secret) {
     match username {
         Some(u) => resp::encode_strs(out, &[b"AUTH", u.as_bytes(), password.expose().as_bytes()]),
@@ -367,101 +287,4 @@ async fn exchange(s: &mut Stream, out: &[u8], n: usize) -> Result<Vec<Frame>, St
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::net::TcpListener;
-
-    type Seen = tokio::task::JoinHandle<Vec<String>>;
-
-    /// A fake server for one connection: answers each command with `answer(its words)`;
-    /// returns its port and the commands it saw (words joined by spaces) once closed.
-    async fn fake(answer: impl Fn(&[String]) -> Vec<u8> + Send + 'static) -> (u16, Seen) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let (mut buf, mut seen) = (Vec::new(), Vec::new());
-            loop {
-                match resp::parse(&buf).unwrap() {
-                    Some((Frame::Array(Some(words)), used)) => {
-                        buf.drain(..used);
-                        let words: Vec<String> = words
-                            .iter()
-                            .map(|w| match w {
-                                Frame::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
-                                _ => String::new(),
-                            })
-                            .collect();
-                        s.write_all(&answer(&words)).await.unwrap();
-                        seen.push(words.join(" "));
-                    }
-                    Some(_) => panic!("not a command"),
-                    None => {
-                        if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
-                            return seen;
-                        }
-                    }
-                }
-            }
-        });
-        (port, task)
-    }
-
-    /// A server whose `ROLE` answers `role`, and `+OK` to the rest.
-    fn server(role: &'static str) -> impl Fn(&[String]) -> Vec<u8> + Send + 'static {
-        move |w| match w[0].as_str() {
-            "ROLE" => format!("*3\r\n${}\r\n{role}\r\n:0\r\n*0\r\n", role.len()).into_bytes(),
-            _ => b"+OK\r\n".to_vec(),
-        }
-    }
-
-    /// A sentinel naming the primary at `port` (`None`: no such service).
-    fn sentinel(port: Option<u16>) -> impl Fn(&[String]) -> Vec<u8> + Send + 'static {
-        move |w| match (w[0].as_str(), port) {
-            ("SENTINEL", Some(p)) => {
-                let p = p.to_string();
-                format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{p}\r\n", p.len()).into_bytes()
-            }
-            ("SENTINEL", None) => b"*-1\r\n".to_vec(),
-            _ => b"+OK\r\n".to_vec(),
-        }
-    }
-
-    fn dial(sentinel: u16, query: &str) -> Dial {
-        let url =
-            format!("redis-sentinel://u:pw@127.0.0.1:{sentinel}/2?sentinelServiceName=m{query}");
-        Dial::new(&ConnectOptions::for_url(url)).unwrap().unwrap()
-    }
-
-    #[tokio::test]
-    async fn the_sentinel_names_the_primary_which_must_say_it_is_one() {
-        let (p, primary_seen) = fake(server("master")).await;
-        let (s, sentinel_seen) = fake(sentinel(Some(p))).await;
-        let stream = dial(s, "&sentinelPassword=spw").connect().await.unwrap();
-        drop(stream);
-        assert_eq!(
-            sentinel_seen.await.unwrap(),
-            ["AUTH spw", "SENTINEL get-master-addr-by-name m"]
-        );
-        assert_eq!(
-            primary_seen.await.unwrap(),
-            [
-                "AUTH u pw",
-                "SELECT 2",
-                "CLIENT SETNAME sluice-thread",
-                "ROLE"
-            ]
-        );
-    }
-
-    #[tokio::test]
-    async fn a_replica_or_an_unknown_service_is_refused() {
-        let (s, _) = fake(sentinel(None)).await;
-        let e = dial(s, "").connect().await.err().unwrap();
-        assert!(e.contains("no primary named m"), "{e}");
-        let (r, _) = fake(server("slave")).await;
-        let (s, _) = fake(sentinel(Some(r))).await;
-        let e = dial(s, "").connect().await.err().unwrap();
-        assert!(e.contains("not a primary"), "{e}");
-    }
-}
+mod tests;
