@@ -1,11 +1,8 @@
-//! The Redis store: every decision is one Lua function (`decide`, or the fast path of a lone
-//! check's algorithm) of sluice's Redis Function library ([`library`]) run atomically by
-//! Redis itself, so a request's checks are checked and charged at once, shared by any number
-//! of sluice instances. Every connection loads the library when it opens, so Redis 7.0+ or
-//! Valkey 7.2+ is required (and an ACL allowing `FUNCTION LOAD` and `FCALL`): one copy of
-//! the scripts, and no second way to call them. On a serving thread's own connection the
-//! decisions of several requests share one `FCALL` (on a Cluster node, those of one hash
-//! slot); on a shared link each request is one `FCALL`.
+//! The Redis store: every decision is one `FCALL` of sluice's Function library ([`library`]),
+//! run atomically by Redis, shared by any number of sluice instances. Every connection loads
+//! the library when it opens: Redis 7.0+ or Valkey 7.2+ (and an ACL allowing `FUNCTION LOAD`
+//! and `FCALL`), one copy of the scripts. A serving thread's own connection sends the
+//! decisions of several requests in one `FCALL` (per hash slot on a Cluster node).
 //!
 //! # Guarantees per topology
 //!

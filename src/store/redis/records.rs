@@ -2,7 +2,7 @@
 //! to read it, and the decision script's `settle` scope to apply a settlement and delete the
 //! record in one atomic call (never `GETDEL` first: a settlement that then failed would be
 //! lost with its record). On a Cluster each command follows redirections in the one loop of
-//! [`super::redirect`]. The record's key carries the hash tag of its first counter's slot,
+//! [`super::cluster::redirect`]. The record's key carries the hash tag of its first counter's slot,
 //! so on Cluster that counter settles with it; a counter in another slot settles with a claim
 //! held there beside the record.
 

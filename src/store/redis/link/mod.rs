@@ -192,7 +192,7 @@ enum Waiter {
 struct Batched {
     reply: Reply,
     /// A fast path's, flat (`flags remaining reset`, after the batch's clock): `Some`, holding
-    /// the `now` it was given (`None`: the Redis clock). `decide.lua`'s, whole: `None`.
+    /// the `now` it was given (`None`: the Redis clock). `batch.lua`'s, whole: `None`.
     fast: Option<Option<i64>>,
     /// A fixed_window take a plain take could make next time: its key's fingerprint and its
     /// window, to remember the key once the batch charged it.

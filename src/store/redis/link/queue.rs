@@ -4,7 +4,7 @@
 use super::*;
 
 /// Decisions waiting for the next write, already encoded: their keys, and per decision its
-/// script's code followed (for `decide.lua`) by its key and argument counts and then by its
+/// script's code followed (for `batch.lua`) by its key and argument counts and then by its
 /// arguments (the layout of `batch`'s `ARGV`).
 #[derive(Default)]
 pub(super) struct Queued {
@@ -114,7 +114,7 @@ impl Queued {
         }
     }
 
-    /// `decide.lua`'s decision from its `FCALL` argument list (`function numkeys KEYS.. ARGV..`):
+    /// `batch.lua`'s decision from its `FCALL` argument list (`function numkeys KEYS.. ARGV..`):
     /// its key and argument counts, then its arguments.
     pub(super) fn encode_whole<'c>(
         &mut self,
@@ -229,7 +229,7 @@ impl Queued {
         // FCALL batch numkeys KEYS.. count (code [nkeys nargs] ARGV.. | =)..
         let nkeys: usize = entries.iter().map(|e| e.nkeys).sum();
         let repeats = repeats(entries, &self.args);
-        // Each decision's code, and decide.lua's two counts, before its arguments; a repeat
+        // Each decision's code, and batch.lua's two counts, before its arguments; a repeat
         // is its one `=`.
         let nargs: usize = entries
             .iter()

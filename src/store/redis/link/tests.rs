@@ -55,7 +55,7 @@ fn a_batch_reply_is_split_into_each_decisions_own_reply() {
     let whole = Array(Some(vec![Integer(100), Integer(1), Integer(2)]));
     let items = vec![
         Integer(42),
-        // A fast path on the Redis clock, one given its own now, decide.lua's whole
+        // A fast path on the Redis clock, one given its own now, batch.lua's whole
         // reply, and a fast path's error.
         Integer(3),
         Integer(9),
@@ -97,7 +97,7 @@ fn a_fast_decision_with_the_values_of_the_one_before_travels_as_a_repeat() {
     push(&fw("a", None, 10));
     push(&fw("b", None, 10)); // a repeat
     push(&decide);
-    push(&fw("c", None, 10)); // a repeat of a's: decide.lua between
+    push(&fw("c", None, 10)); // a repeat of a's: batch.lua between
     push(&fw("d", None, 11));
     push(&fw("e", Some(7), 11)); // its own now
     let (mut out, mut waiting) = (Vec::new(), VecDeque::new());
