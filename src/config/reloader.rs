@@ -21,8 +21,8 @@ use crate::rules::{content_hash, RuleSet};
 /// Where a reload reports what it did: readiness, the `/rlconfig` status and the load metrics,
 /// which live above `config/` (in `service/` and `metrics`) and are seen only through this seam.
 pub trait LoadReport: Send + Sync {
-    /// A rule set of content hash `hash` was swapped in at `now`; returns its generation.
-    fn loaded(&self, hash: &str, now: Micros) -> u64;
+    /// A rule set was swapped in; returns its generation (the one stamped on it).
+    fn loaded(&self) -> u64;
     /// A load succeeded and its rules are about to be swapped in: the last failure is no longer
     /// news. Called before the swap (and `loaded` after it), so that whoever sees the new rules
     /// no longer sees the failure they replaced, and whoever sees the new generation sees its
@@ -236,14 +236,21 @@ impl Reloader {
                 );
                 accepted
             }
-            Effect::Loaded(rules, hash) => {
+            Effect::Loaded(mut rules, hash) => {
+                // Reloads are serialised (`last` is held), so this is the generation `loaded`
+                // returns below.
+                rules.stamp = Some(crate::rules::LoadStamp {
+                    generation: self.report.generation() + 1,
+                    hash,
+                    at: now,
+                });
                 let domains = rules.domains.len();
                 let files = rules.sources.len();
                 self.report.clear_failure();
                 self.target.set_rules(Arc::new(rules));
                 let seconds = seconds();
                 self.count("success", seconds);
-                let generation = self.report.loaded(&format!("{hash:016x}"), now);
+                let generation = self.report.loaded();
                 tracing::info!(
                     domains,
                     files,
@@ -334,7 +341,7 @@ mod tests {
     struct Generations(AtomicU64);
 
     impl LoadReport for Generations {
-        fn loaded(&self, _: &str, _: Micros) -> u64 {
+        fn loaded(&self) -> u64 {
             self.0.fetch_add(1, Ordering::SeqCst) + 1
         }
         fn rejected(&self, _: &str, _: Micros) {}

@@ -34,6 +34,17 @@ pub struct RuleSet {
     pub domains: HashMap<String, Domain>,
     /// The files the rules came from, in load order.
     pub sources: Vec<Source>,
+    /// Set by the reload that swaps the rules in, before the swap: `/rlconfig` prints it with
+    /// the rules it came with, so a reader never sees new rules beside an old generation.
+    pub stamp: Option<LoadStamp>,
+}
+
+/// Which load a rule set is: its generation, content hash and load time.
+#[derive(Clone, Debug)]
+pub struct LoadStamp {
+    pub generation: u64,
+    pub hash: u64,
+    pub at: crate::model::Micros,
 }
 
 /// A loaded file.

@@ -98,13 +98,17 @@ pub(crate) fn timestamp(us: Micros) -> String {
 }
 
 async fn rlconfig<S: Store>(State(cx): State<HttpContext<S>>) -> (StatusCode, String) {
+    // The failure is read first: a good load clears it before its swap, so rules read after
+    // it are never shown under a failure they replaced.
     let status = cx.state.config_status();
+    let rules = cx.limiter.rules();
     let mut head = String::new();
-    if let (Some(hash), Some(at)) = (&status.hash, status.loaded_at) {
+    if let Some(stamp) = rules.as_ref().and_then(|r| r.stamp.as_ref()) {
         head.push_str(&format!(
-            "# config generation {}, content hash {hash}, loaded at {}\n",
-            status.generation,
-            timestamp(at)
+            "# config generation {}, content hash {:016x}, loaded at {}\n",
+            stamp.generation,
+            stamp.hash,
+            timestamp(stamp.at)
         ));
     }
     if let Some((at, error)) = &status.last_error {
@@ -116,7 +120,7 @@ async fn rlconfig<S: Store>(State(cx): State<HttpContext<S>>) -> (StatusCode, St
             head.push_str(&format!("#   {line}\n"));
         }
     }
-    match cx.limiter.rules() {
+    match rules {
         Some(rules) => (StatusCode::OK, head + &rules.dump()),
         None => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -19,8 +19,8 @@ pub(crate) struct ServiceLoadReport {
 }
 
 impl LoadReport for ServiceLoadReport {
-    fn loaded(&self, hash: &str, now: Micros) -> u64 {
-        let generation = self.state.record_load(hash.to_string(), now);
+    fn loaded(&self) -> u64 {
+        let generation = self.state.record_load();
         self.metrics
             .gauges
             .generation

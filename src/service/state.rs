@@ -24,10 +24,6 @@ pub(crate) const HEALTH_SERVICES: [&str; 5] = [
 pub struct ConfigStatus {
     /// Rule sets loaded so far; the one in use is the latest (0: none yet).
     pub generation: u64,
-    /// Content hash of the rule set in use (over every file's path and content).
-    pub hash: Option<String>,
-    /// When the rule set in use was loaded.
-    pub loaded_at: Option<Micros>,
     /// When the last load failed and why (cleared by the next good load).
     pub last_error: Option<(Micros, String)>,
 }
@@ -66,11 +62,9 @@ impl ServiceState {
     }
 
     /// Records a good load; returns its generation.
-    pub fn record_load(&self, hash: String, at: Micros) -> u64 {
+    pub fn record_load(&self) -> u64 {
         let mut c = self.config.lock().unwrap_or_else(|e| e.into_inner());
         c.generation += 1;
-        c.hash = Some(hash);
-        c.loaded_at = Some(at);
         c.last_error = None;
         c.generation
     }
