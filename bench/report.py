@@ -208,6 +208,16 @@ class Report:
         row("Redis: sluice CPU/request ≤ 1.3× the memory store's (10k keys both, A/B in each run)",
             self.ratio(("redis", "sluice", HEAD), "server_cpu_us_per_request",
                        REDIS_MEMORY), 1.3, True, "×")
+        # Issue 32, item 9: the same with every key at its limit (every answer OVER_LIMIT).
+        reached = ("redis-reached", "sluice", HEAD)
+        row("Redis, every key at its limit: sluice CPU/request ≤ 1.3× the memory store's "
+            "(same rejected load, A/B in each run)",
+            self.ratio(reached, "server_cpu_us_per_request",
+                       ("redis-memory-reached", "sluice", HEAD)), 1.3, True, "×")
+        row("Redis, every key at its limit: Redis CPU per rejected decision ≤ 0.7× the seed "
+            "script's (seed under redis-benchmark, same Redis, same run)",
+            self.ratio(reached, "redis.cpu_us_per_request", REDIS_FLOOR,
+                       "redis_cpu_us_per_call"), 0.7, True, "×")
         over = Stat([v["admitted"] - v["allowed"]
                      for v in self.runs(("two-instances", "sluice", HEAD)).values()])
         if over:
@@ -436,10 +446,14 @@ class Report:
         self.p()
         cpu = "server_cpu_us_per_request"
         rows = []
-        for name, k, ref in (("standalone", key, key), ("Cluster, 3 masters", cluster, key)):
+        reached = ("redis-reached", "sluice", HEAD)
+        for name, k, ref, m in (("standalone", key, key, mem),
+                                ("standalone, every key at its limit", reached, key,
+                                 ("redis-memory-reached", "sluice", HEAD)),
+                                ("Cluster, 3 masters", cluster, key, mem)):
             if not self.runs(k):
                 continue
-            rows.append([name, self.stat(k, cpu).fmt(2), self.ratio(k, cpu, mem).fmt(2),
+            rows.append([name, self.stat(k, cpu).fmt(2), self.ratio(k, cpu, m).fmt(2),
                          self.stat(k, "redis.cpu_us_per_request").fmt(2),
                          self.ratio(k, "redis.cpu_us_per_request", floor,
                                     "redis_cpu_us_per_call").fmt(2),

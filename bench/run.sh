@@ -235,6 +235,9 @@ REDIS_FLAGS=(--backend redis --redis-command-timeout 250ms)
 ONE_KEY=(--descriptor "k=x")
 MANY_KEYS=(--descriptor "k=u{i}" --keys 1000000)
 TEN_K_KEYS=(--descriptor "k=u{i}" --keys 10000)
+# The same keys at their limit: bench/config's `reached` admits one per value and hour, so past
+# the warm-up every answer is OVER_LIMIT (the rejected-heavy case).
+REACHED_KEYS=(--descriptor "reached=u{i}" --keys 10000)
 FIVE_DESCRIPTORS=(--descriptor "k=a" --descriptor "k=b" --descriptor "k=c"
     --descriptor "k=d" --descriptor "k=e")
 # Five descriptors of two limits each (bench/config's `two`) over 10,000 keys.
@@ -333,6 +336,11 @@ scenario_redis() {
         closed redis-memory sluice "$HEAD" "$run" "$memory_addr" "$memory_pid" "${TEN_K_KEYS[@]}"
         closed redis sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
             --redis "127.0.0.1:$port" "${TEN_K_KEYS[@]}"
+        # The rejected-heavy case, A/B the same way.
+        closed redis-memory-reached sluice "$HEAD" "$run" "$memory_addr" "$memory_pid" \
+            "${REACHED_KEYS[@]}"
+        closed redis-reached sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
+            --redis "127.0.0.1:$port" "${REACHED_KEYS[@]}"
         # Redis CPU per decision on the same Redis: sluice's script against each algorithm's
         # floor (bench/floors/) and INCRBY+EXPIRE, A/B in alternating order (bench/floors.py).
         python3 bench/floors.py --bench "$BENCH" --port "$port" --out "$OUT" --run "$run" \

@@ -74,3 +74,33 @@ def test_memory_cost_rows(tmp_path):
     assert "| sluice, 5 descriptors × 2 limits | 0 | 0 | 0 | 9,000 | 0 | 0 | 0 | 51,000 | 60,000 | 1.25× |" in md
     assert "## Against Kuadrant/limitador in memory" in md
     assert "| sluice, 5 descriptors × 2 limits, 10k keys | 30.00 (30.00–30.00) | 1.50 (1.50–1.50) |" in md
+
+
+def redis_closed(cpu, redis_cpu, rps):
+    r = closed(cpu, rps)
+    r["redis"] = {"cpu_us_per_request": redis_cpu, "commands": {"fcall": 10}}
+    return r
+
+
+def test_rejected_heavy_rows(tmp_path):
+    """Issue 32, item 9: the Redis store with every key at its limit, against the memory store
+    under the same rejected load and against the seed script, each taken within its run."""
+    d = str(tmp_path)
+    write(d, "machine.json", {"mode": "quick"})
+    for run in (1, 2):
+        write(d, f"redis-memory~sluice~c16~r{run}.json", closed(10.0, 50000))
+        write(d, f"redis~sluice~c16~r{run}.json", redis_closed(11.0, 3.0, 40000))
+        write(d, f"redis-memory-reached~sluice~c16~r{run}.json", closed(8.0, 60000))
+        write(d, f"redis-reached~sluice~c16~r{run}.json", redis_closed(8.0 + run, 2.0, 50000))
+        write(d, f"redis-cost~floor~fixed_window~r{run}.json", {"redis_cpu_us_per_call": 5.0})
+    results, machine = report.load(d)
+    out = os.path.join(d, "BENCHMARKS.md")
+    report.Report(results, machine).write(out, NoPlots())
+    md = open(out).read()
+    # 9/8 and 10/8: median 1.19, within 1.3.
+    assert ("| Redis, every key at its limit: sluice CPU/request ≤ 1.3× the memory store's (same "
+            "rejected load, A/B in each run) | 1.19 (1.12–1.25)× | met |") in md, md
+    # 2/5 = 0.4.
+    assert ("every key at its limit: Redis CPU per rejected decision ≤ 0.7× the seed script's "
+            "(seed under redis-benchmark, same Redis, same run) | 0.40 (0.40–0.40)× | met |") in md
+    assert "| standalone, every key at its limit | 9.50 (9.00–10.00) | 1.19 (1.12–1.25) |" in md
