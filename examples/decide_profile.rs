@@ -55,8 +55,9 @@ fn main() -> anyhow::Result<()> {
     )
     .with_metrics(LimiterMetrics {
         stats: metrics.stats.clone(),
-        store_duration: metrics.store_duration.clone(),
-        store_attrs: [opentelemetry::KeyValue::new("backend", "memory")],
+        store_duration: metrics
+            .store_duration
+            .bind(&[opentelemetry::KeyValue::new("backend", "memory")]),
     });
     limiter.set_rules(Arc::new(set));
     // Shape 0 of the synthetic config (tenant -> method) with the client in the tenant's

@@ -133,8 +133,9 @@ async fn run<S: Store + Reservations>(
     let limiter = Arc::new(
         Limiter::new(store, clock.clone(), limiter_options(&args)).with_metrics(LimiterMetrics {
             stats: metrics.stats.clone(),
-            store_duration: metrics.store_duration.clone(),
-            store_attrs: [opentelemetry::KeyValue::new("backend", backend)],
+            store_duration: metrics
+                .store_duration
+                .bind(&[opentelemetry::KeyValue::new("backend", backend)]),
         }),
     );
     let (reporter, health) = tonic_health::server::health_reporter();

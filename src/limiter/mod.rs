@@ -27,8 +27,7 @@ mod testing;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
-use opentelemetry::metrics::Histogram;
-use opentelemetry::KeyValue;
+use opentelemetry::metrics::BoundHistogram;
 use tracing::Instrument;
 
 use crate::clock::Clock;
@@ -91,8 +90,8 @@ pub enum LimitError {
 /// Metrics the limiter records (see [`crate::metrics`]).
 pub struct LimiterMetrics {
     pub stats: Arc<StatsRegistry>,
-    pub store_duration: Histogram<f64>,
-    pub store_attrs: [KeyValue; 1],
+    /// `sluice.store.duration`, bound to the store's `backend` (one series: no lookup per call).
+    pub store_duration: BoundHistogram<f64>,
 }
 
 pub struct Limiter<S> {
@@ -198,7 +197,7 @@ impl<S: Store> Limiter<S> {
     fn record_store_time(&self, started: std::time::Instant) {
         if let Some(m) = &self.metrics {
             m.store_duration
-                .record(self.clock.since(started).as_secs_f64(), &m.store_attrs);
+                .record(self.clock.since(started).as_secs_f64());
         }
     }
 

@@ -9,12 +9,12 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use opentelemetry::metrics::{Counter, Histogram, MeterProvider, UpDownCounter};
-use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{Instrument, PeriodicReader, SdkMeterProvider, Stream};
 use opentelemetry_sdk::Resource;
 use prometheus::{Encoder, TextEncoder};
 
 mod observables;
+mod rpc;
 
 use crate::clock::Clock;
 use crate::stats::StatsRegistry;
@@ -85,10 +85,8 @@ pub struct Metrics {
     registry: prometheus::Registry,
     pub stats: Arc<StatsRegistry>,
     pub gauges: Arc<GaugeSources>,
-    /// `sluice.rpc.requests` {method, code}.
-    pub rpc_requests: Counter<u64>,
-    /// `sluice.rpc.duration` (s) {method, code}.
-    pub rpc_duration: Histogram<f64>,
+    /// `sluice.rpc.requests` {method, code} and `sluice.rpc.duration` (s) {method, code}.
+    rpc: rpc::RpcInstruments,
     /// `sluice.store.duration` (s) {backend}.
     pub store_duration: Histogram<f64>,
     /// `sluice.store.errors` {backend, kind, policy}.
@@ -192,16 +190,18 @@ impl Metrics {
         observables::register_observables(&meter, &stats, &gauges);
         Ok(Metrics {
             clock,
-            rpc_requests: meter
+            rpc: rpc::RpcInstruments::new(
+                meter
                 .u64_counter("sluice.rpc.requests")
                 .with_description("Requests answered, by method and result code")
                 .build(),
-            rpc_duration: meter
+                meter
                 .f64_histogram("sluice.rpc.duration")
                 .with_unit("s")
                 .with_description("Time to answer a request, by method and result code")
                 .with_boundaries(LATENCY_BUCKETS.to_vec())
                 .build(),
+            ),
             store_duration: meter
                 .f64_histogram("sluice.store.duration")
                 .with_unit("s")
@@ -309,9 +309,7 @@ impl Metrics {
     /// Records one answered request.
     #[inline(never)] // a stage the profile counts (bench/profile_memory.py)
     pub fn rpc(&self, method: &'static str, code: &'static str, seconds: f64) {
-        let attrs = [KeyValue::new("method", method), KeyValue::new("code", code)];
-        self.rpc_requests.add(1, &attrs);
-        self.rpc_duration.record(seconds, &attrs);
+        self.rpc.record(method, code, seconds);
     }
 
     /// Flushes and stops the exporters (blocking: a last OTLP push).
