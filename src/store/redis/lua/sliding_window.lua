@@ -112,10 +112,11 @@ local function sw_retry(counts, n, head, sub, window, now, limit, hits)
 end
 
 -- src/algorithm/sliding_window.rs `evaluate` on values, for the port and the lone entry point
--- alike: the stored state (head0, counts0; nil when absent), never changed -> allowed,
--- remaining, reset, debt_reset, the state after charging (head, counts: a new table) and its
--- expiry (algorithm.lua's Outcome, flat).
-local function sw_evaluate(limit, w, param, head0, counts0, now, hits, refund)
+-- alike: the stored state (head0, counts0; nil when absent) -> allowed, remaining, reset,
+-- debt_reset, the state after charging (head, counts) and its expiry (algorithm.lua's
+-- Outcome, flat). counts0 is not changed unless `own` (the lone check, whose state is its own:
+-- in its commonest call, in now's sub-window, the counts are charged in place, not copied).
+local function sw_evaluate(limit, w, param, head0, counts0, now, hits, refund, own)
   local p = max(param, 1)
   local n = p + 1
   local sub = max(fdiv(w, p), 1)
@@ -123,17 +124,24 @@ local function sw_evaluate(limit, w, param, head0, counts0, now, hits, refund)
   local i = fdiv(now, sub)
   -- counts[1 + j] belongs to sub-window head - j, up to the last one the state reaches (at
   -- least 1, at most n): the rest are 0, and a state's loops stop at its last count.
-  local head, counts = i, { 0 }
+  local head, counts = i, nil
   if head0 ~= nil and #counts0 <= n then
     head = max(head0, i)
     local shift = min(head - head0, n)
-    for j = 1, min(#counts0 + shift, n) do
-      if j > shift then
-        counts[j] = counts0[j - shift]
-      else
-        counts[j] = 0
+    if own and shift == 0 and counts0[1] ~= nil then
+      counts = counts0
+    else
+      counts = { 0 }
+      for j = 1, min(#counts0 + shift, n) do
+        if j > shift then
+          counts[j] = counts0[j - shift]
+        else
+          counts[j] = 0
+        end
       end
     end
+  else
+    counts = { 0 }
   end
   local m = #counts
 
@@ -210,7 +218,7 @@ local function sliding_window(key, now, a2, a3, a4, a5, a6)
     head0, counts0 = sw_decode(raw)
   end
   local allowed, rem, reset, debt_reset, head, counts, e =
-    sw_evaluate(a2 - 0, a3 - 0, a6 - 0, head0, counts0, now, hits, has(mode, FLAG_REFUND))
+    sw_evaluate(a2 - 0, a3 - 0, a6 - 0, head0, counts0, now, hits, has(mode, FLAG_REFUND), true)
   local flags = alone_flags(allowed, hits, mode)
   if flags < 2 then
     return flags, rem, reset
