@@ -20,10 +20,10 @@
 -- never changed (one may be another check's input). batch.lua's writes wait for `log_flush`,
 -- so that every view's ranks are S's; a lone check writes its one view at once.
 --
--- Both are arrays, not records: the collector walks the whole library every few kilobytes
--- allocated, so a lone check makes few tables, and small ones (an array of six is half the
--- bytes of a record). Globals are not used either (`math.min`: algorithm.lua's `min`): in
--- Redis each use of one costs a lookup behind the table that guards them.
+-- Both are arrays, not records: a lone check makes few tables, and small ones (an array of six
+-- is half the bytes of a record). Globals are not used either (`math.min`: algorithm.lua's
+-- `min`): in Redis each use of one costs a lookup behind the table that guards them (the
+-- lone check's Redis instructions fell by a seventh without them).
 --   S     { key, total (ZCARD), p (entries at or before now; false until known), seq (the
 --         next sequence number at now; false when unknown), cut, dead (entries at or before
 --         cut, counted for that cut; cut false until counted), true (S, not a view) }
