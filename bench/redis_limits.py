@@ -60,6 +60,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10000, algorithm: sliding_log}
   - key: bucket
     rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket}
+  - key: window
+    rate_limit: {window: 10s, requests_per_unit: 1000000000, algorithm: sliding_window, precision: 10}
   - key: d1
     rate_limit: {unit: day, requests_per_unit: 1000000000}
   - key: d2
@@ -81,6 +83,7 @@ ROWS = [
     ("fw5", "five fixed_window limits on one descriptor"),
     ("log", "sliding_log alone (10,000/hour, {logged} logged)"),
     ("bucket", "token_bucket alone"),
+    ("window", "sliding_window alone (precision 10)"),
     ("desc5", "five descriptors of one fixed_window each"),
 ]
 
@@ -171,7 +174,7 @@ def main():
     p.add_argument("--clock", default="local",
                    help="sluice's --clock: with `redis`, a lone fixed_window goes as plain "
                         "HINCRBYs and FCALL counts only a key's first take of a window")
-    p.add_argument("--rows", help="only these rows (comma-separated: lone,fw_fw,log_fw)")
+    p.add_argument("--rows", help="only these rows (comma-separated: lone,fw_fw,log_fw,log,bucket,window)")
     p.add_argument("--callgrind", action="store_true",
                    help="Redis under callgrind: its instructions per decision (the same for the "
                         "same work however busy the machine), beside the time")

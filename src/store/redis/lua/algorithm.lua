@@ -49,11 +49,11 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
--- The two decimal integers of `raw` separated by spaces, the second not negative, or nil if it
--- holds anything else (what `ints` accepts with two values, without its iterator and table of
--- tokens: this is the state of the commonest algorithms).
-local function pair(raw)
-  -- The text `encode_pair` writes first: when it matches, the general pattern captures the same.
+-- The two decimal integers of `raw` separated by spaces, the second not negative, as two
+-- values, or nil if it holds anything else (what `ints` accepts with two values, without its
+-- iterator and table of tokens: this is the state of the commonest algorithms).
+local function pair_of(raw)
+  -- The text `pair_text` writes first: when it matches, the general pattern captures the same.
   local a, b = string.match(raw, '^(%-?%d+) (%d+)$')
   if a == nil then
     a, b = string.match(raw, '^%s*(%-?%d+)%s+(%-?%d+)%s*$')
@@ -66,7 +66,16 @@ local function pair(raw)
   if b < 0 then
     return nil
   end
-  return { a - 0, b }
+  return a - 0, b
+end
+
+-- `pair_of` as a state table.
+local function pair(raw)
+  local a, b = pair_of(raw)
+  if a == nil then
+    return nil
+  end
+  return { a, b }
 end
 
 -- The decimal integers of `raw` separated by spaces, or nil if it holds anything else.
@@ -114,15 +123,18 @@ local function epoch_window(now, w)
   return now - r, add(now - r, w)
 end
 
--- The state of fixed_window and of the buckets: two integers.
-local function encode_pair(st)
-  local a, b = st[1], st[2]
+-- The state of the buckets as text: two integers.
+local function pair_text(a, b)
   -- '%d' prints the digits '%.0f' does for integers in (0, 2^53), every real state, at half
   -- the cost.
   if a > 0 and a < MAX and a % 1 == 0 and b > 0 and b < MAX and b % 1 == 0 then
     return string.format('%d %d', a, b)
   end
   return string.format('%.0f %.0f', a, b)
+end
+
+local function encode_pair(st)
+  return pair_text(st[1], st[2])
 end
 
 -- The string state of most algorithms: GET, and SET with an expiry.

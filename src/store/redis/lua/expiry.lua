@@ -6,9 +6,13 @@
 -- names), so a new option adds a bit, not an argument.
 local FLAG_REFUND, FLAG_ALWAYS, FLAG_DRY_RUN, FLAG_QUOTA = 1, 2, 4, 8
 
--- Whether `flags` has `bit`.
+-- Whether `flags` has `bit` (`band` a local set on first use: division.lua says why).
+local band = nil
 local function has(flags, bit_)
-  return bit.band(flags, bit_) ~= 0
+  if band == nil then
+    band = bit.band
+  end
+  return band(flags, bit_) ~= 0
 end
 
 -- Stored state lives this much past its expiry: a sluice whose clock runs behind the one that
@@ -17,8 +21,12 @@ local GRACE_MS = 1000
 
 -- The expiry (ms) of a key whose state counts until `left` (us) from now: `left` in whole ms,
 -- at least 1, and GRACE_MS past it.
+local ceil = nil
 local function ttl_ms(left)
-  local ttl = math.ceil(left / 1000)
+  if ceil == nil then
+    ceil = math.ceil
+  end
+  local ttl = ceil(left / 1000)
   if ttl < 1 then
     ttl = 1
   end

@@ -5,9 +5,10 @@
 //! of `store/batch.rs`) decides every check it is given atomically; its layout is documented
 //! at the top of the file and written only here. A request of one check of some algorithms
 //! runs its algorithm's entry point instead ([`fast_path`]): the one-check policy
-//! (`alone.lua`) over the same port, without the batch's tables of checks and passes
-//! (fixed_window first tries its take counted in place, one HINCRBY, which `batch.lua`'s short
-//! layout shares; sliding_log decides on its sorted set directly, O(log n)). Adding an
+//! (`alone.lua`) over the same evaluation, without the batch's tables of checks and passes
+//! (each algorithm's evaluation is one function of values that its port wraps in tables;
+//! fixed_window first tries its take counted in place, one HINCRBY, which `batch.lua`'s short
+//! layout shares). Adding an
 //! algorithm means its file in `lua/`, a row in `batch.lua`'s `ALGORITHMS` and a code in
 //! [`algorithm_code`].
 //!
