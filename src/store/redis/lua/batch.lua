@@ -115,11 +115,7 @@ local function give_back(keys, ko, a, ao, now, last, first)
     local b = ao + i * 4
     if a[b + 4] == SHORT_FIXED then
       local _, field = short_window(a[b + 2], now)
-      if first ~= nil and first[i] then
-        redis.call('HDEL', keys[ko + i], field)
-      else
-        redis.call('HINCRBY', keys[ko + i], field, -tonumber(a[b + 3]))
-      end
+      fw_give_back(keys[ko + i], field, tonumber(a[b + 3]), first ~= nil and first[i] ~= nil)
     end
   end
 end

@@ -59,6 +59,15 @@ local function new_fixed_window()
   return fixed_window
 end
 
+-- Gives a take of `hits` in `field` back; a take that made the field (`made`) drops it.
+local function fw_give_back(key, field, hits, made)
+  if made then
+    redis.call('HDEL', key, field)
+  else
+    redis.call('HINCRBY', key, field, -hits)
+  end
+end
+
 -- A take of `hits` (its text `h`) counted in place in the window whose field is `field`, by
 -- one HINCRBY: the count after it, and whether the field was absent (the window's first take,
 -- which stands only once `fw_ended` allows it). A take that does not stand is given back and
@@ -83,11 +92,7 @@ local function fw_take(key, field, h, hits, limit)
     end
     return after, first
   end
-  if v == hits then
-    redis.call('HDEL', key, field)
-  else
-    redis.call('HINCRBY', key, field, -hits)
-  end
+  fw_give_back(key, field, hits, v == hits)
   if after ~= nil and after <= COUNT_CAP and not first then
     return 'over'
   end

@@ -7,7 +7,8 @@
 --             window's edge): its hit is given back, then it is decided as fixed_window.lua
 --             would. 'settle': it found its window's field absent and made it (count + 1 = 1,
 --             nothing counted; takes since may have counted on it): what a window's first take
---             does (earlier windows dropped, the expiry set), then it is decided. 'forget':
+--             does (`fw_settle`: the window before superseded, older ones dropped, the expiry
+--             set), then it is decided. 'forget':
 --             settle's housekeeping alone (a settle cut off by a dropped connection, sent on
 --             the next one so that no key is left without an expiry).
 --   ARGV[2]   the window start it was sent for (the field)
@@ -30,9 +31,14 @@ local function fixed_window_mend(KEYS, ARGV)
       redis.call('HDEL', key, field)
     end
   elseif what == 'settle' then
+    -- A window's first take, made outside a script: fixed_window.lua's rules, applied after
+    -- the fact. Takes since may have counted on our field, so it stays, superseded if a later
+    -- window wins; else the newest earlier window is superseded (`fw_settle`: a take still
+    -- counting in it is sent to the script, not to a fresh count). Anything older is dropped,
+    -- as the port's write leaves a key.
     local ws = tonumber(field)
     local f = redis.call('HGETALL', key)
-    local ours, later = false, false
+    local ours, later, newest, newest_s, older = false, false, false, nil, {}
     for i = 1, #f, 2 do
       if f[i] == field then
         ours = true
@@ -40,16 +46,30 @@ local function fixed_window_mend(KEYS, ARGV)
         local s = tonumber(f[i])
         if s ~= nil and s > ws then
           later = true
+        elseif s ~= nil and (newest_s == nil or s > newest_s) then
+          if newest then
+            older[#older + 1] = newest
+          end
+          newest, newest_s = f[i], s
         else
-          redis.call('HDEL', key, f[i])
+          older[#older + 1] = f[i]
         end
       end
     end
+    if newest and later then
+      older[#older + 1] = newest
+    end
+    for _, o in ipairs(older) do
+      redis.call('HDEL', key, o)
+    end
     if later then
       -- A later window, written by a sluice on its own clock: it wins, as in fixed_window.lua.
-      redis.call('HDEL', key, field)
+      -- Ours is superseded rather than dropped: takes may still be counting in it.
+      if ours then
+        supersede(key, field)
+      end
     elseif ours then
-      expire(key, ws + tonumber(ARGV[4]) - now)
+      fw_settle(key, newest, now, ws + tonumber(ARGV[4]))
     end
   else
     return { err = 'ERR sluice: unknown mend ' .. tostring(what) }

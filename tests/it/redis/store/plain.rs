@@ -224,26 +224,28 @@ fn mend_gives_back_or_settles_then_decides_as_the_script() {
             9,
             vec![(ws, "2"), (ws - day, SUPERSEDED)],
         ),
-        // settle: the take made its window's mark (1) on a key holding an earlier window and
-        // no expiry, and two more takes counted on it meanwhile: the earlier window goes, the
-        // expiry is set, and this take counts as the third.
+        // settle: the take made its window's mark (1) on a key holding two earlier windows
+        // and no expiry, and two more takes counted on it meanwhile: the window before is
+        // superseded (a take still counting in it goes to the script, not to a fresh count),
+        // the older one goes, the expiry is set, and this take counts as the third.
         (
             "mend:settle",
-            vec![(ws - day, "7"), (ws, "3")],
+            vec![(ws - 2 * day, SUPERSEDED), (ws - day, "7"), (ws, "3")],
             "settle",
             ws,
             7,
-            vec![(ws, "4")],
+            vec![(ws, "4"), (ws - day, SUPERSEDED)],
         ),
         // settle where a later window was written (a sluice on its own clock, ahead): the
-        // later window wins, as in fixed_window.lua, and the take counts there.
+        // later window wins, as in fixed_window.lua, and the take counts there; the take's own
+        // window is superseded, not dropped (takes may still count in it).
         (
             "mend:later",
             vec![(ws + day, "3"), (ws, "1")],
             "settle",
             ws,
             7,
-            vec![(ws + day, "4")],
+            vec![(ws + day, "4"), (ws, SUPERSEDED)],
         ),
     ];
     for (k, before, what, field, remaining, after) in cases {
@@ -271,11 +273,14 @@ fn mend_gives_back_or_settles_then_decides_as_the_script() {
     assert_eq!(r[1..3], [3, 7], "{r:?}");
     assert_eq!(
         fields(&redis, k.as_bytes()),
-        vec![((ws + day).to_string(), "4".to_string())]
+        vec![
+            ((ws + day).to_string(), "4".to_string()),
+            (ws.to_string(), SUPERSEDED.to_string())
+        ]
     );
 
     // forget: a settle cut off by a dropped connection, sent on the next one: settle's
-    // housekeeping alone (the earlier window dropped, the expiry set), nothing decided.
+    // housekeeping alone (the earlier window superseded, the expiry set), nothing decided.
     let k = "mend:forget";
     redis.cli(&["HSET", k, &(ws - day).to_string(), "4"]);
     redis.cli(&["HSET", k, &ws.to_string(), "3"]);
@@ -284,7 +289,10 @@ fn mend_gives_back_or_settles_then_decides_as_the_script() {
     assert_eq!(r[1..], [0, 0, 0], "{r:?}");
     assert_eq!(
         fields(&redis, k.as_bytes()),
-        vec![(ws.to_string(), "3".to_string())]
+        vec![
+            (ws.to_string(), "3".to_string()),
+            ((ws - day).to_string(), SUPERSEDED.to_string())
+        ]
     );
     let ttl: i64 = redis.cli(&["PTTL", k]).parse().unwrap();
     assert!(ttl > 0 && ttl <= 86_401_000, "{ttl}");
