@@ -1,5 +1,5 @@
-//! Configuration: YAML files ([`files`]) -> serde types ([`raw`], parsed by `parse`, unknown
-//! keys found by `keys`) -> validation (`validate`) and building (`build`), driven by
+//! Configuration: YAML files ([`files`]) -> serde types ([`raw`], parsed by `parse`: the
+//! plain shape by `plain`, anything else by serde-saphyr, unknown keys found by `keys`) -> validation (`validate`) and building (`build`), driven by
 //! [`mod@compile`] -> an immutable [`RuleSet`]. [`xds`] takes the rules from
 //! a control plane instead of files, through the same compile and swap.
 
@@ -12,6 +12,7 @@ mod keys;
 mod lease;
 mod options;
 mod parse;
+mod plain;
 pub(crate) mod raw;
 pub(crate) mod reloader;
 #[cfg(feature = "synthetic")]

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use super::error::{ConfigError, Position};
 use super::files::ConfigFile;
 use super::keys;
+use super::plain;
 use super::raw::RawFile;
 use crate::excerpt::excerpt;
 
@@ -64,10 +65,15 @@ pub(super) fn parse_all(files: &[ConfigFile]) -> Vec<Parsed> {
         .collect()
 }
 
-/// One file: one walk that also collects the unknown keys. A file whose typed parse fails
+/// One file: the fast path ([`plain`]) if the file is within its shape, else one walk of
+/// serde-saphyr that also collects the unknown keys. A file whose typed parse fails
 /// is parsed again plainly, for the error exactly as serde-saphyr reports it, and walked
 /// for its unknown keys past the error ([`keys::unknown_keys`]); only failed loads pay.
 fn parse(file: &ConfigFile) -> Parsed {
+    // The config's plain shape first: most files, a fraction of the cost, no error possible.
+    if let Some(raw) = plain::parse(&file.content) {
+        return (Ok(Some(raw)), Vec::new());
+    }
     let opts = options(&file.content);
     match keys::typed_with_unknown_keys(&file.path, &file.content, opts.clone()) {
         Ok((raw, unknown)) => (Ok(raw), unknown),

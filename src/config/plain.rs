@@ -1,0 +1,459 @@
+//! The fast path of a parse: the config's own shape, in the plain block YAML that generated
+//! and hand-written rule files use (block maps and lists, one-line flow maps, plain or quoted
+//! one-line scalars, comments), read straight into the [`raw`](super::raw) types with the
+//! positions serde-saphyr would give. Anything else (anchors, tags, multi-line or escaped
+//! scalars, nulls, numbers where a string goes, unknown or duplicate keys, `metadata`, tabs, non-ASCII text, an
+//! error of any kind) returns `None`, and the file takes serde-saphyr's path
+//! ([`super::parse`]), so every error and every unusual file is read exactly as before.
+//! `plain_matches_serde_saphyr` in the tests holds the two paths to the same result.
+//!
+//! Why: serde-saphyr spends about 75k instructions per rule of the reload benchmark's file;
+//! this reads it in a small fraction of that (bench/why.md, "reload").
+
+use serde::de::value::MapDeserializer;
+use serde::Deserialize;
+use serde_saphyr::{Location, Spanned};
+
+use super::raw::{Count, RawDescriptor, RawFile, RawRateLimit, RawReplaces};
+
+/// Above this, serde-saphyr's own size budgets could refuse the file: its path decides.
+const MAX_LEN: usize = 32 << 20;
+/// Nesting of descriptors kept well inside serde-saphyr's depth budget (64 YAML levels).
+const MAX_LEVELS: usize = 20;
+
+/// `content` as the raw types, if it is within the fast path's shape; else `None`.
+pub(super) fn parse(content: &str) -> Option<RawFile> {
+    if content.len() > MAX_LEN || !content.is_ascii() || content.contains(['\t', '\r']) {
+        return None;
+    }
+    let mut p = Lines::new(content);
+    if p.lines.first()?.indent != 0 {
+        return None;
+    }
+    let file = p.file()?;
+    (p.at == p.lines.len()).then_some(file)
+}
+
+/// One line holding something: 1-based number, its indent, the text from there.
+struct Line<'a> {
+    no: u32,
+    indent: usize,
+    text: &'a str,
+}
+
+struct Lines<'a> {
+    lines: Vec<Line<'a>>,
+    at: usize,
+}
+
+/// A scalar: where it starts (1-based column), its text, whether it was quoted.
+struct Scalar<'a> {
+    loc: Location,
+    text: &'a str,
+    quoted: bool,
+}
+
+/// A 1-based line and column as a serde-saphyr [`Location`] (its constructor is the crate's
+/// own; its `Deserialize` takes the two numbers).
+fn location(line: u32, column: usize) -> Option<Location> {
+    let column = u32::try_from(column).ok()?;
+    let map = MapDeserializer::<_, serde::de::value::Error>::new(
+        [("line", line), ("column", column)].into_iter(),
+    );
+    Location::deserialize(map).ok()
+}
+
+fn spanned<T>(value: T, loc: Location) -> Spanned<T> {
+    Spanned::new(value, loc, loc)
+}
+
+impl<'a> Lines<'a> {
+    fn new(content: &'a str) -> Self {
+        let lines = content
+            .split('\n')
+            .zip(1..)
+            .filter_map(|(line, no)| {
+                let text = line.trim_start_matches(' ');
+                (!text.is_empty() && !text.starts_with('#')).then(|| Line {
+                    no,
+                    indent: line.len() - text.len(),
+                    text,
+                })
+            })
+            .collect();
+        Lines { lines, at: 0 }
+    }
+
+    /// The current line, if it is at `indent` exactly; `Err` if it is deeper (no shape of ours).
+    fn at_indent(&self, indent: usize) -> Result<Option<&Line<'a>>, ()> {
+        match self.lines.get(self.at) {
+            Some(l) if l.indent == indent => Ok(Some(l)),
+            Some(l) if l.indent > indent => Err(()),
+            _ => Ok(None),
+        }
+    }
+
+    /// The keys of the block map whose keys stand at `indent`, each handed to `field` with
+    /// what follows its colon; `field` returns false for a key it does not take.
+    fn block_map(
+        &mut self,
+        indent: usize,
+        mut field: impl FnMut(&mut Self, &'a str, u32, usize, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        let mut seen: Vec<&str> = Vec::new();
+        while let Some(line) = self.at_indent(indent).ok()? {
+            let (no, text) = (line.no, line.text);
+            let (key, rest) = text.split_once(':')?;
+            if key.is_empty() || !key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                return None;
+            }
+            if !(rest.is_empty() || rest.starts_with(' ')) || seen.contains(&key) {
+                return None;
+            }
+            seen.push(key);
+            self.at += 1;
+            let value_column = indent + key.len() + 1 + (rest.len() - rest.trim_start().len());
+            field(self, key, no, value_column + 1, rest.trim_start())?;
+        }
+        Some(())
+    }
+
+    /// The block value below a key at `indent` whose line ended at its colon: a list (at that
+    /// indent or deeper) or a map (deeper). The indent of the first line, and whether it
+    /// starts a list.
+    fn nested(&self, indent: usize) -> Option<(usize, bool)> {
+        let line = self.lines.get(self.at)?;
+        let list = line.text == "-" || line.text.starts_with("- ");
+        (line.indent > indent || (list && line.indent == indent)).then_some((line.indent, list))
+    }
+
+    /// A block list of maps below a key at `indent`, each item read by `item` at its map's
+    /// indent; the list's location is its first dash.
+    fn list<T>(
+        &mut self,
+        indent: usize,
+        rest: &str,
+        mut item: impl FnMut(&mut Self, usize) -> Option<T>,
+    ) -> Option<(Vec<T>, Location)> {
+        if !rest.is_empty() {
+            return None;
+        }
+        let (dash, true) = self.nested(indent)? else {
+            return None;
+        };
+        let first = &self.lines[self.at];
+        let loc = location(first.no, dash + 1)?;
+        let mut items = Vec::new();
+        while let Some(line) = self.at_indent(dash).ok()? {
+            let text = line.text;
+            // A line at the dash's indent that is no item: the next key of the parent map.
+            let Some(body) = text.strip_prefix("- ") else {
+                break;
+            };
+            let inner = body.trim_start_matches(' ');
+            // The item's map starts on the dash's line: its keys stand where the first one does.
+            let map_indent = dash + text.len() - inner.len();
+            let line = &mut self.lines[self.at];
+            line.indent = map_indent;
+            line.text = inner;
+            items.push(item(self, map_indent)?);
+        }
+        Some((items, loc))
+    }
+
+    fn file(&mut self) -> Option<RawFile> {
+        let mut f = RawFile {
+            domain: None,
+            descriptors: None,
+            allow_refunds: false,
+            allow_reservations: false,
+            on_store_error: None,
+            redis_hash_tag: None,
+            allow_overrides: true,
+        };
+        self.block_map(0, |p, key, no, col, rest| {
+            match key {
+                "domain" => f.domain = Some(string(no, col, rest)?),
+                "on_store_error" => f.on_store_error = Some(string(no, col, rest)?),
+                "redis_hash_tag" => f.redis_hash_tag = Some(string(no, col, rest)?),
+                "allow_refunds" => f.allow_refunds = boolean(no, col, rest)?.value,
+                "allow_reservations" => f.allow_reservations = boolean(no, col, rest)?.value,
+                "allow_overrides" => f.allow_overrides = boolean(no, col, rest)?.value,
+                "descriptors" => f.descriptors = Some(p.descriptors(0, rest, 1)?),
+                _ => return None,
+            }
+            Some(())
+        })?;
+        Some(f)
+    }
+
+    fn descriptors(
+        &mut self,
+        indent: usize,
+        rest: &str,
+        level: usize,
+    ) -> Option<Vec<Spanned<RawDescriptor>>> {
+        if level > MAX_LEVELS {
+            return None;
+        }
+        let (list, _) = self.list(indent, rest, |p, at| p.descriptor(at, level))?;
+        Some(list)
+    }
+
+    fn descriptor(&mut self, indent: usize, level: usize) -> Option<Spanned<RawDescriptor>> {
+        let loc = location(self.lines[self.at].no, indent + 1)?;
+        let mut d = RawDescriptor {
+            key: None,
+            value: None,
+            rate_limit: None,
+            rate_limits: None,
+            descriptors: None,
+            shadow_mode: false,
+            detailed_metric: false,
+            value_to_metric: false,
+            share_threshold: None,
+            quota_mode: false,
+            metadata: None,
+        };
+        self.block_map(indent, |p, key, no, col, rest| {
+            match key {
+                "key" => d.key = Some(string(no, col, rest)?),
+                "value" => d.value = Some(string(no, col, rest)?),
+                "rate_limit" => d.rate_limit = Some(p.rate_limit(indent, no, col, rest)?),
+                "rate_limits" => {
+                    let (list, loc) = p.list(indent, rest, |p, at| {
+                        let loc = location(p.lines[p.at].no, at + 1)?;
+                        Some(spanned(p.limit_block(at)?, loc))
+                    })?;
+                    d.rate_limits = Some(spanned(list, loc));
+                }
+                "descriptors" => d.descriptors = Some(p.descriptors(indent, rest, level + 1)?),
+                "shadow_mode" => d.shadow_mode = boolean(no, col, rest)?.value,
+                "detailed_metric" => d.detailed_metric = boolean(no, col, rest)?.value,
+                "value_to_metric" => d.value_to_metric = boolean(no, col, rest)?.value,
+                "quota_mode" => d.quota_mode = boolean(no, col, rest)?.value,
+                "share_threshold" => d.share_threshold = Some(boolean(no, col, rest)?),
+                _ => return None,
+            }
+            Some(())
+        })?;
+        Some(spanned(d, loc))
+    }
+
+    /// A `rate_limit`: a one-line flow map after the key, or a block map below it.
+    fn rate_limit(
+        &mut self,
+        indent: usize,
+        no: u32,
+        col: usize,
+        rest: &'a str,
+    ) -> Option<Spanned<RawRateLimit>> {
+        if !rest.is_empty() {
+            return Some(spanned(flow_limit(no, col, rest)?, location(no, col)?));
+        }
+        let (inner, false) = self.nested(indent)? else {
+            return None;
+        };
+        let loc = location(self.lines[self.at].no, inner + 1)?;
+        Some(spanned(self.limit_block(inner)?, loc))
+    }
+
+    fn limit_block(&mut self, indent: usize) -> Option<RawRateLimit> {
+        let mut l = empty_limit();
+        self.block_map(indent, |p, key, no, col, rest| {
+            if key == "replaces" {
+                let (list, _) = p.list(indent, rest, |p, at| {
+                    let loc = location(p.lines[p.at].no, at + 1)?;
+                    let mut name = None;
+                    p.block_map(at, |_, key, no, col, rest| {
+                        (key == "name").then_some(())?;
+                        name = Some(string(no, col, rest)?);
+                        Some(())
+                    })?;
+                    Some(spanned(RawReplaces { name }, loc))
+                })?;
+                l.replaces = Some(list);
+                return Some(());
+            }
+            limit_field(&mut l, key, scalar(no, col, rest)?)
+        })?;
+        Some(l)
+    }
+}
+
+fn empty_limit() -> RawRateLimit {
+    RawRateLimit {
+        requests_per_unit: None,
+        unit: None,
+        unlimited: false,
+        name: None,
+        replaces: None,
+        charge: None,
+        on_store_error: None,
+        window: None,
+        algorithm: None,
+        max_in_flight: None,
+        lease_time: None,
+        burst: None,
+        precision: None,
+        align: None,
+        timezone: None,
+    }
+}
+
+/// One scalar field of a limit.
+fn limit_field(l: &mut RawRateLimit, key: &str, s: Scalar<'_>) -> Option<()> {
+    let text = || as_string(&s).map(|t| spanned(t, s.loc));
+    let count = || as_count(&s).map(|c| spanned(c, s.loc));
+    match key {
+        "requests_per_unit" => l.requests_per_unit = Some(count()?),
+        "max_in_flight" => l.max_in_flight = Some(count()?),
+        "burst" => l.burst = Some(count()?),
+        "precision" => l.precision = Some(count()?),
+        "unlimited" => l.unlimited = as_bool(&s)?,
+        "unit" => l.unit = Some(text()?),
+        "name" => l.name = Some(text()?),
+        "charge" => l.charge = Some(text()?),
+        "on_store_error" => l.on_store_error = Some(text()?),
+        "window" => l.window = Some(text()?),
+        "algorithm" => l.algorithm = Some(text()?),
+        "lease_time" => l.lease_time = Some(text()?),
+        "align" => l.align = Some(text()?),
+        "timezone" => l.timezone = Some(text()?),
+        _ => return None,
+    }
+    Some(())
+}
+
+/// `{key: value, ...}` on one line (`text` starts at column `col` of line `no`), with nothing
+/// after it but a comment.
+fn flow_limit(no: u32, col: usize, text: &str) -> Option<RawRateLimit> {
+    let mut rest = text.strip_prefix('{')?;
+    let mut l = empty_limit();
+    let mut seen: Vec<&str> = Vec::new();
+    loop {
+        rest = rest.trim_start_matches(' ');
+        let (key, after) = rest.split_once(':')?;
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+            return None;
+        }
+        if !after.starts_with(' ') || seen.contains(&key) || key == "replaces" {
+            return None;
+        }
+        seen.push(key);
+        let value = after.trim_start_matches(' ');
+        let value_col = col + (text.len() - value.len());
+        let (s, tail) = scalar_in_flow(no, value_col, value)?;
+        limit_field(&mut l, key, s)?;
+        rest = tail.trim_start_matches(' ');
+        if let Some(tail) = rest.strip_prefix('}') {
+            return comment_only(tail).then_some(l);
+        }
+        rest = rest.strip_prefix(',')?;
+    }
+}
+
+/// Whether `tail` (after a value) holds nothing or a comment.
+fn comment_only(tail: &str) -> bool {
+    let t = tail.trim_start_matches(' ');
+    t.is_empty() || (t.starts_with('#') && t.len() < tail.len())
+}
+
+/// A plain scalar's characters: none of YAML's indicators, no space.
+fn plain_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-' | b'*')
+}
+
+/// A scalar in a flow map: the scalar and what follows it.
+fn scalar_in_flow<'a>(no: u32, col: usize, text: &'a str) -> Option<(Scalar<'a>, &'a str)> {
+    let (s, len) = scalar_prefix(no, col, text)?;
+    Some((s, &text[len..]))
+}
+
+/// A block scalar: the whole rest of the line but a comment.
+fn scalar(no: u32, col: usize, text: &str) -> Option<Scalar<'_>> {
+    let (s, len) = scalar_prefix(no, col, text)?;
+    comment_only(&text[len..]).then_some(s)
+}
+
+/// The scalar at the start of `text`, and its length there.
+fn scalar_prefix(no: u32, col: usize, text: &str) -> Option<(Scalar<'_>, usize)> {
+    let loc = location(no, col)?;
+    let quote = text.as_bytes().first().copied()?;
+    if quote == b'"' || quote == b'\'' {
+        let body = &text[1..];
+        let end = body.find(char::from(quote))?;
+        let inner = &body[..end];
+        // Escapes (`\` in double quotes, a doubled quote in single ones) take serde-saphyr's path.
+        if (quote == b'"' && inner.contains('\\')) || body[end + 1..].starts_with('\'') {
+            return None;
+        }
+        let s = Scalar {
+            loc,
+            text: inner,
+            quoted: true,
+        };
+        return Some((s, end + 2));
+    }
+    let len = text.bytes().take_while(|&b| plain_char(b)).count();
+    (len > 0).then_some(())?;
+    let s = Scalar {
+        loc,
+        text: &text[..len],
+        quoted: false,
+    };
+    Some((s, len))
+}
+
+/// A scalar where a string goes: quoted, or plain and no other YAML type's spelling (no
+/// null, bool or number; those take serde-saphyr's path).
+fn as_string(s: &Scalar<'_>) -> Option<String> {
+    if s.quoted {
+        return Some(s.text.to_owned());
+    }
+    let first = s.text.as_bytes()[0];
+    if !(first.is_ascii_alphabetic() || first == b'_' || first == b'/') {
+        return None;
+    }
+    const OTHER_TYPES: [&str; 11] = [
+        "true", "false", "yes", "no", "on", "off", "y", "n", "null", "nan", "inf",
+    ];
+    if OTHER_TYPES.iter().any(|w| s.text.eq_ignore_ascii_case(w)) {
+        return None;
+    }
+    Some(s.text.to_owned())
+}
+
+fn as_bool(s: &Scalar<'_>) -> Option<bool> {
+    match (s.quoted, s.text) {
+        (false, "true") => Some(true),
+        (false, "false") => Some(false),
+        _ => None,
+    }
+}
+
+/// A plain decimal number, as serde-saphyr hands it to [`Count`] (`visit_u64`).
+fn as_count(s: &Scalar<'_>) -> Option<Count> {
+    let t = s.text;
+    if s.quoted || t.len() > 19 || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if t.len() > 1 && t.starts_with('0') {
+        return None;
+    }
+    let n: u64 = t.parse().ok()?;
+    Some(Count(u32::try_from(n).map_err(|_| super::raw::NOT_A_COUNT)))
+}
+
+fn string(no: u32, col: usize, rest: &str) -> Option<Spanned<String>> {
+    let s = scalar(no, col, rest)?;
+    Some(spanned(as_string(&s)?, s.loc))
+}
+
+fn boolean(no: u32, col: usize, rest: &str) -> Option<Spanned<bool>> {
+    let s = scalar(no, col, rest)?;
+    Some(spanned(as_bool(&s)?, s.loc))
+}
+
+#[cfg(test)]
+mod tests;
