@@ -26,6 +26,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // A bucket id is matched as its entries sorted by key: a sorted map gives that order.
         .btree_map(".envoy.service.rate_limit_quota.v3.BucketId.bucket")
+        // prost's format, each message encoded in one piece (`proto::codec`).
+        .codec_path("crate::proto::codec::FlatCodec")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

@@ -552,7 +552,10 @@ scenario_rlqs() {
     local run
     for run in $(seq "$RUNS"); do
         # A fresh server per run: its resident memory grows from its idle start.
-        start_sluice rlqs --config bench/config --rlqs-max-streams 20000
+        # --rlqs-max-bytes: the default 256 MiB holds about 3,500 streams of 100 buckets (its
+        # count is ~640 bytes a bucket); below it the warm-up fails with RESOURCE_EXHAUSTED.
+        start_sluice rlqs --config bench/config --rlqs-max-streams 20000 \
+            --rlqs-max-bytes 1073741824
         "$BENCH" rlqs --target "$SLUICE_ADDR" --server-pid "$SLUICE_PID" --streams 10000 \
             --buckets 100 --interval 5s --duration "$RLQS_DURATION" --connections 100 \
             --json "$(result rlqs sluice s10000-b100 "$run")" 2>>"$WORK/rlqs.log" ||

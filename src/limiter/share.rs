@@ -86,8 +86,9 @@ pub(crate) fn share(remaining: u64, own: u64, others: u64) -> u64 {
 /// [`Demands::others`] do not count; a stream that ends removes its own.
 #[derive(Debug, Default)]
 pub(crate) struct Demands {
-    /// Bucket (its storage key) -> (stream, demand, when reported).
-    by_bucket: HashMap<Vec<u8>, Vec<(u64, u64, Micros)>>,
+    /// Bucket (its storage key) -> (stream, demand, when reported). Keys come from clients:
+    /// a seeded hash (foldhash's, as the memory store's), cheaper than SipHash.
+    by_bucket: HashMap<Vec<u8>, Vec<(u64, u64, Micros)>, foldhash::quality::RandomState>,
 }
 
 impl Demands {

@@ -128,6 +128,17 @@ struct Tally {
     /// Streams whose every bucket has been answered once.
     ready: AtomicU64,
     latency: Mutex<Histogram<u64>>,
+    /// The first error's message, to say why a warm-up failed.
+    first_error: Mutex<Option<String>>,
+}
+
+impl Tally {
+    /// Counts an error, keeping the first one's message.
+    fn error(&self, what: impl FnOnce() -> String) {
+        if self.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+            *self.first_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(what());
+        }
+    }
 }
 
 pub(crate) async fn run(plan: Plan) -> anyhow::Result<RlqsReport> {
@@ -148,6 +159,7 @@ pub(crate) async fn run(plan: Plan) -> anyhow::Result<RlqsReport> {
         errors: AtomicU64::new(0),
         ready: AtomicU64::new(0),
         latency: Mutex::new(Histogram::new(3)?),
+        first_error: Mutex::new(None),
     });
     let plan = Arc::new(plan);
     let mut tasks = Vec::new();
@@ -164,8 +176,14 @@ pub(crate) async fn run(plan: Plan) -> anyhow::Result<RlqsReport> {
         + Duration::from_secs(30);
     while tally.ready.load(Ordering::Relaxed) < u64::from(plan.streams) {
         if Instant::now() > deadline {
+            let first = tally
+                .first_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .unwrap_or_else(|| "none".into());
             anyhow::bail!(
-                "only {} of {} streams answered within the warm-up ({} errors)",
+                "only {} of {} streams answered within the warm-up ({} errors; the first: {first})",
                 tally.ready.load(Ordering::Relaxed),
                 plan.streams,
                 tally.errors.load(Ordering::Relaxed)
@@ -236,8 +254,8 @@ async fn stream(
         .await
     {
         Ok(r) => r.into_inner(),
-        Err(_) => {
-            tally.errors.fetch_add(1, Ordering::Relaxed);
+        Err(e) => {
+            tally.error(|| format!("opening a stream: {e}"));
             return;
         }
     };
@@ -279,7 +297,7 @@ async fn stream(
         };
         let sent = Instant::now();
         if tx.send(report).await.is_err() {
-            tally.errors.fetch_add(1, Ordering::Relaxed);
+            tally.error(|| "the stream closed before a report was sent".into());
             return;
         }
         // The answer carries an action for every bucket reported; a smaller message is a
@@ -288,8 +306,12 @@ async fn stream(
             match inbound.message().await {
                 Ok(Some(m)) if m.bucket_action.len() >= ids.len() => break,
                 Ok(Some(_)) => {}
-                _ => {
-                    tally.errors.fetch_add(1, Ordering::Relaxed);
+                Ok(None) => {
+                    tally.error(|| "the server ended the stream".into());
+                    return;
+                }
+                Err(e) => {
+                    tally.error(|| format!("the stream failed: {e}"));
                     return;
                 }
             }

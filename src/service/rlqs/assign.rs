@@ -1,7 +1,7 @@
 //! One bucket of one stream: what it matched, what it was granted, and the store calls that
 //! turn a report into an [`Assignment`] (the order of `limiter::share`'s module doc).
 
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Mutex;
 
 use super::bucket::Assignment;
@@ -110,22 +110,28 @@ pub(crate) async fn assess<S: Store>(
         return Ok(Some(Assignment::AllowAll));
     };
     let checks = plan.checks();
-    let share_key = checks.first().map(|c| c.key.to_vec()).unwrap_or_default();
+    let share_key: &[u8] = checks.first().map_or(&[], |c| c.key);
     if let Cause::Report { .. } = cause {
         let mut d = cx.demands.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = b.share_key.as_ref().filter(|k| **k != share_key) {
+        if let Some(old) = b.share_key.as_ref().filter(|k| k[..] != *share_key) {
             d.remove(old, cx.stream);
         }
-        d.set(&share_key, cx.stream, b.demand, cx.now);
+        d.set(share_key, cx.stream, b.demand, cx.now);
     }
-    b.share_key = Some(share_key.clone());
+    // Copied only when it changed (a renewal every window end would copy it each time).
+    if b.share_key.as_deref() != Some(share_key) {
+        b.share_key = Some(share_key.to_vec());
+    }
 
     // What Envoy admitted beyond its grant is consumed: charged, never refused.
     let excess = b.ledger.settle(allowed);
     let verdicts = decide(cx, &checks, excess, Charge::Always).await?;
     let mut remaining = remaining_of(&verdicts);
-    cx.limiter
-        .record_reported(&plan, allowed, denied, remaining);
+    // A renewal (nothing reported) records nothing: skip looking its counters up.
+    if allowed > 0 || denied > 0 {
+        cx.limiter
+            .record_reported(&plan, allowed, denied, remaining);
+    }
 
     let distinct = checks.iter().any(|c| c.limit.algorithm().counts_values());
     let ends = window_end(&checks, cx.now);
@@ -146,7 +152,7 @@ pub(crate) async fn assess<S: Store>(
         return Ok(b.sent);
     }
     let others = cx.demands.lock().unwrap_or_else(|e| e.into_inner()).others(
-        &share_key,
+        share_key,
         cx.stream,
         cx.now,
         cx.demand_ttl,
@@ -185,8 +191,10 @@ pub(super) fn matched(plan: &Plan<'_>, global_shadow: bool) -> Matched {
         Resolved::NoLimit | Resolved::Replaced(_) => Matched::Nothing,
         Resolved::Unlimited(_) => Matched::Unlimited,
         Resolved::Limited { rule, limits, .. } => {
-            // Fixed keys: the same limits hash alike in every stream and after every reload.
-            let mut h = std::hash::DefaultHasher::new();
+            // Fixed keys: the same limits hash alike in every stream and after every reload
+            // (foldhash's fixed state: a bucket is fingerprinted on every assessment, and
+            // SipHash was a few percent of its cost; a collision only delays a new grant).
+            let mut h = foldhash::fast::FixedState::default().build_hasher();
             for l in limits.iter() {
                 l.limit.hash(&mut h);
             }

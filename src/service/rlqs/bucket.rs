@@ -53,7 +53,9 @@ pub(crate) fn id_of(key: &[u8]) -> Id {
         let (s, tail) = tail.split_at(len);
         rest = tail;
         // The bytes were a `String`'s: the lossy path is never taken.
-        Some(String::from_utf8_lossy(s).into_owned())
+        Some(String::from_utf8(s.to_vec()).unwrap_or_else(|e| {
+            String::from_utf8_lossy(e.as_bytes()).into_owned()
+        }))
     };
     while let (Some(k), Some(v)) = (next(), next()) {
         id.insert(k, v);
@@ -75,12 +77,13 @@ pub(crate) enum Assignment {
 }
 
 impl Assignment {
-    /// The `action` label of `sluice_rlqs_assignments_total`.
-    pub(crate) fn label(self) -> &'static str {
+    /// The index of its `action` label of `sluice_rlqs_assignments_total` (`allow_all`,
+    /// `deny_all`, `token_bucket`; `abandon` is the fourth) among those `stream.rs` counts.
+    pub(crate) fn index(self) -> usize {
         match self {
-            Assignment::AllowAll => "allow_all",
-            Assignment::DenyAll => "deny_all",
-            Assignment::Tokens { .. } => "token_bucket",
+            Assignment::AllowAll => 0,
+            Assignment::DenyAll => 1,
+            Assignment::Tokens { .. } => 2,
         }
     }
 }

@@ -25,10 +25,18 @@ pub(crate) struct Stream<S> {
     rlqs: Rlqs<S>,
     id: u64,
     domain: Option<String>,
-    buckets: HashMap<Key, BucketState>,
+    /// Seeded (ids come from clients), not SipHash: a bucket is looked up on each report.
+    buckets: HashMap<Key, BucketState, foldhash::quality::RandomState>,
     /// The bytes of `buckets`, within both caps.
     account: Account,
+    /// Bucket actions of the message being built, by [`Assignment::label`]'s index: counted
+    /// once per message (an attribute set's lookup per bucket was a measurable part of a
+    /// bucket's cost).
+    sent: [u64; LABELS.len()],
 }
+
+/// The `action` labels of `sluice_rlqs_assignments_total`, in [`Stream::sent`]'s order.
+const LABELS: [&str; 4] = ["allow_all", "deny_all", "token_bucket", "abandon"];
 
 impl<S: Store> Stream<S> {
     pub(crate) fn new(rlqs: Rlqs<S>, id: u64) -> Self {
@@ -42,8 +50,9 @@ impl<S: Store> Stream<S> {
             rlqs,
             id,
             domain: None,
-            buckets: HashMap::new(),
+            buckets: HashMap::default(),
             account,
+            sent: [0; LABELS.len()],
         }
     }
 
@@ -75,6 +84,7 @@ impl<S: Store> Stream<S> {
                 _ = sleep_for(wake) => self.renew_all(false).await,
                 () = stopped(&mut stop) => break tonic::Code::Unavailable,
             };
+            self.count_sent();
             match result {
                 Ok(actions) if actions.is_empty() => {}
                 Ok(actions) => {
@@ -127,6 +137,7 @@ impl<S: Store> Stream<S> {
         let opts = &self.rlqs.options;
         // Validate the whole report before assessing any of it.
         let mut usages = Vec::with_capacity(reports.bucket_quota_usages.len());
+        let (mut all_allowed, mut all_denied) = (0u64, 0u64);
         for (i, u) in reports.bucket_quota_usages.into_iter().enumerate() {
             let id = u.bucket_id.map(|b| b.bucket).unwrap_or_default();
             let key = bucket::key_of(&id);
@@ -147,13 +158,15 @@ impl<S: Store> Stream<S> {
                 self.account.take(b.bytes)?;
                 self.buckets.insert(key.clone(), b);
             }
-            m.requests.add(
-                u.num_requests_allowed,
-                &[KeyValue::new("outcome", "allowed")],
-            );
-            m.requests
-                .add(u.num_requests_denied, &[KeyValue::new("outcome", "denied")]);
+            all_allowed = all_allowed.saturating_add(u.num_requests_allowed);
+            all_denied = all_denied.saturating_add(u.num_requests_denied);
             usages.push((key, u.num_requests_allowed, u.num_requests_denied));
+        }
+        if !usages.is_empty() {
+            m.requests
+                .add(all_allowed, &[KeyValue::new("outcome", "allowed")]);
+            m.requests
+                .add(all_denied, &[KeyValue::new("outcome", "denied")]);
         }
         let now = self.rlqs.limiter.clock().now();
         let mut actions = Vec::with_capacity(usages.len());
@@ -207,13 +220,14 @@ impl<S: Store> Stream<S> {
             now,
         };
         let generation = b.ledger.generation;
-        let assignments = &self.rlqs.metrics.assignments;
         let request = bucket::request_of(self.domain.as_deref().unwrap_or_default(), id);
         let assessed = assign::assess(&cx, &request, b, cause).await;
         if !matches!(assessed, Ok(None)) {
             let bytes = budget::bucket_bytes(id, b, 0);
-            self.account.recount(b.bytes, bytes);
-            b.bytes = bytes;
+            if bytes != b.bytes {
+                self.account.recount(b.bytes, bytes);
+                b.bytes = bytes;
+            }
         }
         match assessed {
             Ok(Some(a)) => {
@@ -223,7 +237,7 @@ impl<S: Store> Stream<S> {
                 if !(always || changed) {
                     return Vec::new();
                 }
-                assignments.add(1, &[KeyValue::new("action", a.label())]);
+                self.sent[a.index()] += 1;
                 bucket::assignment(id, a, fresh, self.rlqs.options.assignment_ttl)
             }
             Ok(None) => {
@@ -233,7 +247,7 @@ impl<S: Store> Stream<S> {
                 if let Some(b) = self.buckets.remove(id) {
                     self.account.release(b.bytes);
                 }
-                assignments.add(1, &[KeyValue::new("action", "abandon")]);
+                self.sent[LABELS.len() - 1] += 1;
                 vec![bucket::abandon(id)]
             }
             Err(e) => {
@@ -251,6 +265,19 @@ impl<S: Store> Stream<S> {
                     b.ledger.ends = Some(now + MICROS_PER_SEC);
                 }
                 Vec::new()
+            }
+        }
+    }
+
+    /// Adds the bucket actions counted since the last call to their counters.
+    fn count_sent(&mut self) {
+        for (label, n) in LABELS.iter().zip(&mut self.sent) {
+            if *n > 0 {
+                let n = std::mem::take(n);
+                self.rlqs
+                    .metrics
+                    .assignments
+                    .add(n, &[KeyValue::new("action", *label)]);
             }
         }
     }
