@@ -53,9 +53,10 @@ pub(crate) fn id_of(key: &[u8]) -> Id {
         let (s, tail) = tail.split_at(len);
         rest = tail;
         // The bytes were a `String`'s: the lossy path is never taken.
-        Some(String::from_utf8(s.to_vec()).unwrap_or_else(|e| {
-            String::from_utf8_lossy(e.as_bytes()).into_owned()
-        }))
+        Some(
+            String::from_utf8(s.to_vec())
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        )
     };
     while let (Some(k), Some(v)) = (next(), next()) {
         id.insert(k, v);
