@@ -29,7 +29,7 @@ pub(crate) struct Stream<S> {
     buckets: HashMap<Key, BucketState, foldhash::quality::RandomState>,
     /// The bytes of `buckets`, within both caps.
     account: Account,
-    /// Bucket actions of the message being built, by [`Assignment::label`]'s index: counted
+    /// Bucket actions of the message being built, by `bucket::Assignment::index`: counted
     /// once per message (an attribute set's lookup per bucket was a measurable part of a
     /// bucket's cost).
     sent: [u64; LABELS.len()],
