@@ -23,7 +23,10 @@ const MAX_LEVELS: usize = 20;
 
 /// `content` as the raw types, if it is within the fast path's shape; else `None`.
 pub(super) fn parse(content: &str) -> Option<RawFile> {
-    if content.len() > MAX_LEN || !content.is_ascii() || content.contains(['\t', '\r']) {
+    // Printable ASCII and newlines only: YAML forbids most control bytes, and tabs and CR
+    // have rules of their own; serde-saphyr decides all of those.
+    let plain = |b: &u8| (0x20..=0x7e).contains(b) || *b == b'\n';
+    if content.len() > MAX_LEN || !content.bytes().all(|b| plain(&b)) {
         return None;
     }
     let mut p = Lines::new(content);

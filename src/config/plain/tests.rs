@@ -53,6 +53,8 @@ const TAKEN: &[&str] = &[
 ];
 
 const LEFT: &[&str] = &[
+    "domain: d\ndescriptors:\n  - key: k\n    value: \"a\u{1}b\"\n",
+    "# a\u{7f} comment\ndomain: d\n",
     "",
     "# only a comment\n",
     "---\ndomain: d\n",
