@@ -563,9 +563,10 @@ scenario_rlqs() {
         tail -n 1 "$WORK/rlqs.log" >&2
         stop "$SLUICE_PID"
     done
-    # On Redis: Redis CPU and commands per bucket report against per RLS decision, the same rule
-    # (bench/config's `k`, windows of a second: a grant is renewed every second between reports)
-    # and the same Redis, A/B in each run. 1,000 streams of 100 buckets: the 2 cores hold
+    # On Redis: Redis CPU and commands per bucket report against per RLS decision, on the same
+    # Redis, A/B in each run: bench/config's `rlqs` (minute windows, longer than the report
+    # interval), then `k` (windows of a second: a grant is also renewed every second between
+    # two reports, by the server's timer). 1,000 streams of 100 buckets: the 2 cores hold
     # Redis, sluice and the generator.
     local port
     port=$(free_port)
@@ -575,12 +576,17 @@ scenario_rlqs() {
         --redis-url "redis://127.0.0.1:$port"
     log "RLQS on Redis: 1,000 streams x 100 buckets every 5 s, against RLS decisions"
     for run in $(seq "$RUNS"); do
-        "$BENCH" rlqs --target "$SLUICE_ADDR" --server-pid "$SLUICE_PID" --streams 1000 \
-            --buckets 100 --interval 5s --duration "$RLQS_DURATION" --connections 10 \
-            --redis "127.0.0.1:$port" --json "$(result rlqs-redis sluice s1000-b100 "$run")" \
-            2>>"$WORK/rlqs.log" ||
-            { tail -n 20 "$WORK/rlqs.log" >&2; die "sluice-bench rlqs (Redis) failed"; }
-        tail -n 1 "$WORK/rlqs.log" >&2
+        local rule point
+        for rule in rlqs k; do
+            point=s1000-b100
+            [ "$rule" = k ] && point=s1000-b100-1s
+            "$BENCH" rlqs --target "$SLUICE_ADDR" --server-pid "$SLUICE_PID" --streams 1000 \
+                --buckets 100 --interval 5s --duration "$RLQS_DURATION" --connections 10 \
+                --key "$rule" --redis "127.0.0.1:$port" \
+                --json "$(result rlqs-redis sluice "$point" "$run")" 2>>"$WORK/rlqs.log" ||
+                { tail -n 20 "$WORK/rlqs.log" >&2; die "sluice-bench rlqs (Redis) failed"; }
+            tail -n 1 "$WORK/rlqs.log" >&2
+        done
         closed rlqs-redis-rls sluice "$HEAD" "$run" "$SLUICE_ADDR" "$SLUICE_PID" \
             --redis "127.0.0.1:$port" "${TEN_K_KEYS[@]}"
     done

@@ -97,19 +97,34 @@ impl<'a> Plan<'a> {
             }) => Some(*pattern),
             _ => None,
         };
+        // The descriptor's part of the first key that does not count values, which the next
+        // such limit copies rather than escapes again.
+        let mut head: Option<Range<usize>> = None;
         for (l, limit) in limits.iter().enumerate() {
             let start = self.keys.len();
             let name = if *named { limit.name.as_deref() } else { None };
-            key::append_descriptor(
-                &mut self.keys,
-                prefix,
-                &self.request.domain,
-                domain.hash_tag,
-                &d.entries,
-                shared,
-                &limit.limit,
-                name,
-            );
+            let counts = limit.limit.algorithm().counts_values();
+            match head.clone() {
+                Some(h) if !counts => {
+                    self.keys.extend_from_within(h);
+                    key::append_limit(&mut self.keys, domain.hash_tag, &limit.limit, name);
+                }
+                _ => {
+                    let end = key::append_descriptor(
+                        &mut self.keys,
+                        prefix,
+                        &self.request.domain,
+                        domain.hash_tag,
+                        &d.entries,
+                        shared,
+                        &limit.limit,
+                        name,
+                    );
+                    if !counts && head.is_none() {
+                        head = Some(start..end);
+                    }
+                }
+            }
             let value = match d.entries.last() {
                 Some(e) if limit.limit.algorithm().counts_values() => distinct::hash(&e.value),
                 _ => 0,
@@ -246,6 +261,11 @@ descriptors:
         assert!(
             key(0).contains("burst") && key(1).contains("hourly"),
             "named limits"
+        );
+        // The second limit's key copies the descriptor's part of the first's.
+        assert!(
+            key(0).starts_with("sluice:v2:{d|many=x}:")
+                && key(1).starts_with("sluice:v2:{d|many=x}:")
         );
         assert!(key(2).starts_with("sluice:v2:{d|a=1}:"));
         assert_eq!(

@@ -5,6 +5,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Mutex;
 
 use super::bucket::Assignment;
+use crate::algorithm::Ask;
 use crate::limiter::plan::Plan;
 use crate::limiter::resolve::Resolved;
 use crate::limiter::share::{self, Demands, Ledger};
@@ -43,6 +44,9 @@ pub(crate) struct BucketState {
     pub sent: Option<Assignment>,
     /// The bytes counted for it ([`budget`](super::budget)).
     pub bytes: usize,
+    /// What the store said remained at its last answer for this bucket: a report with
+    /// nothing to charge is recorded with it, and a renewal sizes its share from it.
+    pub seen: u64,
 }
 
 impl BucketState {
@@ -54,6 +58,7 @@ impl BucketState {
             share_key: None,
             sent: None,
             bytes: 0,
+            seen: 0,
         }
     }
 }
@@ -105,6 +110,8 @@ pub(crate) async fn assess<S: Store>(
         // A changed rule: whatever was granted under the old one no longer says anything.
         b.ledger.outstanding = 0;
         b.ledger.ends = None;
+        // What remained under the old limits says nothing: a renewal reads the store.
+        b.seen = 0;
     }
     let Matched::Limited { shadow, .. } = matched else {
         return Ok(Some(Assignment::AllowAll));
@@ -123,17 +130,25 @@ pub(crate) async fn assess<S: Store>(
         b.share_key = Some(share_key.to_vec());
     }
 
-    // What Envoy admitted beyond its grant is consumed: charged, never refused.
+    // What Envoy admitted beyond its grant is consumed: charged, never refused. With nothing
+    // to charge the store is not read here: the grant was charged when given, and a renewal's
+    // reservation tells what remained ([`reserve`]); distinct decides each assessment anew.
     let excess = b.ledger.settle(allowed);
-    let verdicts = decide(cx, &checks, excess, Charge::Always).await?;
-    let mut remaining = remaining_of(&verdicts);
+    let distinct = checks.iter().any(|c| c.limit.algorithm().counts_values());
+    let renew = b.ledger.renew(cx.now);
+    let read = if excess > 0 || distinct {
+        let r = remaining_of(&decide(cx, &checks, excess, Charge::Always).await?);
+        b.seen = r;
+        Some(r)
+    } else {
+        None
+    };
     // A renewal (nothing reported) records nothing: skip looking its counters up.
     if allowed > 0 || denied > 0 {
         cx.limiter
-            .record_reported(&plan, allowed, denied, remaining);
+            .record_reported(&plan, allowed, denied, read.unwrap_or(b.seen));
     }
 
-    let distinct = checks.iter().any(|c| c.limit.algorithm().counts_values());
     let ends = window_end(&checks, cx.now);
     if shadow {
         return Ok(Some(Assignment::AllowAll));
@@ -148,7 +163,7 @@ pub(crate) async fn assess<S: Store>(
             Assignment::DenyAll
         }));
     }
-    if !b.ledger.renew(cx.now) {
+    if !renew {
         return Ok(b.sent);
     }
     let others = cx.demands.lock().unwrap_or_else(|e| e.into_inner()).others(
@@ -157,23 +172,7 @@ pub(crate) async fn assess<S: Store>(
         cx.now,
         cx.demand_ttl,
     );
-    // Reserve the share; another stream (or replica) may take some between the look and the
-    // reservation, so look again once before denying.
-    let mut tokens = 0;
-    for attempt in 0..2 {
-        let want = share::share(remaining, b.demand, others);
-        if want == 0 {
-            break;
-        }
-        let v = decide(cx, &checks, want, Charge::IfAdmitted).await?;
-        if v.iter().all(|v| v.allowed) {
-            tokens = want;
-            break;
-        }
-        if attempt == 0 {
-            remaining = remaining_of(&decide(cx, &checks, 0, Charge::IfAdmitted).await?);
-        }
-    }
+    let tokens = reserve(cx, &checks, b, read, others).await?;
     b.ledger.grant(tokens, ends);
     Ok(Some(if tokens == 0 {
         Assignment::DenyAll
@@ -183,6 +182,69 @@ pub(crate) async fn assess<S: Store>(
             generation: b.ledger.generation,
         }
     }))
+}
+
+/// Reserves `b`'s share of what remains and returns its tokens (0: none left for it).
+/// `read`: what remains as read in this assessment; `None` sizes the share from a guess (the
+/// whole limit in a window that has begun since the last grant, else what remained then), so
+/// a renewal costs the store one call: when the reservation is admitted, what remained before
+/// it is known (its remaining plus the reservation), and tokens reserved beyond the share of
+/// that are given back. Another stream or replica may take some between a read and the
+/// reservation: a refused reservation reads again once, and a second refusal denies.
+async fn reserve<S: Store>(
+    cx: &Context<'_, S>,
+    checks: &[Check<'_>],
+    b: &mut BucketState,
+    read: Option<u64>,
+    others: u64,
+) -> Result<u64, LimitError> {
+    let (mut base, mut fresh) = match read {
+        Some(r) => (r, true),
+        None => (guess(checks, b, cx.now), false),
+    };
+    let mut tries = 0;
+    loop {
+        let want = share::share(base, b.demand, others);
+        if want > 0 {
+            tries += 1;
+            let v = decide(cx, checks, want, Charge::IfAdmitted).await?;
+            if v.iter().all(|v| v.allowed) {
+                let after = remaining_of(&v);
+                b.seen = after;
+                let fair = share::share(after.saturating_add(want), b.demand, others);
+                if fresh || fair >= want {
+                    return Ok(want);
+                }
+                // The guess was above what remained. Given back so the grant is the share of
+                // what remained; if the refund fails, its tokens stay charged and are not
+                // granted (never more granted than charged), freed when the window ends.
+                let surplus = want - fair;
+                if refund(cx, checks, surplus).await.is_ok() {
+                    b.seen = after.saturating_add(surplus);
+                }
+                return Ok(fair);
+            }
+            if tries == 2 {
+                return Ok(0);
+            }
+        } else if fresh {
+            return Ok(0);
+        }
+        base = remaining_of(&decide(cx, checks, 0, Charge::IfAdmitted).await?);
+        b.seen = base;
+        fresh = true;
+    }
+}
+
+/// What probably remains for `b` at `now` without asking the store: the whole of the
+/// smallest limit once the window of its last grant has ended (a new window), else what
+/// remained after the store's last answer.
+fn guess(checks: &[Check<'_>], b: &BucketState, now: Micros) -> u64 {
+    if b.ledger.ends.is_some_and(|end| now >= end) {
+        checks.iter().map(|c| c.limit.requests()).min().unwrap_or(0)
+    } else {
+        b.seen
+    }
 }
 
 /// The plan's one descriptor, as far as assignments go.
@@ -222,6 +284,28 @@ async fn decide<S: Store>(
             let mut c = c.clone();
             c.ask.hits = hits;
             c.charge = charge;
+            c
+        })
+        .collect();
+    Ok(cx
+        .limiter
+        .store()
+        .decide(&checks, cx.now, Deadline::NONE)
+        .await?)
+}
+
+/// Gives `hits` back to every limit of `checks` (a surplus reservation).
+async fn refund<S: Store>(
+    cx: &Context<'_, S>,
+    checks: &[Check<'_>],
+    hits: u64,
+) -> Result<Vec<Verdict>, LimitError> {
+    let checks: Vec<Check<'_>> = checks
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            c.ask = Ask::refund(hits);
+            c.charge = Charge::Always;
             c
         })
         .collect();

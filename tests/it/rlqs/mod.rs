@@ -1,9 +1,10 @@
 //! The Rate Limit Quota Service: streams driven directly over gRPC (`streams.rs` as a table,
-//! `sharing.rs` across streams, windows, reloads and replicas, `bounds.rs` for the limits and
-//! errors, `store_failure.rs` for the failure policy), and end to end with real Envoy processes
+//! `sharing.rs` across streams, windows, reloads and replicas, `calls.rs` for what a report
+//! and a renewal ask of the store, `bounds.rs` for the limits and errors, `store_failure.rs` for the failure policy), and end to end with real Envoy processes
 //! (`envoy.rs`).
 
 mod bounds;
+mod calls;
 mod envoy;
 mod sharing;
 mod store_failure;

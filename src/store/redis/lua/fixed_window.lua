@@ -99,34 +99,47 @@ local function fw_take(key, field, h, hits, limit)
   return nil
 end
 
--- A window's first take drops the window the key held before, if it ended: the other field of
--- `key` beside `field` (window start `ws`) to supersede, false when there is none, or nil when
--- the take cannot stand so (another field is a later window, a clock behind; or there are
--- several): the port decides it then.
+-- A window's first take drops the window the key held before, if it ended, as the port's
+-- write does: what `fw_settle` is to do to `key` besides our `field` (window start `ws`), as
+-- { the window before to supersede (or false), the marks of older windows to drop... }; false
+-- when the key holds nothing else; nil when the take cannot stand so (another field is a later
+-- window, a clock behind; or two windows both count, or a field is not the layout's): the
+-- port decides it then.
 local function fw_ended(key, field, ws)
   local f = redis.call('HGETALL', key)
   if f[3] == nil then
     return false
   end
-  if f[5] ~= nil then
-    return nil
+  local ended = { false }
+  for i = 1, #f, 2 do
+    if f[i] ~= field then
+      local s, n = tonumber(f[i]), tonumber(f[i + 1])
+      if s == nil or n == nil or n < 1 or s >= ws then
+        return nil
+      end
+      if n <= COUNT_CAP + 1 then
+        if ended[1] then
+          return nil
+        end
+        ended[1] = f[i]
+      else
+        ended[#ended + 1] = f[i]
+      end
+    end
   end
-  local o = 1
-  if f[1] == field then
-    o = 3
-  end
-  local s, n = tonumber(f[o]), tonumber(f[o + 1])
-  if s == nil or n == nil or n < 1 or s < ws then
-    return f[o]
-  end
-  return nil
+  return ended
 end
 
--- Settles a first take that `fw_ended` allowed (`ended`: its answer): the ended window
--- superseded, the key's expiry set to its window's end `we`.
+-- Settles a first take that `fw_ended` allowed (`ended`: its answer): the older marks dropped,
+-- the ended window superseded, the key's expiry set to its window's end `we`.
 local function fw_settle(key, ended, now, we)
   if ended then
-    supersede(key, ended)
+    if ended[2] ~= nil then
+      redis.call('HDEL', key, unpack(ended, 2))
+    end
+    if ended[1] then
+      supersede(key, ended[1])
+    end
   end
   expire(key, we - now)
 end

@@ -69,7 +69,7 @@ local function fixed_window_mend(KEYS, ARGV)
         supersede(key, field)
       end
     elseif ours then
-      fw_settle(key, newest, now, ws + tonumber(ARGV[4]))
+      fw_settle(key, { newest }, now, ws + tonumber(ARGV[4]))
     end
   else
     return { err = 'ERR sluice: unknown mend ' .. tostring(what) }

@@ -18,6 +18,7 @@ mod long_log;
 mod parity;
 mod plain;
 mod server;
+mod window_first_take;
 
 use crate::support::redis as redis_support;
 use crate::support::req_k;

@@ -1,0 +1,105 @@
+//! A fixed window's first take (fixed_window.lua `fw_ended`, `fw_settle`): counted in place
+//! whenever the key holds only ended windows, as the port's write would leave the key (the
+//! window before superseded, older marks dropped, the expiry set), and handed to the port
+//! otherwise. A hot key holds the window before and an older one's mark from its third window
+//! on, so this is every window's first take of it.
+
+use super::*;
+use sluice::store::redis::library::LIBRARY;
+use sluice::store::redis::script::ScriptId;
+
+/// A superseded window's mark (expiry.lua `SUPERSEDED`, 2^53).
+const SUPERSEDED: &str = "9007199254740992";
+
+fn fields(redis: &RedisNode, key: &str) -> Vec<(String, String)> {
+    let all = redis.cli(&["HGETALL", key]);
+    let lines: Vec<&str> = all.lines().collect();
+    lines
+        .chunks(2)
+        .filter(|c| c.len() == 2)
+        .map(|c| (c[0].to_string(), c[1].to_string()))
+        .collect()
+}
+
+#[test]
+fn a_first_take_over_ended_windows_is_counted_in_place_and_leaves_what_the_port_leaves() {
+    let redis = RedisNode::start();
+    let loaded = redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
+    assert!(loaded.starts_with("sluice_"), "{loaded}");
+    let day = 86_400 * SEC;
+    // Mid-window of a day, so that no case crosses an edge.
+    let now = {
+        let t = redis.cli(&["TIME"]);
+        let mut p = t.lines().map(|l| l.trim().parse::<i64>().unwrap());
+        p.next().unwrap() * SEC + p.next().unwrap()
+    };
+    let ws = now - now % day;
+    let take = |key: &str| -> Vec<i64> {
+        redis
+            .cli(&[
+                "FCALL",
+                LIBRARY.function(ScriptId::FixedWindow),
+                "1",
+                key,
+                &now.to_string(),
+                "10",
+                &day.to_string(),
+                "1",
+                "0",
+            ])
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect()
+    };
+    let after = vec![
+        (ws.to_string(), "2".to_string()),
+        ((ws - day).to_string(), SUPERSEDED.to_string()),
+    ];
+    // Each case: the key's fields before; whether the port decides (it replaces the hash: a
+    // DEL), and the fields after.
+    type Case<'a> = (&'a str, Vec<(i64, &'a str)>, bool);
+    let cases: [Case<'_>; 4] = [
+        // A hot key's third window on: the window before and an older mark.
+        (
+            "first:mark",
+            vec![(ws - day, "7"), (ws - 2 * day, SUPERSEDED)],
+            false,
+        ),
+        ("first:before", vec![(ws - day, "7")], false),
+        // Two windows that both count (never written by sluice): the port decides.
+        (
+            "first:two",
+            vec![(ws - day, "7"), (ws - 2 * day, "3")],
+            true,
+        ),
+        // Not the layout's (a count below the stored minimum of 1): the port decides.
+        (
+            "first:odd",
+            vec![(ws - day, "7"), (ws - 2 * day, "0")],
+            true,
+        ),
+    ];
+    for (k, before, port) in cases {
+        for (f, v) in before {
+            redis.cli(&["HSET", k, &f.to_string(), v]);
+        }
+        let dels = redis.command_calls("del");
+        let r = take(k);
+        assert_eq!(r[1..3], [3, 9], "{k}: {r:?}");
+        assert_eq!(redis.command_calls("del") - dels, u64::from(port), "{k}");
+        assert_eq!(fields(&redis, k), after, "{k}");
+        let ttl: i64 = redis.cli(&["PTTL", k]).trim().parse().unwrap();
+        assert!(ttl > 0 && ttl <= 86_401_000, "{k}: {ttl}");
+    }
+
+    // A later window (a sluice whose clock runs ahead wrote it) wins: the port decides, and
+    // the take counts there.
+    let k = "first:later";
+    redis.cli(&["HSET", k, &(ws + day).to_string(), "3"]);
+    let r = take(k);
+    assert_eq!(r[1..3], [3, 7], "{r:?}");
+    assert_eq!(
+        fields(&redis, k),
+        vec![((ws + day).to_string(), "4".to_string())]
+    );
+}
