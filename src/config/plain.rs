@@ -111,12 +111,13 @@ impl<'a> Lines<'a> {
     }
 
     /// A block list of maps below a key at `indent`, each item read by `item` at its map's
-    /// indent; the list's location is its first dash.
+    /// indent and pushed onto the list; the list's location is its first dash. (Items are
+    /// built in place: a descriptor is kilobytes, and each move of one was a copy.)
     fn list<T>(
         &mut self,
         indent: usize,
         rest: &str,
-        mut item: impl FnMut(&mut Self, usize) -> Option<T>,
+        mut item: impl FnMut(&mut Self, usize, &mut Vec<T>) -> Option<()>,
     ) -> Option<(Vec<T>, Location)> {
         if !rest.is_empty() {
             return None;
@@ -140,7 +141,7 @@ impl<'a> Lines<'a> {
             let line = &mut self.lines[self.at];
             line.indent = map_indent;
             line.text = inner;
-            items.push(item(self, map_indent)?);
+            item(self, map_indent, &mut items)?;
         }
         Some((items, loc))
     }
@@ -190,34 +191,30 @@ impl<'a> Lines<'a> {
         if level > MAX_LEVELS {
             return None;
         }
-        let (list, _) = self.list(indent, rest, |p, at| p.descriptor(at, level))?;
+        let (list, _) = self.list(indent, rest, |p, at, out| p.descriptor(at, level, out))?;
         Some(list)
     }
 
-    fn descriptor(&mut self, indent: usize, level: usize) -> Option<Spanned<RawDescriptor>> {
+    /// Reads the descriptor at the current line onto `out`.
+    fn descriptor(
+        &mut self,
+        indent: usize,
+        level: usize,
+        out: &mut Vec<Spanned<RawDescriptor>>,
+    ) -> Option<()> {
         let loc = location(self.lines[self.at].no, indent + 1)?;
-        let mut d = RawDescriptor {
-            key: None,
-            value: None,
-            rate_limit: None,
-            rate_limits: None,
-            descriptors: None,
-            shadow_mode: false,
-            detailed_metric: false,
-            value_to_metric: false,
-            share_threshold: None,
-            quota_mode: false,
-            metadata: None,
-        };
+        out.push(spanned(empty_descriptor(), loc));
+        let d = &mut out.last_mut()?.value;
         self.block_map(indent, |p, key, no, col, rest| {
             match key {
                 "key" => d.key = Some(string(no, col, rest)?),
                 "value" => d.value = Some(string(no, col, rest)?),
-                "rate_limit" => d.rate_limit = Some(p.rate_limit(indent, no, col, rest)?),
+                "rate_limit" => p.rate_limit(indent, no, col, rest, &mut d.rate_limit)?,
                 "rate_limits" => {
-                    let (list, loc) = p.list(indent, rest, |p, at| {
+                    let (list, loc) = p.list(indent, rest, |p, at, out| {
                         let loc = location(p.lines[p.at].no, at + 1)?;
-                        Some(spanned(p.limit_block(at)?, loc))
+                        out.push(spanned(empty_limit(), loc));
+                        p.limit_block(at, &mut out.last_mut()?.value)
                     })?;
                     d.rate_limits = Some(spanned(list, loc));
                 }
@@ -230,33 +227,34 @@ impl<'a> Lines<'a> {
                 _ => return None,
             }
             Some(())
-        })?;
-        Some(spanned(d, loc))
+        })
     }
 
-    /// A `rate_limit`: a one-line flow map after the key, or a block map below it.
+    /// A `rate_limit` into `slot`: a one-line flow map after the key, or a block map below it.
     fn rate_limit(
         &mut self,
         indent: usize,
         no: u32,
         col: usize,
         rest: &'a str,
-    ) -> Option<Spanned<RawRateLimit>> {
+        slot: &mut Option<Spanned<RawRateLimit>>,
+    ) -> Option<()> {
         if !rest.is_empty() {
-            return Some(spanned(flow_limit(no, col, rest)?, location(no, col)?));
+            let l = slot.insert(spanned(empty_limit(), location(no, col)?));
+            return flow_limit(no, col, rest, &mut l.value);
         }
         let (inner, false) = self.nested(indent)? else {
             return None;
         };
         let loc = location(self.lines[self.at].no, inner + 1)?;
-        Some(spanned(self.limit_block(inner)?, loc))
+        let l = slot.insert(spanned(empty_limit(), loc));
+        self.limit_block(inner, &mut l.value)
     }
 
-    fn limit_block(&mut self, indent: usize) -> Option<RawRateLimit> {
-        let mut l = empty_limit();
+    fn limit_block(&mut self, indent: usize, l: &mut RawRateLimit) -> Option<()> {
         self.block_map(indent, |p, key, no, col, rest| {
             if key == "replaces" {
-                let (list, _) = p.list(indent, rest, |p, at| {
+                let (list, _) = p.list(indent, rest, |p, at, out| {
                     let loc = location(p.lines[p.at].no, at + 1)?;
                     let mut name = None;
                     p.block_map(at, |_, key, no, col, rest| {
@@ -264,14 +262,30 @@ impl<'a> Lines<'a> {
                         name = Some(string(no, col, rest)?);
                         Some(())
                     })?;
-                    Some(spanned(RawReplaces { name }, loc))
+                    out.push(spanned(RawReplaces { name }, loc));
+                    Some(())
                 })?;
                 l.replaces = Some(list);
                 return Some(());
             }
-            limit_field(&mut l, key, scalar(no, col, rest)?)
-        })?;
-        Some(l)
+            limit_field(l, key, scalar(no, col, rest)?)
+        })
+    }
+}
+
+fn empty_descriptor() -> RawDescriptor {
+    RawDescriptor {
+        key: None,
+        value: None,
+        rate_limit: None,
+        rate_limits: None,
+        descriptors: None,
+        shadow_mode: false,
+        detailed_metric: false,
+        value_to_metric: false,
+        share_threshold: None,
+        quota_mode: false,
+        metadata: None,
     }
 }
 
@@ -321,9 +335,8 @@ fn limit_field(l: &mut RawRateLimit, key: &str, s: Scalar<'_>) -> Option<()> {
 
 /// `{key: value, ...}` on one line (`text` starts at column `col` of line `no`), with nothing
 /// after it but a comment.
-fn flow_limit(no: u32, col: usize, text: &str) -> Option<RawRateLimit> {
+fn flow_limit(no: u32, col: usize, text: &str, l: &mut RawRateLimit) -> Option<()> {
     let mut rest = text.strip_prefix('{')?;
-    let mut l = empty_limit();
     let mut seen = Seen::default();
     loop {
         rest = rest.trim_start_matches(' ');
@@ -334,10 +347,10 @@ fn flow_limit(no: u32, col: usize, text: &str) -> Option<RawRateLimit> {
         let value = after.trim_start_matches(' ');
         let value_col = col + (text.len() - value.len());
         let (s, tail) = scalar_in_flow(no, value_col, value)?;
-        limit_field(&mut l, key, s)?;
+        limit_field(l, key, s)?;
         rest = tail.trim_start_matches(' ');
         if let Some(tail) = rest.strip_prefix('}') {
-            return comment_only(tail).then_some(l);
+            return comment_only(tail).then_some(());
         }
         rest = rest.strip_prefix(',')?;
     }
