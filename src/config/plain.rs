@@ -14,8 +14,8 @@ use serde_saphyr::{Location, Spanned};
 
 use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces};
 use scalar::{
-    as_bool, as_count, as_string, boolean, comment_only, location, scalar, scalar_in_flow, spanned,
-    split_key, string, Scalar, Seen,
+    as_bool, as_count, as_string, boolean, comment_only, location, scalar, scalar_in_flow,
+    skip_spaces, spanned, split_key, string, Scalar, Seen,
 };
 
 /// Above this, serde-saphyr's own size budgets could refuse the file: its path decides.
@@ -95,8 +95,10 @@ impl<'a> Lines<'a> {
                 return None;
             }
             self.at += 1;
-            let value_column = indent + key.len() + 1 + (rest.len() - rest.trim_start().len());
-            field(self, key, no, value_column + 1, rest.trim_start())?;
+            // Only spaces can lead it: the file is printable ASCII, a line has no newline.
+            let value = skip_spaces(rest);
+            let value_column = indent + key.len() + 1 + (rest.len() - value.len());
+            field(self, key, no, value_column + 1, value)?;
         }
         Some(())
     }
@@ -135,7 +137,7 @@ impl<'a> Lines<'a> {
             let Some(body) = text.strip_prefix("- ") else {
                 break;
             };
-            let inner = body.trim_start_matches(' ');
+            let inner = skip_spaces(body);
             // The item's map starts on the dash's line: its keys stand where the first one does.
             let map_indent = dash + text.len() - inner.len();
             let line = &mut self.lines[self.at];
@@ -339,16 +341,16 @@ fn flow_limit(no: u32, col: usize, text: &str, l: &mut RawRateLimit) -> Option<(
     let mut rest = text.strip_prefix('{')?;
     let mut seen = Seen::default();
     loop {
-        rest = rest.trim_start_matches(' ');
+        rest = skip_spaces(rest);
         let (key, after) = split_key(rest)?;
         if !after.starts_with(' ') || key == "replaces" || !seen.first(key) {
             return None;
         }
-        let value = after.trim_start_matches(' ');
+        let value = skip_spaces(after);
         let value_col = col + (text.len() - value.len());
         let (s, tail) = scalar_in_flow(no, value_col, value)?;
         limit_field(l, key, s)?;
-        rest = tail.trim_start_matches(' ');
+        rest = skip_spaces(tail);
         if let Some(tail) = rest.strip_prefix('}') {
             return comment_only(tail).then_some(());
         }
