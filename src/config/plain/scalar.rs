@@ -76,10 +76,13 @@ pub(super) fn spanned<T>(value: T, loc: Location) -> Spanned<T> {
 
 /// `key: rest` with a key of ours (lowercase letters and `_`), split at the first colon.
 pub(super) fn split_key(text: &str) -> Option<(&str, &str)> {
-    let colon = text.bytes().position(|b| b == b':')?;
-    let key = &text[..colon];
-    let ours = !key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
-    ours.then(|| (key, &text[colon + 1..]))
+    // One pass: any other byte before the colon refuses the line as scanning on would.
+    let len = text
+        .bytes()
+        .take_while(|&b| b.is_ascii_lowercase() || b == b'_')
+        .count();
+    let rest = text[len..].strip_prefix(':')?;
+    (len > 0).then(|| (&text[..len], rest))
 }
 
 /// The keys of one map so far, without an allocation per map. No map of ours has more than
