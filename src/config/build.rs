@@ -42,7 +42,7 @@ impl<'c, 'a> Tree<'c, 'a> {
         let d = &item.value;
         let pos = self.cx.at(item);
         let key = match &d.key {
-            Some(k) if !k.value.is_empty() => k.value.clone(),
+            Some(k) if !k.value.is_empty() => k.value.as_str(),
             Some(k) => {
                 let p = self.cx.at(k);
                 self.cx.err(p, "descriptor has empty key");
@@ -56,15 +56,10 @@ impl<'c, 'a> Tree<'c, 'a> {
         let value = d
             .value
             .as_ref()
-            .map(|v| v.value.clone())
+            .map(|v| v.value.as_str())
             .filter(|v| !v.is_empty());
-        let full_key = match &value {
-            Some(v) => format!("{path}.{key}_{v}"),
-            None => format!("{path}.{key}"),
-        };
-        let pattern = value
-            .as_deref()
-            .and_then(|v| Pattern::compile(v.as_bytes()));
+        let full_key = full_key(path, key, value);
+        let pattern = value.and_then(|v| Pattern::compile(v.as_bytes()));
         let share = d.share_threshold.as_ref().is_some_and(|s| s.value);
         if share && pattern.is_none() {
             let p = d
@@ -97,8 +92,16 @@ impl<'c, 'a> Tree<'c, 'a> {
         }
         self.value_to_metric_above = above;
 
-        let branch: &mut Branch = parent.children.entry(key.as_bytes().into()).or_default();
-        let duplicate = match (&value, pattern) {
+        // Looked up before inserting: the boxed key is made once per key, not per descriptor.
+        if !parent.children.contains_key(key.as_bytes()) {
+            parent
+                .children
+                .insert(key.as_bytes().into(), Branch::default());
+        }
+        let Some(branch) = parent.children.get_mut(key.as_bytes()) else {
+            unreachable!("inserted above")
+        };
+        let duplicate = match (value, pattern) {
             (None, _) => {
                 let taken = branch.default.is_some();
                 if !taken {
@@ -135,6 +138,21 @@ impl<'c, 'a> Tree<'c, 'a> {
             );
         }
     }
+}
+
+/// envoyproxy/ratelimit's `path.key_value` (or `path.key`), sized once: `format!` grows it
+/// piece by piece, and this runs once per rule.
+fn full_key(path: &str, key: &str, value: Option<&str>) -> String {
+    let len = path.len() + 1 + key.len() + value.map_or(0, |v| 1 + v.len());
+    let mut s = String::with_capacity(len);
+    s.push_str(path);
+    s.push('.');
+    s.push_str(key);
+    if let Some(v) = value {
+        s.push('_');
+        s.push_str(v);
+    }
+    s
 }
 
 /// The one constructor of a rule: the descriptor's flags and its validated limits.

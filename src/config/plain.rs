@@ -10,11 +10,13 @@
 //! Why: serde-saphyr spends about 75k instructions per rule of the reload benchmark's file;
 //! this reads it in a small fraction of that (bench/why.md, "reload").
 
-use serde::de::value::MapDeserializer;
-use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
 
-use super::raw::{Count, RawDescriptor, RawFile, RawRateLimit, RawReplaces};
+use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces};
+use scalar::{
+    as_bool, as_count, as_string, boolean, comment_only, location, scalar, scalar_in_flow,
+    skip_spaces, spanned, split_key, string, Scalar, Seen,
+};
 
 /// Above this, serde-saphyr's own size budgets could refuse the file: its path decides.
 const MAX_LEN: usize = 32 << 20;
@@ -25,8 +27,14 @@ const MAX_LEVELS: usize = 20;
 pub(super) fn parse(content: &str) -> Option<RawFile> {
     // Printable ASCII and newlines only: YAML forbids most control bytes, and tabs and CR
     // have rules of their own; serde-saphyr decides all of those.
-    let plain = |b: &u8| (0x20..=0x7e).contains(b) || *b == b'\n';
-    if content.len() > MAX_LEN || !content.bytes().all(|b| plain(&b)) {
+    let plain = |b: u8| (0x20..=0x7e).contains(&b) || b == b'\n';
+    // In blocks without an early exit, so the check vectorises (a byte at a time was a tenth
+    // of the parse).
+    let all_plain = content
+        .as_bytes()
+        .chunks(64)
+        .all(|c| c.iter().fold(true, |ok, &b| ok & plain(b)));
+    if content.len() > MAX_LEN || !all_plain {
         return None;
     }
     let mut p = Lines::new(content);
@@ -49,39 +57,15 @@ struct Lines<'a> {
     at: usize,
 }
 
-/// A scalar: where it starts (1-based column), its text, whether it was quoted.
-struct Scalar<'a> {
-    loc: Location,
-    text: &'a str,
-    quoted: bool,
-}
-
-/// A 1-based line and column as a serde-saphyr [`Location`] (its constructor is the crate's
-/// own; its `Deserialize` takes the two numbers).
-fn location(line: u32, column: usize) -> Option<Location> {
-    let column = u32::try_from(column).ok()?;
-    let map = MapDeserializer::<_, serde::de::value::Error>::new(
-        [("line", line), ("column", column)].into_iter(),
-    );
-    Location::deserialize(map).ok()
-}
-
-fn spanned<T>(value: T, loc: Location) -> Spanned<T> {
-    Spanned::new(value, loc, loc)
-}
-
 impl<'a> Lines<'a> {
     fn new(content: &'a str) -> Self {
         let lines = content
-            .split('\n')
+            .split_terminator('\n')
             .zip(1..)
             .filter_map(|(line, no)| {
-                let text = line.trim_start_matches(' ');
-                (!text.is_empty() && !text.starts_with('#')).then(|| Line {
-                    no,
-                    indent: line.len() - text.len(),
-                    text,
-                })
+                let indent = line.bytes().take_while(|&b| b == b' ').count();
+                let text = &line[indent..];
+                (!text.is_empty() && !text.starts_with('#')).then_some(Line { no, indent, text })
             })
             .collect();
         Lines { lines, at: 0 }
@@ -103,20 +87,18 @@ impl<'a> Lines<'a> {
         indent: usize,
         mut field: impl FnMut(&mut Self, &'a str, u32, usize, &'a str) -> Option<()>,
     ) -> Option<()> {
-        let mut seen: Vec<&str> = Vec::new();
+        let mut seen = Seen::default();
         while let Some(line) = self.at_indent(indent).ok()? {
             let (no, text) = (line.no, line.text);
-            let (key, rest) = text.split_once(':')?;
-            if key.is_empty() || !key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+            let (key, rest) = split_key(text)?;
+            if !(rest.is_empty() || rest.starts_with(' ')) || !seen.first(key) {
                 return None;
             }
-            if !(rest.is_empty() || rest.starts_with(' ')) || seen.contains(&key) {
-                return None;
-            }
-            seen.push(key);
             self.at += 1;
-            let value_column = indent + key.len() + 1 + (rest.len() - rest.trim_start().len());
-            field(self, key, no, value_column + 1, rest.trim_start())?;
+            // Only spaces can lead it: the file is printable ASCII, a line has no newline.
+            let value = skip_spaces(rest);
+            let value_column = indent + key.len() + 1 + (rest.len() - value.len());
+            field(self, key, no, value_column + 1, value)?;
         }
         Some(())
     }
@@ -131,12 +113,13 @@ impl<'a> Lines<'a> {
     }
 
     /// A block list of maps below a key at `indent`, each item read by `item` at its map's
-    /// indent; the list's location is its first dash.
+    /// indent and pushed onto the list; the list's location is its first dash. (Items are
+    /// built in place: a descriptor is kilobytes, and each move of one was a copy.)
     fn list<T>(
         &mut self,
         indent: usize,
         rest: &str,
-        mut item: impl FnMut(&mut Self, usize) -> Option<T>,
+        mut item: impl FnMut(&mut Self, usize, &mut Vec<T>) -> Option<()>,
     ) -> Option<(Vec<T>, Location)> {
         if !rest.is_empty() {
             return None;
@@ -146,22 +129,33 @@ impl<'a> Lines<'a> {
         };
         let first = &self.lines[self.at];
         let loc = location(first.no, dash + 1)?;
-        let mut items = Vec::new();
+        // Sized up front: the items are large, and each doubling would copy them all.
+        let mut items = Vec::with_capacity(self.items_at(dash));
         while let Some(line) = self.at_indent(dash).ok()? {
             let text = line.text;
             // A line at the dash's indent that is no item: the next key of the parent map.
             let Some(body) = text.strip_prefix("- ") else {
                 break;
             };
-            let inner = body.trim_start_matches(' ');
+            let inner = skip_spaces(body);
             // The item's map starts on the dash's line: its keys stand where the first one does.
             let map_indent = dash + text.len() - inner.len();
             let line = &mut self.lines[self.at];
             line.indent = map_indent;
             line.text = inner;
-            items.push(item(self, map_indent)?);
+            item(self, map_indent, &mut items)?;
         }
         Some((items, loc))
+    }
+
+    /// How many items the block list whose dashes stand at `dash` has from the current line
+    /// on (an estimate for its capacity: the items are read by [`Self::list`]).
+    fn items_at(&self, dash: usize) -> usize {
+        self.lines[self.at..]
+            .iter()
+            .take_while(|l| l.indent > dash || (l.indent == dash && l.text.starts_with("- ")))
+            .filter(|l| l.indent == dash)
+            .count()
     }
 
     fn file(&mut self) -> Option<RawFile> {
@@ -199,34 +193,30 @@ impl<'a> Lines<'a> {
         if level > MAX_LEVELS {
             return None;
         }
-        let (list, _) = self.list(indent, rest, |p, at| p.descriptor(at, level))?;
+        let (list, _) = self.list(indent, rest, |p, at, out| p.descriptor(at, level, out))?;
         Some(list)
     }
 
-    fn descriptor(&mut self, indent: usize, level: usize) -> Option<Spanned<RawDescriptor>> {
+    /// Reads the descriptor at the current line onto `out`.
+    fn descriptor(
+        &mut self,
+        indent: usize,
+        level: usize,
+        out: &mut Vec<Spanned<RawDescriptor>>,
+    ) -> Option<()> {
         let loc = location(self.lines[self.at].no, indent + 1)?;
-        let mut d = RawDescriptor {
-            key: None,
-            value: None,
-            rate_limit: None,
-            rate_limits: None,
-            descriptors: None,
-            shadow_mode: false,
-            detailed_metric: false,
-            value_to_metric: false,
-            share_threshold: None,
-            quota_mode: false,
-            metadata: None,
-        };
+        out.push(spanned(empty_descriptor(), loc));
+        let d = &mut out.last_mut()?.value;
         self.block_map(indent, |p, key, no, col, rest| {
             match key {
                 "key" => d.key = Some(string(no, col, rest)?),
                 "value" => d.value = Some(string(no, col, rest)?),
-                "rate_limit" => d.rate_limit = Some(p.rate_limit(indent, no, col, rest)?),
+                "rate_limit" => p.rate_limit(indent, no, col, rest, &mut d.rate_limit)?,
                 "rate_limits" => {
-                    let (list, loc) = p.list(indent, rest, |p, at| {
+                    let (list, loc) = p.list(indent, rest, |p, at, out| {
                         let loc = location(p.lines[p.at].no, at + 1)?;
-                        Some(spanned(p.limit_block(at)?, loc))
+                        out.push(spanned(empty_limit(), loc));
+                        p.limit_block(at, &mut out.last_mut()?.value)
                     })?;
                     d.rate_limits = Some(spanned(list, loc));
                 }
@@ -239,33 +229,34 @@ impl<'a> Lines<'a> {
                 _ => return None,
             }
             Some(())
-        })?;
-        Some(spanned(d, loc))
+        })
     }
 
-    /// A `rate_limit`: a one-line flow map after the key, or a block map below it.
+    /// A `rate_limit` into `slot`: a one-line flow map after the key, or a block map below it.
     fn rate_limit(
         &mut self,
         indent: usize,
         no: u32,
         col: usize,
         rest: &'a str,
-    ) -> Option<Spanned<RawRateLimit>> {
+        slot: &mut Option<Spanned<RawRateLimit>>,
+    ) -> Option<()> {
         if !rest.is_empty() {
-            return Some(spanned(flow_limit(no, col, rest)?, location(no, col)?));
+            let l = slot.insert(spanned(empty_limit(), location(no, col)?));
+            return flow_limit(no, col, rest, &mut l.value);
         }
         let (inner, false) = self.nested(indent)? else {
             return None;
         };
         let loc = location(self.lines[self.at].no, inner + 1)?;
-        Some(spanned(self.limit_block(inner)?, loc))
+        let l = slot.insert(spanned(empty_limit(), loc));
+        self.limit_block(inner, &mut l.value)
     }
 
-    fn limit_block(&mut self, indent: usize) -> Option<RawRateLimit> {
-        let mut l = empty_limit();
+    fn limit_block(&mut self, indent: usize, l: &mut RawRateLimit) -> Option<()> {
         self.block_map(indent, |p, key, no, col, rest| {
             if key == "replaces" {
-                let (list, _) = p.list(indent, rest, |p, at| {
+                let (list, _) = p.list(indent, rest, |p, at, out| {
                     let loc = location(p.lines[p.at].no, at + 1)?;
                     let mut name = None;
                     p.block_map(at, |_, key, no, col, rest| {
@@ -273,14 +264,30 @@ impl<'a> Lines<'a> {
                         name = Some(string(no, col, rest)?);
                         Some(())
                     })?;
-                    Some(spanned(RawReplaces { name }, loc))
+                    out.push(spanned(RawReplaces { name }, loc));
+                    Some(())
                 })?;
                 l.replaces = Some(list);
                 return Some(());
             }
-            limit_field(&mut l, key, scalar(no, col, rest)?)
-        })?;
-        Some(l)
+            limit_field(l, key, scalar(no, col, rest)?)
+        })
+    }
+}
+
+fn empty_descriptor() -> RawDescriptor {
+    RawDescriptor {
+        key: None,
+        value: None,
+        rate_limit: None,
+        rate_limits: None,
+        descriptors: None,
+        shadow_mode: false,
+        detailed_metric: false,
+        value_to_metric: false,
+        share_threshold: None,
+        quota_mode: false,
+        metadata: None,
     }
 }
 
@@ -330,133 +337,27 @@ fn limit_field(l: &mut RawRateLimit, key: &str, s: Scalar<'_>) -> Option<()> {
 
 /// `{key: value, ...}` on one line (`text` starts at column `col` of line `no`), with nothing
 /// after it but a comment.
-fn flow_limit(no: u32, col: usize, text: &str) -> Option<RawRateLimit> {
+fn flow_limit(no: u32, col: usize, text: &str, l: &mut RawRateLimit) -> Option<()> {
     let mut rest = text.strip_prefix('{')?;
-    let mut l = empty_limit();
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen = Seen::default();
     loop {
-        rest = rest.trim_start_matches(' ');
-        let (key, after) = rest.split_once(':')?;
-        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+        rest = skip_spaces(rest);
+        let (key, after) = split_key(rest)?;
+        if !after.starts_with(' ') || key == "replaces" || !seen.first(key) {
             return None;
         }
-        if !after.starts_with(' ') || seen.contains(&key) || key == "replaces" {
-            return None;
-        }
-        seen.push(key);
-        let value = after.trim_start_matches(' ');
+        let value = skip_spaces(after);
         let value_col = col + (text.len() - value.len());
         let (s, tail) = scalar_in_flow(no, value_col, value)?;
-        limit_field(&mut l, key, s)?;
-        rest = tail.trim_start_matches(' ');
+        limit_field(l, key, s)?;
+        rest = skip_spaces(tail);
         if let Some(tail) = rest.strip_prefix('}') {
-            return comment_only(tail).then_some(l);
+            return comment_only(tail).then_some(());
         }
         rest = rest.strip_prefix(',')?;
     }
 }
 
-/// Whether `tail` (after a value) holds nothing or a comment.
-fn comment_only(tail: &str) -> bool {
-    let t = tail.trim_start_matches(' ');
-    t.is_empty() || (t.starts_with('#') && t.len() < tail.len())
-}
-
-/// A plain scalar's characters: none of YAML's indicators, no space.
-fn plain_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-' | b'*')
-}
-
-/// A scalar in a flow map: the scalar and what follows it.
-fn scalar_in_flow<'a>(no: u32, col: usize, text: &'a str) -> Option<(Scalar<'a>, &'a str)> {
-    let (s, len) = scalar_prefix(no, col, text)?;
-    Some((s, &text[len..]))
-}
-
-/// A block scalar: the whole rest of the line but a comment.
-fn scalar(no: u32, col: usize, text: &str) -> Option<Scalar<'_>> {
-    let (s, len) = scalar_prefix(no, col, text)?;
-    comment_only(&text[len..]).then_some(s)
-}
-
-/// The scalar at the start of `text`, and its length there.
-fn scalar_prefix(no: u32, col: usize, text: &str) -> Option<(Scalar<'_>, usize)> {
-    let loc = location(no, col)?;
-    let quote = text.as_bytes().first().copied()?;
-    if quote == b'"' || quote == b'\'' {
-        let body = &text[1..];
-        let end = body.find(char::from(quote))?;
-        let inner = &body[..end];
-        // Escapes (`\` in double quotes, a doubled quote in single ones) take serde-saphyr's path.
-        if (quote == b'"' && inner.contains('\\')) || body[end + 1..].starts_with('\'') {
-            return None;
-        }
-        let s = Scalar {
-            loc,
-            text: inner,
-            quoted: true,
-        };
-        return Some((s, end + 2));
-    }
-    let len = text.bytes().take_while(|&b| plain_char(b)).count();
-    (len > 0).then_some(())?;
-    let s = Scalar {
-        loc,
-        text: &text[..len],
-        quoted: false,
-    };
-    Some((s, len))
-}
-
-/// A scalar where a string goes: quoted, or plain and no other YAML type's spelling (no
-/// null, bool or number; those take serde-saphyr's path).
-fn as_string(s: &Scalar<'_>) -> Option<String> {
-    if s.quoted {
-        return Some(s.text.to_owned());
-    }
-    let first = s.text.as_bytes()[0];
-    if !(first.is_ascii_alphabetic() || first == b'_' || first == b'/') {
-        return None;
-    }
-    const OTHER_TYPES: [&str; 11] = [
-        "true", "false", "yes", "no", "on", "off", "y", "n", "null", "nan", "inf",
-    ];
-    if OTHER_TYPES.iter().any(|w| s.text.eq_ignore_ascii_case(w)) {
-        return None;
-    }
-    Some(s.text.to_owned())
-}
-
-fn as_bool(s: &Scalar<'_>) -> Option<bool> {
-    match (s.quoted, s.text) {
-        (false, "true") => Some(true),
-        (false, "false") => Some(false),
-        _ => None,
-    }
-}
-
-/// A plain decimal number, as serde-saphyr hands it to [`Count`] (`visit_u64`).
-fn as_count(s: &Scalar<'_>) -> Option<Count> {
-    let t = s.text;
-    if s.quoted || t.len() > 19 || !t.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    if t.len() > 1 && t.starts_with('0') {
-        return None;
-    }
-    let n: u64 = t.parse().ok()?;
-    Some(Count(u32::try_from(n).map_err(|_| super::raw::NOT_A_COUNT)))
-}
-
-fn string(no: u32, col: usize, rest: &str) -> Option<Spanned<String>> {
-    let s = scalar(no, col, rest)?;
-    Some(spanned(as_string(&s)?, s.loc))
-}
-
-fn boolean(no: u32, col: usize, rest: &str) -> Option<Spanned<bool>> {
-    let s = scalar(no, col, rest)?;
-    Some(spanned(as_bool(&s)?, s.loc))
-}
-
+mod scalar;
 #[cfg(test)]
 mod tests;
