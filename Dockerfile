@@ -26,6 +26,8 @@ RUN apt-get update \
 # protos change, not on every source edit. Stub targets let cargo compile every dependency (and
 # run build.rs) without the sources.
 COPY Cargo.toml Cargo.lock build.rs ./
+# jemalloc's build options.
+COPY .cargo ./.cargo
 COPY proto ./proto
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \

@@ -92,14 +92,39 @@ pub use ratelimit::config::ratelimit::v3 as rls_conf;
 /// through a capacity check and a `memcpy` call: measured on RLQS answers (a few hundred
 /// bucket actions each), a third of the server's instructions, two thirds of them that
 /// per-byte path (bench/why.md, "RLQS").
+///
+/// RLQS streams' buffers start small ([`RLQS_BUFFER`]).
 pub(crate) mod codec {
+    use std::any::TypeId;
     use std::marker::PhantomData;
 
     use bytes::BufMut;
     use prost::Message;
-    use tonic::codec::{Codec, EncodeBuf, Encoder};
+    use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
     use tonic::Status;
-    use tonic_prost::ProstCodec;
+    use tonic_prost::{ProstCodec, ProstDecoder};
+
+    use super::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+
+    /// The size an RLQS stream's decode and encode buffers start at. tonic keeps one of each
+    /// per stream for as long as it lasts, grown to the largest message (they never shrink),
+    /// and starts them at 8 KiB: 16 KiB of a stream of one bucket's 18 KB. RLQS messages are
+    /// read and written whole, so a small start only costs a regrowth on the first large one.
+    const RLQS_BUFFER: usize = 512;
+    /// tonic's default: encoded messages are handed to HTTP/2 once this many bytes are waiting.
+    const YIELD_THRESHOLD: usize = 32 * 1024;
+
+    /// The buffers of a call that encodes or decodes `M`.
+    fn buffer_settings<M: 'static>() -> BufferSettings {
+        let m = TypeId::of::<M>();
+        if m == TypeId::of::<RateLimitQuotaResponse>()
+            || m == TypeId::of::<RateLimitQuotaUsageReports>()
+        {
+            BufferSettings::new(RLQS_BUFFER, YIELD_THRESHOLD)
+        } else {
+            BufferSettings::default()
+        }
+    }
 
     /// prost's codec with [`FlatEncoder`].
     #[derive(Debug)]
@@ -119,14 +144,31 @@ pub(crate) mod codec {
         type Encode = T;
         type Decode = U;
         type Encoder = FlatEncoder<T>;
-        type Decoder = <ProstCodec<T, U> as Codec>::Decoder;
+        type Decoder = FlatDecoder<U>;
 
         fn encoder(&mut self) -> Self::Encoder {
             FlatEncoder(PhantomData)
         }
 
         fn decoder(&mut self) -> Self::Decoder {
-            ProstCodec::<T, U>::default().decoder()
+            FlatDecoder(ProstCodec::<T, U>::default().decoder())
+        }
+    }
+
+    /// prost's decoder, with [`buffer_settings`].
+    #[derive(Debug)]
+    pub(crate) struct FlatDecoder<U>(ProstDecoder<U>);
+
+    impl<U: Message + Default + 'static> Decoder for FlatDecoder<U> {
+        type Item = U;
+        type Error = Status;
+
+        fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+            self.0.decode(buf)
+        }
+
+        fn buffer_settings(&self) -> BufferSettings {
+            buffer_settings::<U>()
         }
     }
 
@@ -134,13 +176,17 @@ pub(crate) mod codec {
     #[derive(Debug)]
     pub(crate) struct FlatEncoder<T>(PhantomData<T>);
 
-    impl<T: Message> Encoder for FlatEncoder<T> {
+    impl<T: Message + 'static> Encoder for FlatEncoder<T> {
         type Item = T;
         type Error = Status;
 
         fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
             buf.put_slice(&item.encode_to_vec());
             Ok(())
+        }
+
+        fn buffer_settings(&self) -> BufferSettings {
+            buffer_settings::<T>()
         }
     }
 }

@@ -38,9 +38,9 @@ pub struct RlqsArgs {
     )]
     pub rlqs_max_report_bytes: usize,
 
-    /// Most bytes one RLQS stream's buckets may hold (ids, the requests they are assessed as,
-    /// storage keys and demand entries, as allocated); a report whose new buckets need more
-    /// ends the stream with RESOURCE_EXHAUSTED.
+    /// Most bytes one RLQS stream's buckets may hold (ids, storage keys and demand entries, as
+    /// allocated, and buffers the size of its largest report and answer); a report whose new
+    /// buckets need more ends the stream with RESOURCE_EXHAUSTED.
     #[arg(
         long,
         env = "SLUICE_RLQS_MAX_BYTES_PER_STREAM",

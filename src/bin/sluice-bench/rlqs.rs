@@ -270,41 +270,44 @@ async fn stream(
     let mut tick = tokio::time::interval(plan.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut round: u64 = 0;
+    // When the last report was sent, until its answer is read.
+    let mut outstanding: Option<Instant> = None;
     while !tally.stop.load(Ordering::Relaxed) {
-        tick.tick().await;
-        round += 1;
-        let usages = ids
-            .iter()
-            .enumerate()
-            .map(|(b, id)| BucketQuotaUsage {
-                bucket_id: Some(id.clone()),
-                time_elapsed: Some(prost_types::Duration {
-                    seconds: 5,
-                    nanos: 0,
-                }),
-                // Demand that moves from report to report and bucket to bucket.
-                num_requests_allowed: (round * 7 + b as u64 * 13) % 50 + 1,
-                num_requests_denied: 0,
-            })
-            .collect();
-        let report = RateLimitQuotaUsageReports {
-            domain: if round == 1 {
-                plan.domain.clone()
-            } else {
-                String::new()
-            },
-            bucket_quota_usages: usages,
-        };
-        let sent = Instant::now();
-        if tx.send(report).await.is_err() {
-            tally.error(|| "the stream closed before a report was sent".into());
-            return;
-        }
-        // The answer carries an action for every bucket reported; a smaller message is a
-        // renewal the server sent on its own (a grant's window ended), not the answer.
-        loop {
-            match inbound.message().await {
-                Ok(Some(m)) if m.bucket_action.len() >= ids.len() => break,
+        // Read every message as it comes, as Envoy does: renewals the server sends between
+        // reports (a grant's window ended) are read too, else they would wait in the server's
+        // HTTP/2 buffers and be counted as its memory.
+        tokio::select! {
+            _ = tick.tick(), if outstanding.is_none() => {
+                round += 1;
+                if tx.send(report_of(&ids, round, &plan.domain)).await.is_err() {
+                    tally.error(|| "the stream closed before a report was sent".into());
+                    return;
+                }
+                outstanding = Some(Instant::now());
+            }
+            msg = inbound.message() => match msg {
+                // The answer carries an action for every bucket reported; a smaller message is
+                // a renewal the server sent on its own, not the answer.
+                Ok(Some(m)) if m.bucket_action.len() >= ids.len() => {
+                    let Some(sent) = outstanding.take() else {
+                        continue;
+                    };
+                    if round == 1 {
+                        tally.ready.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if tally.measuring.load(Ordering::Relaxed) {
+                        let us = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        tally.reports.fetch_add(1, Ordering::Relaxed);
+                        tally
+                            .bucket_reports
+                            .fetch_add(u64::from(plan.buckets), Ordering::Relaxed);
+                        let _ = tally
+                            .latency
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .record(us.max(1));
+                    }
+                }
                 Ok(Some(_)) => {}
                 Ok(None) => {
                     tally.error(|| "the server ended the stream".into());
@@ -314,23 +317,34 @@ async fn stream(
                     tally.error(|| format!("the stream failed: {e}"));
                     return;
                 }
-            }
+            },
         }
-        if round == 1 {
-            tally.ready.fetch_add(1, Ordering::Relaxed);
-        }
-        if tally.measuring.load(Ordering::Relaxed) {
-            let us = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX);
-            tally.reports.fetch_add(1, Ordering::Relaxed);
-            tally
-                .bucket_reports
-                .fetch_add(u64::from(plan.buckets), Ordering::Relaxed);
-            let _ = tally
-                .latency
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .record(us.max(1));
-        }
+    }
+}
+
+/// Report `round` (from 1) of every bucket of `ids`; the first names the domain.
+fn report_of(ids: &[BucketId], round: u64, domain: &str) -> RateLimitQuotaUsageReports {
+    let usages = ids
+        .iter()
+        .enumerate()
+        .map(|(b, id)| BucketQuotaUsage {
+            bucket_id: Some(id.clone()),
+            time_elapsed: Some(prost_types::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+            // Demand that moves from report to report and bucket to bucket.
+            num_requests_allowed: (round * 7 + b as u64 * 13) % 50 + 1,
+            num_requests_denied: 0,
+        })
+        .collect();
+    RateLimitQuotaUsageReports {
+        domain: if round == 1 {
+            domain.to_string()
+        } else {
+            String::new()
+        },
+        bucket_quota_usages: usages,
     }
 }
 

@@ -146,6 +146,82 @@ pub(crate) fn request_of(domain: &str, key: &[u8]) -> Request {
 /// fixed number of tokens. Envoy divides by the whole seconds, so this must be at least 1 s.
 const NO_REFILL_SECONDS: i64 = 1_000_000_000;
 
+/// A bucket action as a stream queues it until the answer is encoded: the packed id and what
+/// to send, where the wire's [`BucketAction`] holds the id as a map (a B-tree node and two
+/// `String`s, about 700 bytes). A stream whose Envoy reads late holds up to two answers of
+/// every bucket (one queued, one waiting for room): at 100 buckets, about 280 KB as wire
+/// messages, about 10 KB as these. [`Pending::to_wire`] builds the messages when tonic encodes
+/// the answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pending {
+    pub key: Key,
+    /// `None`: abandon the bucket.
+    pub assignment: Option<Assignment>,
+    /// Passed to [`assignment`].
+    pub fresh: bool,
+}
+
+impl Pending {
+    /// The bucket actions it stands for ([`assignment`] or [`abandon`]).
+    pub(crate) fn to_wire(&self, ttl: Duration, out: &mut Vec<BucketAction>) {
+        match self.assignment {
+            Some(a) => out.extend(assignment(&self.key, a, self.fresh, ttl)),
+            None => out.push(abandon(&self.key)),
+        }
+    }
+
+    /// The bytes its bucket actions take in an answer (as `bucket_action` entries), computed
+    /// without building them.
+    pub(crate) fn encoded_len(&self, ttl: Duration) -> usize {
+        use prost::encoding::{encoded_len_varint, key_len};
+        use prost::Message;
+        let id = id_field_len(&self.key);
+        let entry = |a: &BucketAction| {
+            let len = id + a.encoded_len();
+            key_len(1) + encoded_len_varint(len as u64) + len
+        };
+        match self.assignment {
+            Some(a) => {
+                let mut n = entry(&action_of(a, ttl));
+                if self.fresh && matches!(a, Assignment::Tokens { .. }) {
+                    n += entry(&action_of(Assignment::DenyAll, ttl));
+                }
+                n
+            }
+            None => entry(&abandon_of()),
+        }
+    }
+}
+
+/// The bytes of a bucket action's `bucket_id` field for the id packed in `key`: the map's
+/// entries as prost encodes them (an empty key or value is left out).
+fn id_field_len(key: &[u8]) -> usize {
+    use prost::encoding::{encoded_len_varint, key_len};
+    let string = |s: &[u8]| {
+        if s.is_empty() {
+            0
+        } else {
+            key_len(1) + encoded_len_varint(s.len() as u64) + s.len()
+        }
+    };
+    let mut map = 0;
+    let mut rest = key;
+    let mut next = || {
+        let (len, tail) = rest.split_first_chunk::<4>()?;
+        let len = usize::try_from(u32::from_le_bytes(*len))
+            .ok()?
+            .min(tail.len());
+        let (s, tail) = tail.split_at(len);
+        rest = tail;
+        Some(s)
+    };
+    while let (Some(k), Some(v)) = (next(), next()) {
+        let entry = string(k) + string(v);
+        map += key_len(1) + encoded_len_varint(entry as u64) + entry;
+    }
+    key_len(1) + encoded_len_varint(map as u64) + map
+}
+
 /// The bucket actions assigning `a` to `id` for `ttl`. A `fresh` grant of tokens comes after a
 /// `DENY_ALL` for the same bucket in the same response: Envoy 1.40 starts a token bucket that
 /// replaces another at the old one's fill ratio (so an emptied bucket's replacement would be
@@ -167,6 +243,14 @@ pub(crate) fn assignment(
 
 /// One bucket action assigning `a` to `id` for `ttl` (whole seconds: Envoy ignores the rest).
 fn action(id: &[u8], a: Assignment, ttl: Duration) -> BucketAction {
+    BucketAction {
+        bucket_id: Some(BucketId { bucket: id_of(id) }),
+        ..action_of(a, ttl)
+    }
+}
+
+/// [`action`] without its bucket id.
+fn action_of(a: Assignment, ttl: Duration) -> BucketAction {
     let strategy = match a {
         Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
         Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
@@ -182,7 +266,7 @@ fn action(id: &[u8], a: Assignment, ttl: Duration) -> BucketAction {
         }),
     };
     BucketAction {
-        bucket_id: Some(BucketId { bucket: id_of(id) }),
+        bucket_id: None,
         bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
             assignment_time_to_live: Some(prost_types::Duration {
                 seconds: ttl.as_secs().max(1) as i64,
@@ -199,6 +283,14 @@ fn action(id: &[u8], a: Assignment, ttl: Duration) -> BucketAction {
 pub(crate) fn abandon(id: &[u8]) -> BucketAction {
     BucketAction {
         bucket_id: Some(BucketId { bucket: id_of(id) }),
+        ..abandon_of()
+    }
+}
+
+/// [`abandon`] without its bucket id.
+fn abandon_of() -> BucketAction {
+    BucketAction {
+        bucket_id: None,
         bucket_action: Some(Action::AbandonAction(AbandonAction {})),
     }
 }
@@ -292,6 +384,42 @@ mod tests {
         let (a, b) = (bucket(1), bucket(2));
         assert_eq!(a.assignment_time_to_live.unwrap().seconds, 5);
         assert_ne!(a.rate_limit_strategy, b.rate_limit_strategy);
+    }
+
+    #[test]
+    fn a_pending_action_counts_the_bytes_of_its_wire_actions() {
+        use prost::Message;
+        let ttl = Duration::from_secs(5);
+        let ids = [
+            id(&[("k", "s1-b2")]),
+            id(&[("", "v"), ("k", "")]),
+            id(&[("user", "älice"), ("name", &"x".repeat(300))]),
+        ];
+        let grant = Assignment::Tokens {
+            tokens: 1 << 40,
+            generation: 123_456_789_012,
+        };
+        for i in &ids {
+            for (assignment, fresh) in [
+                (Some(grant), true),
+                (Some(grant), false),
+                (Some(Assignment::AllowAll), true),
+                (Some(Assignment::DenyAll), false),
+                (None, false),
+            ] {
+                let p = Pending {
+                    key: key_of(i),
+                    assignment,
+                    fresh,
+                };
+                let mut wire = Vec::new();
+                p.to_wire(ttl, &mut wire);
+                let response = crate::proto::rlqs::RateLimitQuotaResponse {
+                    bucket_action: wire,
+                };
+                assert_eq!(p.encoded_len(ttl), response.encoded_len(), "{p:?}");
+            }
+        }
     }
 
     #[test]

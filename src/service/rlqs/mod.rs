@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::Stream as FuturesStream;
+use futures::{Stream as FuturesStream, StreamExt};
 use opentelemetry::KeyValue;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -161,10 +161,22 @@ impl<S: Store> RateLimitQuotaService for Rlqs<S> {
             metrics: self.metrics.clone(),
         };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        // One answer waits at most: an answer holds every bucket's id as a map (hundreds of
-        // bytes each), so a queue of them per stream of an Envoy that reads late was most of
-        // the memory of a fleet of streams; beyond one, the stream waits (backpressure).
+        // One answer waits at most; beyond one, the stream waits (backpressure). Queued
+        // answers hold packed ids: the wire messages, whose ids are maps (hundreds of bytes
+        // each), are built only when tonic takes an answer to encode, which it does once
+        // HTTP/2 flow control lets it send (`bucket::Pending`).
         let (tx, rx) = mpsc::channel(1);
+        let ttl = self.options.assignment_ttl;
+        let answers =
+            ReceiverStream::new(rx).map(move |answer: Result<Vec<bucket::Pending>, Status>| {
+                answer.map(|pending| {
+                    let mut bucket_action = Vec::with_capacity(pending.len());
+                    for p in &pending {
+                        p.to_wire(ttl, &mut bucket_action);
+                    }
+                    RateLimitQuotaResponse { bucket_action }
+                })
+            });
         let this = self.clone();
         let inbound = request.into_inner();
         tokio::spawn(async move {
@@ -172,6 +184,6 @@ impl<S: Store> RateLimitQuotaService for Rlqs<S> {
             let code = stream::Stream::new(this.clone(), id).run(inbound, tx).await;
             this.ended(code);
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(answers)))
     }
 }

@@ -10,15 +10,16 @@ use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 use super::assign::{self, BucketState, Cause, Context};
-use super::bucket::{self, Key};
+use super::bucket::{self, Key, Pending};
 use super::budget::{self, Account};
 use super::Rlqs;
 use crate::model::{Micros, MICROS_PER_SEC};
-use crate::proto::rlqs::rate_limit_quota_response::BucketAction;
-use crate::proto::rlqs::{RateLimitQuotaResponse, RateLimitQuotaUsageReports};
+use crate::proto::rlqs::RateLimitQuotaUsageReports;
 use crate::store::Store;
 
-pub(crate) type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
+/// Where a stream's answers go: their bucket actions, built as wire messages once tonic takes
+/// them to encode (`Rlqs::stream_rate_limit_quotas`; [`bucket::Pending`] says why).
+pub(crate) type Outbound = mpsc::Sender<Result<Vec<bucket::Pending>, Status>>;
 
 /// A stream's state.
 pub(crate) struct Stream<S> {
@@ -88,11 +89,10 @@ impl<S: Store> Stream<S> {
             match result {
                 Ok(actions) if actions.is_empty() => {}
                 Ok(actions) => {
-                    let response = RateLimitQuotaResponse {
-                        bucket_action: actions,
-                    };
-                    self.account.message(0, response.encoded_len());
-                    if out.send(Ok(response)).await.is_err() {
+                    let ttl = self.rlqs.options.assignment_ttl;
+                    let len = actions.iter().map(|a| a.encoded_len(ttl)).sum::<usize>();
+                    self.account.message(0, len);
+                    if out.send(Ok(actions)).await.is_err() {
                         break tonic::Code::Cancelled;
                     }
                 }
@@ -112,7 +112,7 @@ impl<S: Store> Stream<S> {
     async fn report(
         &mut self,
         reports: RateLimitQuotaUsageReports,
-    ) -> Result<Vec<BucketAction>, Status> {
+    ) -> Result<Vec<Pending>, Status> {
         let m = &self.rlqs.metrics;
         m.reports.add(1, &[]);
         match &self.domain {
@@ -179,7 +179,7 @@ impl<S: Store> Stream<S> {
 
     /// Renews the buckets whose grant's window has ended, or (`reload`) re-assesses every
     /// bucket against the new rules; sends only what changed.
-    async fn renew_all(&mut self, reload: bool) -> Result<Vec<BucketAction>, Status> {
+    async fn renew_all(&mut self, reload: bool) -> Result<Vec<Pending>, Status> {
         let Some(rules) = self.rlqs.limiter.rules() else {
             return Ok(Vec::new());
         };
@@ -197,8 +197,8 @@ impl<S: Store> Stream<S> {
         Ok(actions)
     }
 
-    /// Assesses one bucket; the actions to send (`always`: even an unchanged assignment, to
-    /// renew its time to live). A store failure sends nothing for the bucket: Envoy keeps its
+    /// Assesses one bucket; what to send, if anything (`always`: even an unchanged
+    /// assignment, to renew its time to live). A store failure sends nothing for the bucket: Envoy keeps its
     /// assignment until the TTL, then falls back as configured.
     async fn assess(
         &mut self,
@@ -207,10 +207,8 @@ impl<S: Store> Stream<S> {
         cause: Cause,
         now: Micros,
         always: bool,
-    ) -> Vec<BucketAction> {
-        let Some(b) = self.buckets.get_mut(id) else {
-            return Vec::new();
-        };
+    ) -> Option<Pending> {
+        let b = self.buckets.get_mut(id)?;
         let cx = Context {
             limiter: &self.rlqs.limiter,
             rules,
@@ -235,10 +233,14 @@ impl<S: Store> Stream<S> {
                 let changed = b.sent != Some(a) || fresh;
                 b.sent = Some(a);
                 if !(always || changed) {
-                    return Vec::new();
+                    return None;
                 }
                 self.sent[a.index()] += 1;
-                bucket::assignment(id, a, fresh, self.rlqs.options.assignment_ttl)
+                Some(Pending {
+                    key: id.into(),
+                    assignment: Some(a),
+                    fresh,
+                })
             }
             Ok(None) => {
                 if let Some(key) = b.share_key.take() {
@@ -248,7 +250,11 @@ impl<S: Store> Stream<S> {
                     self.account.release(b.bytes);
                 }
                 self.sent[LABELS.len() - 1] += 1;
-                vec![bucket::abandon(id)]
+                Some(Pending {
+                    key: id.into(),
+                    assignment: None,
+                    fresh: false,
+                })
             }
             Err(e) => {
                 if let Some(held) = self
@@ -264,7 +270,7 @@ impl<S: Store> Stream<S> {
                 if b.ledger.ends.is_some_and(|end| end <= now) {
                     b.ledger.ends = Some(now + MICROS_PER_SEC);
                 }
-                Vec::new()
+                None
             }
         }
     }
