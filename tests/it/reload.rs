@@ -139,7 +139,13 @@ async fn run_sequence(s: &Sluice, write: &dyn Fn(&str)) {
     // Answers move forward only: a request never sees an older rule set than the one before.
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
 
-    let m = parse_prometheus(&s.http_get("/metrics").await.1);
+    // The counters follow the swap (a request may see the new rules first): the generation
+    // gauge is set last.
+    let m = eventually("the reloads counted in /metrics", || async {
+        let m = parse_prometheus(&s.http_get("/metrics").await.1);
+        (sample(&m, "sluice_config_generation", &[]) == Some(3.0)).then_some(m)
+    })
+    .await;
     assert_eq!(
         sample(&m, "sluice_config_loads_total", &[("result", "error")]),
         Some(1.0)
