@@ -93,7 +93,7 @@ pub use ratelimit::config::ratelimit::v3 as rls_conf;
 /// bucket actions each), a third of the server's instructions, two thirds of them that
 /// per-byte path (bench/why.md, "RLQS").
 ///
-/// RLQS streams' buffers start small ([`RLQS_BUFFER`]).
+/// RLQS streams' buffers start small (`RLQS_BUFFER`, 512 bytes).
 pub(crate) mod codec {
     use std::any::TypeId;
     use std::marker::PhantomData;
