@@ -5,7 +5,6 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Mutex;
 
 use super::bucket::Assignment;
-use crate::algorithm::Ask;
 use crate::limiter::plan::Plan;
 use crate::limiter::resolve::Resolved;
 use crate::limiter::share::{self, Demands, Ledger};
@@ -278,20 +277,7 @@ async fn decide<S: Store>(
     hits: u64,
     charge: Charge,
 ) -> Result<Vec<Verdict>, LimitError> {
-    let checks: Vec<Check<'_>> = checks
-        .iter()
-        .map(|c| {
-            let mut c = c.clone();
-            c.ask.hits = hits;
-            c.charge = charge;
-            c
-        })
-        .collect();
-    Ok(cx
-        .limiter
-        .store()
-        .decide(&checks, cx.now, Deadline::NONE)
-        .await?)
+    ask(cx, checks, hits, false, charge).await
 }
 
 /// Gives `hits` back to every limit of `checks` (a surplus reservation).
@@ -300,12 +286,24 @@ async fn refund<S: Store>(
     checks: &[Check<'_>],
     hits: u64,
 ) -> Result<Vec<Verdict>, LimitError> {
+    ask(cx, checks, hits, true, Charge::Always).await
+}
+
+/// `checks` asking `hits` each (given back if `refund`) under `charge`.
+async fn ask<S: Store>(
+    cx: &Context<'_, S>,
+    checks: &[Check<'_>],
+    hits: u64,
+    refund: bool,
+    charge: Charge,
+) -> Result<Vec<Verdict>, LimitError> {
     let checks: Vec<Check<'_>> = checks
         .iter()
         .map(|c| {
             let mut c = c.clone();
-            c.ask = Ask::refund(hits);
-            c.charge = Charge::Always;
+            c.ask.hits = hits;
+            c.ask.refund = refund;
+            c.charge = charge;
             c
         })
         .collect();

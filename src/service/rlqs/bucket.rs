@@ -41,24 +41,29 @@ pub(crate) fn key_of(id: &Id) -> Key {
     out.into_boxed_slice()
 }
 
-/// The id a [`Key`] was made of (for the answers, which name it).
-pub(crate) fn id_of(key: &[u8]) -> Id {
-    let mut id = Id::new();
+/// The strings packed in a [`Key`], in order: a key, its value, the next key...
+fn packed(key: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut rest = key;
-    let mut next = || {
+    std::iter::from_fn(move || {
         let (len, tail) = rest.split_first_chunk::<4>()?;
         let len = usize::try_from(u32::from_le_bytes(*len))
             .ok()?
             .min(tail.len());
         let (s, tail) = tail.split_at(len);
         rest = tail;
-        // The bytes were a `String`'s: the lossy path is never taken.
-        Some(
-            String::from_utf8(s.to_vec())
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-        )
-    };
-    while let (Some(k), Some(v)) = (next(), next()) {
+        Some(s)
+    })
+}
+
+/// The id a [`Key`] was made of (for the answers, which name it).
+pub(crate) fn id_of(key: &[u8]) -> Id {
+    let mut id = Id::new();
+    // The bytes were a `String`'s: the lossy path is never taken.
+    let mut strings = packed(key).map(|s| {
+        String::from_utf8(s.to_vec())
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    });
+    while let (Some(k), Some(v)) = (strings.next(), strings.next()) {
         id.insert(k, v);
     }
     id
@@ -118,17 +123,8 @@ pub(crate) fn request(domain: &str, id: &Id, limits: &RequestLimits) -> Result<R
 /// stream and 10,000 streams, a kept request was about 200 bytes a bucket.
 pub(crate) fn request_of(domain: &str, key: &[u8]) -> Request {
     let mut entries = Vec::new();
-    let mut rest = key;
-    let mut next = || {
-        let (len, tail) = rest.split_first_chunk::<4>()?;
-        let len = usize::try_from(u32::from_le_bytes(*len))
-            .ok()?
-            .min(tail.len());
-        let (s, tail) = tail.split_at(len);
-        rest = tail;
-        Some(s.to_vec())
-    };
-    while let (Some(key), Some(value)) = (next(), next()) {
+    let mut strings = packed(key).map(<[u8]>::to_vec);
+    while let (Some(key), Some(value)) = (strings.next(), strings.next()) {
         entries.push(Entry { key, value });
     }
     Request {
@@ -205,17 +201,8 @@ fn id_field_len(key: &[u8]) -> usize {
         }
     };
     let mut map = 0;
-    let mut rest = key;
-    let mut next = || {
-        let (len, tail) = rest.split_first_chunk::<4>()?;
-        let len = usize::try_from(u32::from_le_bytes(*len))
-            .ok()?
-            .min(tail.len());
-        let (s, tail) = tail.split_at(len);
-        rest = tail;
-        Some(s)
-    };
-    while let (Some(k), Some(v)) = (next(), next()) {
+    let mut strings = packed(key);
+    while let (Some(k), Some(v)) = (strings.next(), strings.next()) {
         let entry = string(k) + string(v);
         map += key_len(1) + encoded_len_varint(entry as u64) + entry;
     }

@@ -8,13 +8,6 @@ use super::*;
 use sluice::clock::{Clock, SystemClock};
 use sluice::store::Verdict;
 
-fn redis_now(redis: &RedisNode) -> Micros {
-    let t = redis.cli(&["TIME"]);
-    let mut parts = t.lines().map(|l| l.trim().parse::<i64>().unwrap());
-    let (s, us) = (parts.next().unwrap(), parts.next().unwrap());
-    s * SEC + us
-}
-
 fn admitted(vs: &[Verdict]) -> usize {
     vs.iter().filter(|v| v.allowed).count()
 }

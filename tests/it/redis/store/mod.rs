@@ -89,3 +89,25 @@ fn serve_on_redis(config: &std::path::Path, url: &str, extra: &[&str]) -> ServeA
     flags.extend_from_slice(extra);
     crate::support::parse_serve(config, &flags)
 }
+
+/// Redis' own clock (`TIME`), µs.
+fn redis_now(redis: &RedisNode) -> Micros {
+    let t = redis.cli(&["TIME"]);
+    let mut parts = t.lines().map(|l| l.trim().parse::<i64>().unwrap());
+    let (s, us) = (parts.next().unwrap(), parts.next().unwrap());
+    s * SEC + us
+}
+
+/// A hash key's fields and values, in Redis' order.
+fn fields(redis: &RedisNode, key: &[u8]) -> Vec<(String, String)> {
+    let all = redis.cli(&["HGETALL", std::str::from_utf8(key).unwrap()]);
+    let lines: Vec<&str> = all.lines().collect();
+    lines
+        .chunks(2)
+        .filter(|c| c.len() == 2)
+        .map(|c| (c[0].to_string(), c[1].to_string()))
+        .collect()
+}
+
+/// A superseded fixed window's mark (expiry.lua `SUPERSEDED`, 2^53).
+const SUPERSEDED: &str = "9007199254740992";

@@ -10,23 +10,6 @@ use sluice::clock::{Clock, SystemClock};
 use sluice::store::redis::library::LIBRARY;
 use sluice::store::Verdict;
 
-fn redis_now(redis: &RedisNode) -> Micros {
-    let t = redis.cli(&["TIME"]);
-    let mut parts = t.lines().map(|l| l.trim().parse::<i64>().unwrap());
-    let (s, us) = (parts.next().unwrap(), parts.next().unwrap());
-    s * SEC + us
-}
-
-fn fields(redis: &RedisNode, key: &[u8]) -> Vec<(String, String)> {
-    let all = redis.cli(&["HGETALL", std::str::from_utf8(key).unwrap()]);
-    let lines: Vec<&str> = all.lines().collect();
-    lines
-        .chunks(2)
-        .filter(|c| c.len() == 2)
-        .map(|c| (c[0].to_string(), c[1].to_string()))
-        .collect()
-}
-
 /// Ticks of 8 concurrent one-hit takes of `limit` (1 s windows) on one key until 5 windows
 /// have been seen, so the middle ones were hammered from their first microsecond to their
 /// last, over their edges: each answer by window (its end, to the nearest second: this
@@ -162,9 +145,6 @@ fn a_take_that_reaches_the_limit_sends_the_next_to_the_script_with_nothing_to_gi
         "the count at the limit (2, stored as 3)"
     );
 }
-
-/// A superseded window's mark (expiry.lua `SUPERSEDED`, 2^53).
-const SUPERSEDED: &str = "9007199254740992";
 
 /// `fixed_window_mend`, called as sluice calls it, on states a plain take leaves.
 #[test]

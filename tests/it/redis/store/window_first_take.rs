@@ -8,19 +8,6 @@ use super::*;
 use sluice::store::redis::library::LIBRARY;
 use sluice::store::redis::script::ScriptId;
 
-/// A superseded window's mark (expiry.lua `SUPERSEDED`, 2^53).
-const SUPERSEDED: &str = "9007199254740992";
-
-fn fields(redis: &RedisNode, key: &str) -> Vec<(String, String)> {
-    let all = redis.cli(&["HGETALL", key]);
-    let lines: Vec<&str> = all.lines().collect();
-    lines
-        .chunks(2)
-        .filter(|c| c.len() == 2)
-        .map(|c| (c[0].to_string(), c[1].to_string()))
-        .collect()
-}
-
 #[test]
 fn a_first_take_over_ended_windows_is_counted_in_place_and_leaves_what_the_port_leaves() {
     let redis = RedisNode::start();
@@ -28,11 +15,7 @@ fn a_first_take_over_ended_windows_is_counted_in_place_and_leaves_what_the_port_
     assert!(loaded.starts_with("sluice_"), "{loaded}");
     let day = 86_400 * SEC;
     // Mid-window of a day, so that no case crosses an edge.
-    let now = {
-        let t = redis.cli(&["TIME"]);
-        let mut p = t.lines().map(|l| l.trim().parse::<i64>().unwrap());
-        p.next().unwrap() * SEC + p.next().unwrap()
-    };
+    let now = redis_now(&redis);
     let ws = now - now % day;
     let take = |key: &str| -> Vec<i64> {
         redis
@@ -87,7 +70,7 @@ fn a_first_take_over_ended_windows_is_counted_in_place_and_leaves_what_the_port_
         let r = take(k);
         assert_eq!(r[1..3], [3, 9], "{k}: {r:?}");
         assert_eq!(redis.command_calls("del") - dels, u64::from(port), "{k}");
-        assert_eq!(fields(&redis, k), after, "{k}");
+        assert_eq!(fields(&redis, k.as_bytes()), after, "{k}");
         let ttl: i64 = redis.cli(&["PTTL", k]).trim().parse().unwrap();
         assert!(ttl > 0 && ttl <= 86_401_000, "{k}: {ttl}");
     }
@@ -99,7 +82,7 @@ fn a_first_take_over_ended_windows_is_counted_in_place_and_leaves_what_the_port_
     let r = take(k);
     assert_eq!(r[1..3], [3, 7], "{r:?}");
     assert_eq!(
-        fields(&redis, k),
+        fields(&redis, k.as_bytes()),
         vec![((ws + day).to_string(), "4".to_string())]
     );
 }
