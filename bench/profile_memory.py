@@ -44,7 +44,7 @@ import tools  # noqa: E402
 # Stage -> patterns of the functions whose inclusive instructions it is. No function of one
 # stage calls a function of another, so the stages add up.
 STAGES = [
-    ("decode", [r"ProstDecoder<.*> as tonic::codec::Decoder>::decode\b",
+    ("decode", [r"(Prost|Flat)Decoder<.*> as tonic::codec::Decoder>::decode\b",
                 r"sluice::service::limits::RequestLimits::check\b",
                 r"sluice::service::convert::request\b"]),
     ("match", [r"sluice::limiter::resolve::resolve\b"]),

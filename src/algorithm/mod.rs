@@ -301,6 +301,22 @@ impl State {
             },
         }
     }
+
+    /// Drops spare heap capacity (a charged state's log grew by pushing): a stored state
+    /// holds what a copy of it would.
+    pub fn shrink(&mut self) {
+        match self {
+            State::FixedWindow(_) | State::Bucket(_) => {}
+            State::SlidingWindow(s) => s.counts.shrink_to_fit(),
+            State::SlidingLog(s) => s.log.shrink_to_fit(),
+            State::Concurrency(s) => s.leases.shrink_to_fit(),
+            State::Distinct(s) => {
+                if let distinct::Values::Exact(v) = &mut s.values {
+                    v.shrink_to_fit();
+                }
+            }
+        }
+    }
 }
 
 /// The answer of one decision function.

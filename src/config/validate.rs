@@ -308,6 +308,7 @@ impl Cx<'_> {
             limit,
             charge,
             on_error,
+            key_tail: Default::default(),
         })
     }
 

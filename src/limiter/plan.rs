@@ -69,7 +69,21 @@ impl<'a> Plan<'a> {
             },
         };
         if let Some(domain) = domain {
-            plan.keys.reserve(96 * req.descriptors.len());
+            // Sized once: the checks, and their keys at about what each is long.
+            let mut checks = 0;
+            let mut bytes = 0;
+            for (r, d) in plan.resolved.iter().zip(&req.descriptors) {
+                let n = r.limits().len();
+                let entries: usize = d
+                    .entries
+                    .iter()
+                    .map(|e| e.key.len() + e.value.len() + 2)
+                    .sum();
+                checks += n;
+                bytes += n * (opts.key_prefix.len() + req.domain.len() + entries + 40);
+            }
+            plan.planned.reserve_exact(checks);
+            plan.keys.reserve(bytes);
             for i in 0..req.descriptors.len() {
                 plan.add_checks(domain, i, &opts.key_prefix);
             }
@@ -104,10 +118,13 @@ impl<'a> Plan<'a> {
             let start = self.keys.len();
             let name = if *named { limit.name.as_deref() } else { None };
             let counts = limit.limit.algorithm().counts_values();
+            let tail = limit
+                .key_tail
+                .get_or_init(|| key::limit_tail(domain.hash_tag, &limit.limit, name));
             match head.clone() {
                 Some(h) if !counts => {
                     self.keys.extend_from_within(h);
-                    key::append_limit(&mut self.keys, domain.hash_tag, &limit.limit, name);
+                    self.keys.extend_from_slice(tail);
                 }
                 _ => {
                     let end = key::append_descriptor(
@@ -117,8 +134,8 @@ impl<'a> Plan<'a> {
                         domain.hash_tag,
                         &d.entries,
                         shared,
-                        &limit.limit,
-                        name,
+                        counts,
+                        tail,
                     );
                     if !counts && head.is_none() {
                         head = Some(start..end);

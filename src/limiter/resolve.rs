@@ -78,21 +78,18 @@ pub(crate) fn resolve<'r>(
     let expired = || deadline.expired();
     // One budget for the whole request: a stride of work spans descriptors.
     let mut budget = Budget::new(&expired);
-    let mut resolved: Vec<Resolved<'r>> = req
-        .descriptors
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            let found = domain
-                .find_within(&d.entries, &mut budget)
-                .map_err(|Expired| {
-                    LimitError::DeadlineExceeded(format!(
-                        "the request deadline passed while matching descriptor {i}"
-                    ))
-                })?;
-            descriptor(found, d, i)
-        })
-        .collect::<Result<_, _>>()?;
+    // A loop rather than `collect::<Result<..>>`, which cannot size the vector and grows it.
+    let mut resolved: Vec<Resolved<'r>> = Vec::with_capacity(req.descriptors.len());
+    for (i, d) in req.descriptors.iter().enumerate() {
+        let found = domain
+            .find_within(&d.entries, &mut budget)
+            .map_err(|Expired| {
+                LimitError::DeadlineExceeded(format!(
+                    "the request deadline passed while matching descriptor {i}"
+                ))
+            })?;
+        resolved.push(descriptor(found, d, i)?);
+    }
     apply_replaces(&mut resolved);
     Ok(resolved)
 }
@@ -161,6 +158,7 @@ fn descriptor<'r>(
                 limit,
                 charge: base.and_then(|b| b.charge),
                 on_error: base.and_then(|b| b.on_error),
+                key_tail: Default::default(),
             }]),
             steps: m.map(|m| m.steps).unwrap_or_default(),
             value_to_metric: Vec::new(),

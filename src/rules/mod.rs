@@ -150,7 +150,29 @@ pub struct RuleLimit {
     pub charge: Option<Charge>,
     /// YAML `on_store_error` of the limit; `None`: the domain's, else `--on-store-error`.
     pub on_error: Option<FailurePolicy>,
+    /// The limit's part of its storage keys, built by `store::key` on first use.
+    pub key_tail: Derived,
 }
+
+/// Bytes derived from the rest of a value once, on first use, and kept with it: a cache, so
+/// it takes no part in comparing values. A limit's is the same wherever the limit is used (its
+/// domain's hash tag and its rule's form are fixed with it).
+#[derive(Clone, Debug, Default)]
+pub struct Derived(std::sync::OnceLock<Box<[u8]>>);
+
+impl Derived {
+    pub fn get_or_init(&self, build: impl FnOnce() -> Box<[u8]>) -> &[u8] {
+        self.0.get_or_init(build)
+    }
+}
+
+impl PartialEq for Derived {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Derived {}
 
 /// A rule's identity: its rule set (numbered per process, from 1) and its index in it (dense,
 /// from 0). The default, set 0, is a rule of no rule set.

@@ -35,10 +35,15 @@ pub struct Verdict {
     pub cached: bool,
 }
 
-/// Read and write access to stored states, for [`decide`].
+/// Read and write access to stored states, for [`decide`]. `i` is the index of the check
+/// whose `key` it is, for a table that prepared its lookups per check (the memory store
+/// hashes each key once per request).
 pub trait StateTable {
-    fn get(&self, key: &[u8]) -> Option<&State>;
-    fn put(&mut self, key: &[u8], state: State, expires_at: Micros);
+    fn get(&self, i: usize, key: &[u8]) -> Option<&State>;
+    /// Stores a charged state. `open`: one more single hit would pass after it (the
+    /// outcome's `remaining`), which saves a table that ranks its entries by that from
+    /// evaluating the state again.
+    fn put(&mut self, i: usize, key: &[u8], state: State, expires_at: Micros, open: bool);
 }
 
 /// How one descriptor came out, for [`admitted`].
@@ -100,31 +105,33 @@ pub fn decide<T: StateTable>(table: &mut T, checks: &[Check<'_>], now: Micros) -
     // Optimistic pass: assume every allowed (or forced) check is charged.
     let first = evaluate_in_order(table, checks, now, |c, o| o.allowed || forced(c));
     if first.iter().all(|o| o.allowed) {
-        for (check, o) in checks.iter().zip(&first) {
-            if takes_effect(check.ask) {
-                table.put(check.key, o.charged.clone(), o.expires_at);
+        let mut verdicts = Vec::with_capacity(checks.len());
+        for (i, (check, o)) in checks.iter().zip(first).enumerate() {
+            let effect = takes_effect(check.ask);
+            verdicts.push(verdict(&o, effect));
+            if effect {
+                let open = open(&o);
+                table.put(i, check.key, o.charged, o.expires_at, open);
             }
         }
-        return first
-            .iter()
-            .zip(checks)
-            .map(|(o, c)| verdict(o, takes_effect(c.ask)))
-            .collect();
+        return verdicts;
     }
 
     let (admitted, group_ok) = admission(checks, |i| first[i].allowed);
     let charged = |c: &Check<'_>| (admitted && group_ok[c.group as usize]) || forced(c);
     let second = evaluate_in_order(table, checks, now, |c, _| charged(c));
     let mut verdicts = Vec::with_capacity(checks.len());
-    for ((check, before), after) in checks.iter().zip(&first).zip(&second) {
+    for (i, ((check, before), after)) in checks.iter().zip(&first).zip(second).enumerate() {
         if charged(check) {
-            if takes_effect(check.ask) {
-                table.put(check.key, after.charged.clone(), after.expires_at);
+            let effect = takes_effect(check.ask);
+            verdicts.push(verdict(&after, effect));
+            if effect {
+                let open = open(&after);
+                table.put(i, check.key, after.charged, after.expires_at, open);
             }
-            verdicts.push(verdict(after, takes_effect(check.ask)));
         } else if before.allowed {
             // Allowed on its own but not charged: report the allowance without this request.
-            let state = table.get(check.key).cloned();
+            let state = table.get(i, check.key).cloned();
             let peek = algorithm::evaluate(
                 check.limit,
                 state.as_ref(),
@@ -146,6 +153,11 @@ pub fn decide<T: StateTable>(table: &mut T, checks: &[Check<'_>], now: Micros) -
         }
     }
     verdicts
+}
+
+/// One more single hit would pass after `o` is charged.
+fn open(o: &Outcome) -> bool {
+    o.allowed && o.remaining > 0
 }
 
 /// A check of zero hits, or a dry run, changes no state (it only looks).
@@ -173,15 +185,15 @@ fn evaluate_in_order<T: StateTable>(
     applies: impl Fn(&Check<'_>, &Outcome) -> bool,
 ) -> Vec<Outcome> {
     // Requests carry a handful of descriptors: a linear overlay beats a map here.
-    let mut overlay: Vec<(&[u8], State)> = Vec::new();
+    let mut overlay: Vec<(&[u8], State)> = Vec::with_capacity(checks.len());
     let mut out = Vec::with_capacity(checks.len());
-    for check in checks {
+    for (i, check) in checks.iter().enumerate() {
         let state = overlay
             .iter()
             .rev()
             .find(|(k, _)| *k == check.key)
             .map(|(_, s)| s)
-            .or_else(|| table.get(check.key));
+            .or_else(|| table.get(i, check.key));
         let o = algorithm::evaluate(check.limit, state, check.limit.frame(now), check.ask);
         if takes_effect(check.ask) && applies(check, &o) {
             overlay.push((check.key, o.charged.clone()));

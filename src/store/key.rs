@@ -124,9 +124,10 @@ pub fn build_tagged<'a>(
 
 /// Appends the key of one limit of one descriptor to `out`: every entry by its value, except
 /// an entry counted per wildcard pattern (`shared_pattern(i)` gives the pattern of entry `i`),
-/// and, for a `distinct` limit, the last entry, whose values the state counts. Returns where
-/// in `out` its limit's part begins: what comes before is the descriptor's, the same for its
-/// other limits that do not count values ([`append_limit`] appends theirs to a copy of it).
+/// and, for a limit that `counts_values` (`distinct`), the last entry, whose values the state
+/// counts; then the limit's part, `tail` ([`limit_tail`]). Returns where in `out` the tail
+/// begins: what comes before is the descriptor's, the same for its other limits that do not
+/// count values (a copy of it and their own tail make their keys).
 #[allow(clippy::too_many_arguments)]
 pub fn append_descriptor<'a>(
     out: &mut Vec<u8>,
@@ -135,10 +136,10 @@ pub fn append_descriptor<'a>(
     tag: HashTag,
     entries: &'a [Entry],
     shared_pattern: impl Fn(usize) -> Option<&'a [u8]>,
-    limit: &Limit,
-    limit_name: Option<&str>,
+    counts_values: bool,
+    tail: &[u8],
 ) -> usize {
-    let counted = if limit.algorithm().counts_values() {
+    let counted = if counts_values {
         entries.len().checked_sub(1)
     } else {
         None
@@ -160,8 +161,16 @@ pub fn append_descriptor<'a>(
     });
     append_head(out, prefix, domain, tag, parts);
     let head = out.len();
-    append_limit(out, tag, limit, limit_name);
+    out.extend_from_slice(tail);
     head
+}
+
+/// The limit's part of its keys (after the descriptor's), the same for every request: the
+/// rule set keeps it once built (`RuleLimit::key_tail`).
+pub fn limit_tail(tag: HashTag, limit: &Limit, limit_name: Option<&str>) -> Box<[u8]> {
+    let mut out = Vec::new();
+    append_limit(&mut out, tag, limit, limit_name);
+    out.into()
 }
 
 /// [`build_tagged`] appending to `out` (several keys of a request share one buffer).
@@ -215,8 +224,8 @@ fn append_head<'a>(
     }
 }
 
-/// The limit's part of a key, after its descriptor's ([`append_descriptor`]'s answer).
-pub fn append_limit(out: &mut Vec<u8>, tag: HashTag, limit: &Limit, limit_name: Option<&str>) {
+/// The limit's part of a key, after its descriptor's.
+fn append_limit(out: &mut Vec<u8>, tag: HashTag, limit: &Limit, limit_name: Option<&str>) {
     out.extend_from_slice(if tag == HashTag::Domain { b":" } else { b"}:" });
     out.extend_from_slice(limit.algorithm().as_str().as_bytes());
     out.push(b':');
@@ -327,8 +336,8 @@ mod tests {
                 HashTag::Descriptor,
                 &entries,
                 |i| (shared && i == 0).then_some(&b"/a/*"[..]),
-                limit,
-                None,
+                limit.algorithm().counts_values(),
+                &limit_tail(HashTag::Descriptor, limit, None),
             );
             String::from_utf8(out).unwrap()
         };

@@ -14,10 +14,10 @@ use crate::model::Micros;
 pub struct MapTable(pub HashMap<Vec<u8>, State>);
 
 impl StateTable for MapTable {
-    fn get(&self, key: &[u8]) -> Option<&State> {
+    fn get(&self, _: usize, key: &[u8]) -> Option<&State> {
         self.0.get(key)
     }
-    fn put(&mut self, key: &[u8], state: State, _expires_at: Micros) {
+    fn put(&mut self, _: usize, key: &[u8], state: State, _: Micros, _: bool) {
         self.0.insert(key.to_vec(), state);
     }
 }
@@ -34,7 +34,7 @@ mod tests {
         let mut t = MapTable::default();
         let checks = [Check::new(b"k", &limit, Ask::take(1))];
         assert!(batch::decide(&mut t, &checks, 0)[0].allowed);
-        assert!(t.get(b"k").is_some() && t.get(b"other").is_none());
+        assert!(t.get(0, b"k").is_some() && t.get(0, b"other").is_none());
         assert!(!batch::decide(&mut t, &checks, 1)[0].allowed);
     }
 }

@@ -46,11 +46,17 @@ use super::records::Records;
 use super::{Check, Deadline, Store, StoreError};
 
 const SHARDS: usize = 64;
+/// Where in a key's hash its shard is read: bits the shard's table reads neither for its
+/// bucket (the low bits) nor for its control byte (the top 7), so that one hash per key
+/// serves both without the keys of a shard sharing either.
+const SHARD_SHIFT: u32 = 40;
 /// Keys come from clients, so the maps keep a seeded hash with DoS resistance (foldhash's
 /// quality variant: a fraction of SipHash's cost, which was ~1.5k instructions a request).
 type RandomState = foldhash::quality::RandomState;
+/// A key and its slot, as a shard's table holds them.
+type Entry = (Box<[u8]>, Slot);
 /// A table slot and its control byte.
-const SLOT_BYTES: usize = std::mem::size_of::<(Box<[u8]>, Slot)>() + 1;
+const SLOT_BYTES: usize = std::mem::size_of::<Entry>() + 1;
 /// How many entries an eviction looks at to choose its victim.
 pub const EVICTION_PROBE: usize = 16;
 
@@ -77,8 +83,9 @@ struct Slot {
 }
 
 struct Shard {
-    /// hashbrown's map rather than std's (the same table) for its `allocation_size`.
-    map: hashbrown::HashMap<Box<[u8]>, Slot, RandomState>,
+    /// hashbrown's table rather than std's map (the same table): lookups by a hash computed
+    /// once per request, and its `allocation_size`.
+    map: hashbrown::HashTable<Entry>,
     /// Entries' bytes plus `table`.
     bytes: usize,
     /// The table's allocation when last read.
@@ -104,7 +111,7 @@ impl MemoryStore {
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
-                    map: hashbrown::HashMap::default(),
+                    map: hashbrown::HashTable::new(),
                     bytes: 0,
                     table: 0,
                     sweep_credit: 0,
@@ -157,7 +164,7 @@ impl MemoryStore {
                 // The table is most of a shard of short keys: it must shrink too.
                 if shard.map.len() * 4 * SLOT_BYTES < shard.table {
                     let len = shard.map.len();
-                    shard.map.shrink_to(len * 2);
+                    shard.map.shrink_to(len * 2, |e| self.hash(&e.0));
                     reread_table(&mut shard, &self.stats);
                 }
             }
@@ -196,7 +203,7 @@ impl MemoryStore {
             // By bytes: `capacity()` omits the slots that deleted entries still block.
             if shard.map.len() * 4 * SLOT_BYTES < shard.table {
                 let len = shard.map.len();
-                shard.map.shrink_to(len * 2);
+                shard.map.shrink_to(len * 2, |e| self.hash(&e.0));
                 reread_table(&mut shard, &self.stats);
             }
         }
@@ -206,28 +213,37 @@ impl MemoryStore {
     /// Decides synchronously (the memory store never waits).
     #[inline(never)] // a stage the profile counts (bench/profile_memory.py)
     pub fn decide_now(&self, checks: &[Check<'_>], now: Micros) -> Vec<Verdict> {
-        let mut order: Vec<usize> = checks.iter().map(|c| self.shard_of(c.key)).collect();
+        let mut at: Vec<(u64, usize)> = checks
+            .iter()
+            .map(|c| {
+                let hash = self.hash(c.key);
+                (hash, shard_of(hash))
+            })
+            .collect();
+        let mut order: Vec<usize> = at.iter().map(|&(_, shard)| shard).collect();
         order.sort_unstable();
         order.dedup();
-        let guards: Vec<(usize, MutexGuard<'_, Shard>)> = order
-            .into_iter()
-            .map(|i| (i, lock(&self.shards[i])))
-            .collect();
+        for (_, shard) in &mut at {
+            *shard = order.partition_point(|&s| s < *shard);
+        }
+        let guards = order.iter().map(|&i| lock(&self.shards[i])).collect();
         let mut table = Locked {
             store: self,
             guards,
+            at,
             now,
             checks,
         };
         batch::decide(&mut table, checks, now)
     }
 
-    fn shard_of(&self, key: &[u8]) -> usize {
-        // The high bits (multiply-shift), so the shard says nothing about the low bits the
-        // shard's own map indexes by, even if the seeds were equal.
-        let h = u128::from(self.hasher.hash_one(key));
-        ((h * self.shards.len() as u128) >> 64) as usize
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
     }
+}
+
+fn shard_of(hash: u64) -> usize {
+    (hash >> SHARD_SHIFT) as usize % SHARDS
 }
 
 impl Store for MemoryStore {
@@ -249,46 +265,45 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 
 struct Locked<'s, 'c> {
     store: &'s MemoryStore,
-    guards: Vec<(usize, MutexGuard<'s, Shard>)>,
+    /// The shards the checks' keys are in, locked in ascending order.
+    guards: Vec<MutexGuard<'s, Shard>>,
+    /// Per check: its key's hash and the index of its shard's guard.
+    at: Vec<(u64, usize)>,
     now: Micros,
     checks: &'c [Check<'c>],
 }
 
-impl Locked<'_, '_> {
-    fn shard(&self, key: &[u8]) -> Option<&Shard> {
-        let id = self.store.shard_of(key);
-        self.guards
-            .iter()
-            .find(|(i, _)| *i == id)
-            .map(|(_, g)| &**g)
-    }
-}
-
 impl StateTable for Locked<'_, '_> {
-    fn get(&self, key: &[u8]) -> Option<&State> {
-        self.shard(key)?
+    fn get(&self, i: usize, key: &[u8]) -> Option<&State> {
+        let &(hash, guard) = self.at.get(i)?;
+        self.guards[guard]
             .map
-            .get(key)
-            .filter(|slot| slot.expires_at > self.now)
-            .map(|slot| &slot.state)
+            .find(hash, |e| *e.0 == *key)
+            .filter(|e| e.1.expires_at > self.now)
+            .map(|e| &e.1.state)
     }
 
-    fn put(&mut self, key: &[u8], state: State, expires_at: Micros) {
-        let id = self.store.shard_of(key);
-        let now = self.now;
-        let store = self.store;
-        let over_until = over_until(key, &state, now, self.checks);
-        let bytes = size::entry_bytes(key, &state);
-        let Some((_, shard)) = self.guards.iter_mut().find(|(i, _)| *i == id) else {
+    fn put(&mut self, i: usize, key: &[u8], mut state: State, expires_at: Micros, open: bool) {
+        let (Some(&(hash, guard)), Some(check)) = (self.at.get(i), self.checks.get(i)) else {
             return;
         };
+        let now = self.now;
+        let store = self.store;
+        let over_until = if open {
+            Micros::MIN
+        } else {
+            over_until(check, &state, now)
+        };
+        state.shrink();
+        let bytes = size::entry_bytes(key, &state);
+        let shard = &mut *self.guards[guard];
         let slot = Slot {
             state,
             expires_at,
             over_until,
             bytes,
         };
-        if let Some(existing) = shard.map.get_mut(key) {
+        if let Some((_, existing)) = shard.map.find_mut(hash, |e| *e.0 == *key) {
             let old = std::mem::replace(existing, slot).bytes;
             // A state that grew (a longer log) may push the shard past its byte cap.
             if old == bytes {
@@ -318,7 +333,9 @@ impl StateTable for Locked<'_, '_> {
                 break;
             }
         }
-        shard.map.insert(key.into(), slot);
+        shard
+            .map
+            .insert_unique(hash, (key.into(), slot), |e| store.hash(&e.0));
         shard.bytes += bytes;
         store.stats.entries.fetch_add(1, Ordering::Relaxed);
         store.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -331,12 +348,9 @@ impl StateTable for Locked<'_, '_> {
     }
 }
 
-/// Until when `state` (about to be stored under `key`) is over its limit: the retry-after of
-/// one more hit, judged with the limit of the check that wrote it.
-fn over_until(key: &[u8], state: &State, now: Micros, checks: &[Check<'_>]) -> Micros {
-    let Some(c) = checks.iter().rev().find(|c| c.key == key) else {
-        return Micros::MIN;
-    };
+/// Until when `state` (about to be stored by check `c`) is over its limit: the retry-after
+/// of one more hit, judged with the check's limit.
+fn over_until(c: &Check<'_>, state: &State, now: Micros) -> Micros {
     let o = crate::algorithm::evaluate(c.limit, Some(state), c.limit.frame(now), Ask::take(1));
     if o.allowed {
         Micros::MIN
@@ -359,7 +373,7 @@ fn reread_table(shard: &mut Shard, stats: &MemoryStats) {
 fn reclaim_expired(shard: &mut Shard, now: Micros, stats: &MemoryStats) -> usize {
     let before = shard.map.len();
     let mut freed = 0;
-    shard.map.retain(|_, slot| {
+    shard.map.retain(|(_, slot)| {
         let keep = slot.expires_at > now;
         if !keep {
             freed += slot.bytes;
@@ -400,14 +414,15 @@ fn evict_one(shard: &mut Shard, now: Micros, store: &MemoryStore, keep: Option<&
     let victim = shard
         .map
         .iter()
-        .filter(|(k, _)| keep != Some(&***k))
+        .filter(|(k, _)| keep != Some(&**k))
         .take(EVICTION_PROBE)
         .min_by_key(|(_, slot)| rank(slot))
         .map(|(k, slot)| (k.clone(), rank(slot).0));
     let Some((key, class)) = victim else {
         return false;
     };
-    if let Some(slot) = shard.map.remove(&key) {
+    if let Ok(entry) = shard.map.find_entry(store.hash(&key), |e| e.0 == key) {
+        let ((_, slot), _) = entry.remove();
         shard.bytes -= slot.bytes;
         stats.bytes.fetch_sub(slot.bytes, Ordering::Relaxed);
     }
