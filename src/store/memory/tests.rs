@@ -231,3 +231,43 @@ fn records_share_the_byte_cap_with_the_keys() {
     }
     assert_eq!(s.records().bytes(), 0);
 }
+
+proptest::proptest! {
+    /// The memory store is `batch::decide` over its shards: for requests of up to six checks
+    /// over a few keys (a key twice in one request included), several algorithms and groups,
+    /// it answers as the reference table does, request after request. What this guards is the
+    /// store's own table: each check's hash and shard prepared once, found again by index.
+    #[test]
+    fn answers_as_the_reference_table(
+        requests in proptest::collection::vec(
+            proptest::collection::vec((0u8..5, 1u64..3, 0u32..3), 1..7),
+            1..40,
+        ),
+    ) {
+        use crate::algorithm::Algorithm;
+        use crate::store::MapTable;
+        const S: Micros = 1_000_000;
+        let limits = [
+            Limit::fixed_window(4, 2 * S).unwrap(),
+            Limit::new(Algorithm::SlidingLog, 3, 3 * S).unwrap(),
+            Limit::new(Algorithm::TokenBucket, 5, 2 * S).unwrap(),
+        ];
+        // One algorithm per key, as storage keys name their algorithm.
+        let keys: Vec<Vec<u8>> = (0..5u8).map(|k| format!("key-{k}").into_bytes()).collect();
+        let store = MemoryStore::new(10_000);
+        let mut reference = MapTable::default();
+        for (n, request) in requests.iter().enumerate() {
+            let now = n as Micros * S / 4;
+            let checks: Vec<Check<'_>> = request
+                .iter()
+                .map(|&(k, hits, group)| Check {
+                    group,
+                    ..Check::new(&keys[k as usize], &limits[k as usize % 3], Ask::take(hits))
+                })
+                .collect();
+            let want = batch::decide(&mut reference, &checks, now);
+            let got = store.decide_now(&checks, now);
+            proptest::prop_assert_eq!(got, want, "request {} at {}", n, now);
+        }
+    }
+}
