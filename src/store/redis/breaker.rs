@@ -11,6 +11,24 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::store::StoreError;
+
+/// Tells `breaker` how a call went.
+pub(super) fn record<T>(breaker: &Breaker, result: &Result<T, StoreError>) {
+    match result {
+        Ok(_) => breaker.success(),
+        // Redis answered (with an error of ours): it is up.
+        Err(e) if !e.kind().is_outage() => {
+            tracing::warn!(target: "sluice::store::redis", error = %e, "redis call failed");
+            breaker.success();
+        }
+        Err(e) => {
+            tracing::debug!(target: "sluice::store::redis", error = %e, "redis call failed");
+            breaker.failure();
+        }
+    }
+}
+
 /// Breaker settings.
 #[derive(Clone, Copy, Debug)]
 pub struct BreakerOptions {

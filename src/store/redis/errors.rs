@@ -6,6 +6,13 @@ use super::link::CallError;
 use super::BACKEND;
 use crate::store::{ErrorKind, StoreError};
 
+pub(super) fn breaker_open() -> StoreError {
+    error(
+        ErrorKind::BreakerOpen,
+        "circuit breaker open (redis failing)",
+    )
+}
+
 pub(super) fn error(kind: ErrorKind, message: impl Into<String>) -> StoreError {
     StoreError::new(BACKEND, kind, message)
 }

@@ -102,12 +102,12 @@ use futures::future::join_all;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use self::breaker::{Breaker, BreakerOptions};
+use self::breaker::{record, Breaker, BreakerOptions};
 use self::calls::{fcall, MIN_TIMEOUT, REJECTED};
 pub(crate) use self::cluster::nodes;
 pub use self::connect::{ConnectOptions, RedisSettingsError, Topology};
 pub use self::dial::CLIENT_NAME;
-use self::errors::{error, from_call, from_reply};
+use self::errors::{breaker_open, error, from_call, from_reply};
 use self::link::dial::{self, Dial};
 pub use self::link::resp;
 use self::link::{CallError, Link, LinkSet};
@@ -378,29 +378,6 @@ impl RedisStore {
                 record(&inner.breaker, &result);
                 result
             }
-        }
-    }
-}
-
-fn breaker_open() -> StoreError {
-    error(
-        ErrorKind::BreakerOpen,
-        "circuit breaker open (redis failing)",
-    )
-}
-
-/// Tells `breaker` how a call went.
-fn record<T>(breaker: &Breaker, result: &Result<T, StoreError>) {
-    match result {
-        Ok(_) => breaker.success(),
-        // Redis answered (with an error of ours): it is up.
-        Err(e) if !e.kind().is_outage() => {
-            tracing::warn!(target: "sluice::store::redis", error = %e, "redis call failed");
-            breaker.success();
-        }
-        Err(e) => {
-            tracing::debug!(target: "sluice::store::redis", error = %e, "redis call failed");
-            breaker.failure();
         }
     }
 }
