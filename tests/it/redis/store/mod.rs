@@ -90,6 +90,18 @@ fn serve_on_redis(config: &std::path::Path, url: &str, extra: &[&str]) -> ServeA
     crate::support::parse_serve(config, &flags)
 }
 
+/// A Redis server with sluice's function library loaded, for calling its functions directly.
+fn with_library() -> RedisNode {
+    let redis = RedisNode::start();
+    let loaded = redis.cli(&[
+        "FUNCTION",
+        "LOAD",
+        &sluice::store::redis::library::LIBRARY.source,
+    ]);
+    assert!(loaded.starts_with("sluice_"), "{loaded}");
+    redis
+}
+
 /// Redis' own clock (`TIME`), µs.
 fn redis_now(redis: &RedisNode) -> Micros {
     let t = redis.cli(&["TIME"]);

@@ -690,13 +690,8 @@ fn calendar_windows_follow_the_redis_clock() {
 #[test]
 fn a_batch_on_the_redis_clock_decides_at_one_exact_instant() {
     use sluice::store::redis::library::LIBRARY;
-    let redis = RedisNode::start();
-    redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
-    let time = || -> Micros {
-        let t = redis.cli(&["TIME"]);
-        let mut it = t.split_whitespace().map(|x| x.parse::<i64>().unwrap());
-        it.next().unwrap() * SEC + it.next().unwrap()
-    };
+    let redis = with_library();
+    let time = || redis_now(&redis);
     // Two fixed_window decisions (script code 2, then its ARGV: now '', limit, window, hits,
     // mode), on keys a and b.
     let sub = ["2", "", "10", "60000000", "1", "0"];
@@ -736,8 +731,7 @@ fn a_batch_on_the_redis_clock_decides_at_one_exact_instant() {
 #[test]
 fn a_repeat_of_a_failed_decision_fails_as_it_did() {
     use sluice::store::redis::library::LIBRARY;
-    let redis = RedisNode::start();
-    redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
+    let redis = with_library();
     // fixed_window (script code 2): now, limit, window, hits, mode.
     let good = ["2", "1000000000", "10", "60000000", "1", "0"];
     // A window that is no number fails before anything is written or kept.

@@ -149,9 +149,7 @@ fn a_take_that_reaches_the_limit_sends_the_next_to_the_script_with_nothing_to_gi
 /// `fixed_window_mend`, called as sluice calls it, on states a plain take leaves.
 #[test]
 fn mend_gives_back_or_settles_then_decides_as_the_script() {
-    let redis = RedisNode::start();
-    let loaded = redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
-    assert!(loaded.starts_with("sluice_"), "{loaded}");
+    let redis = with_library();
     let day = 86_400 * SEC;
     let mend = |key: &str, what: &str, field: i64| -> Vec<i64> {
         redis
@@ -297,9 +295,7 @@ fn mend_gives_back_or_settles_then_decides_as_the_script() {
 #[test]
 fn mend_decides_as_the_in_memory_algorithm() {
     use sluice::algorithm::{fixed_window, Window};
-    let redis = RedisNode::start();
-    let loaded = redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
-    assert!(loaded.starts_with("sluice_"), "{loaded}");
+    let redis = with_library();
     let day = 86_400 * SEC;
     let case = AtomicU64::new(0);
     // (retake?, the hit's window before Redis' or not present, the current window's field,

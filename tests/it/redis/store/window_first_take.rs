@@ -10,9 +10,7 @@ use sluice::store::redis::script::ScriptId;
 
 #[test]
 fn a_first_take_over_ended_windows_is_counted_in_place_and_leaves_what_the_port_leaves() {
-    let redis = RedisNode::start();
-    let loaded = redis.cli(&["FUNCTION", "LOAD", &LIBRARY.source]);
-    assert!(loaded.starts_with("sluice_"), "{loaded}");
+    let redis = with_library();
     let day = 86_400 * SEC;
     // Mid-window of a day, so that no case crosses an edge.
     let now = redis_now(&redis);
