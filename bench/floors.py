@@ -42,22 +42,24 @@ def cli(port, *args):
 
 
 def sample(port):
-    """(CPU seconds of the Redis process, {command: calls})."""
+    """(CPU seconds of the Redis process, {command: calls}, {command: µs inside it})."""
     cpu = 0.0
     for line in cli(port, "INFO", "cpu").splitlines():
         if line.startswith(("used_cpu_user:", "used_cpu_sys:")):
             cpu += float(line.split(":")[1])
-    calls = {}
+    calls, usec = {}, {}
     for line in cli(port, "INFO", "commandstats").splitlines():
         if line.startswith("cmdstat_"):
             name, rest = line[len("cmdstat_"):].split(":", 1)
             fields = dict(kv.split("=") for kv in rest.split(","))
             calls[name] = int(fields["calls"])
-    return cpu, calls
+            usec[name] = int(fields["usec"])
+    return cpu, calls, usec
 
 
 def benchmark(a, *command):
-    """Runs redis-benchmark with `command`; returns (CPU s, {command: calls})."""
+    """Runs redis-benchmark with `command`; returns (CPU s, {command: calls}, {command: µs
+    inside it})."""
     before = sample(a.port)
     out = subprocess.run(["redis-benchmark", "-p", str(a.port), "-n", str(a.requests),
                           "-c", "1", "-P", str(a.pipeline), "-r", str(a.keys), "--csv",
@@ -66,7 +68,8 @@ def benchmark(a, *command):
         sys.exit(f"redis-benchmark: {out.stdout}")
     after = sample(a.port)
     calls = {k: v - before[1].get(k, 0) for k, v in after[1].items()}
-    return after[0] - before[0], calls
+    usec = {k: v - before[2].get(k, 0) for k, v in after[2].items()}
+    return after[0] - before[0], calls, usec
 
 
 def floor_args(algorithm):
@@ -75,17 +78,24 @@ def floor_args(algorithm):
 
 
 def floor(a, algorithm):
+    return floor_timed(a, algorithm)[0]
+
+
+def floor_timed(a, algorithm):
+    """(the Redis process's CPU µs, the µs inside the script call (INFO commandstats)), each
+    per call of `algorithm`'s floor script."""
     with open(os.path.join(FLOORS, f"{algorithm}.lua")) as f:
         sha = cli(a.port, "SCRIPT", "LOAD", f.read())
     args = floor_args(algorithm)
-    cpu, calls = benchmark(a, "EVALSHA", sha, 1, f"floor:{algorithm}:__rand_int__", *args)
-    return cpu * 1e6 / calls["evalsha"]
+    cpu, calls, usec = benchmark(a, "EVALSHA", sha, 1, f"floor:{algorithm}:__rand_int__",
+                                 *args)
+    return cpu * 1e6 / calls["evalsha"], usec["evalsha"] / calls["evalsha"]
 
 
 def incr_expire(a):
     """envoyproxy/ratelimit's pair per decision: INCRBY then EXPIRE of the same key."""
-    cpu1, c1 = benchmark(a, "INCRBY", "rl:__rand_int__", 1)
-    cpu2, c2 = benchmark(a, "EXPIRE", "rl:__rand_int__", 60)
+    cpu1, c1, _ = benchmark(a, "INCRBY", "rl:__rand_int__", 1)
+    cpu2, c2, _ = benchmark(a, "EXPIRE", "rl:__rand_int__", 60)
     return (cpu1 / c1["incrby"] + cpu2 / c2["expire"]) * 1e6
 
 

@@ -52,6 +52,10 @@ pub(crate) struct RedisReport {
     /// Calls per command name over the measured interval, summed over the nodes (the INFO
     /// commands of the readings left out).
     pub commands: BTreeMap<String, u64>,
+    /// Microseconds inside each command over the measured interval, as Redis counts them
+    /// (`INFO commandstats`; a script's time includes the commands it ran, which are also
+    /// counted under their own names).
+    pub usec: BTreeMap<String, u64>,
     /// All commands per answered request, those the scripts ran inside included (Redis
     /// counts them too).
     pub commands_per_request: Option<f64>,
@@ -87,6 +91,7 @@ impl RedisReport {
             cpu_us_per_request: per_request(d.cpu_s * 1e6, answered),
             cpu_s: d.cpu_s,
             commands: d.calls,
+            usec: d.usec,
         }
     }
 }

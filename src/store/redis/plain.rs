@@ -1,7 +1,8 @@
 //! The commonest decision without a script: a take of one hit of a lone fixed_window limit
 //! (`--clock redis`, no refund, no charge-always), on a key this connection has already seen
 //! charged in the current window, goes to Redis as the one command `fixed_window.lua`'s
-//! common case runs, `HINCRBY key <window start> 1`, and sluice decides from its result.
+//! common case runs, `HINCRBY key <window start> 1`, and sluice decides from its result (a
+//! key seen at its limit: `HGET`, below).
 //!
 //! Why: at the same round trips per decision, Redis spends about half the CPU on a plain
 //! `HINCRBY` that it spends on a script call doing it (the call, the arguments handed to Lua,
@@ -19,13 +20,19 @@
 //!   the field absent anyway (the key was deleted or evicted, the server replaced) has made
 //!   the window's field (`count + 1` = 1: the window's mark, nothing counted): `settle` does
 //!   what a window's first take does (drops earlier windows, sets the expiry), then decides.
-//! - Nothing is given back fire-and-forget: a key goes plain only while its count last seen
-//!   was below its limit (the take that reaches it makes the key's next takes go to the
-//!   script, which rejects without writing), and a plain take that still finds the limit
-//!   reached (sent before that was seen, or counted by another connection) is decided again
-//!   by `fixed_window_mend` (`retake`: its hit given back and the script's decision, in one
-//!   call its caller waits for; if the connection drops first, the caller learns that its
-//!   call may have run).
+//! - Nothing is given back fire-and-forget: a key is taken plain only while its count last
+//!   seen was below its limit, and a plain take that still finds the limit reached (sent
+//!   before that was seen, or counted by another connection) is decided again by
+//!   `fixed_window_mend` (`retake`: its hit given back and the script's decision, in one call
+//!   its caller waits for; if the connection drops first, the caller learns that its call may
+//!   have run).
+//! - A key seen at its limit in the current window (the take that reached it, or a script's
+//!   rejection) is *peeked*: `HGET key <window start>`, and the take is rejected when the
+//!   count read leaves no room, in the window of the write's `TIME`, writing nothing, as the
+//!   script would reject it. A peek that finds room (a refund gave hits back), another window,
+//!   no field or a superseded one is decided by `fixed_window_mend` (`decide`: nothing to give
+//!   back). Rejected load, the case a limiter under abuse sees most, so costs Redis one read
+//!   per decision rather than a script's take and give-back.
 //! - A window replaced by a later one keeps its field as a mark (`SUPERSEDED`, expiry.lua)
 //!   that no count reaches: a take that finds it is `retake`n, and counts in the later window
 //!   as the scripts' rule says. So no take is answered from a field that a later window's
@@ -78,6 +85,9 @@ pub(super) struct Take {
     pub args: Args,
     /// The window it was sent for.
     pub start: Micros,
+    /// A read (`HGET`) rather than a take: the key was last seen at its limit in that window,
+    /// so the take is rejected from the count alone, writing nothing ([`Plain::decide`]).
+    pub peek: bool,
 }
 
 /// What a plain take's reply decides.
@@ -85,8 +95,17 @@ pub(super) struct Take {
 pub(super) enum PlainReply {
     /// The answer, as the fixed_window script gives it (`now flags remaining reset`).
     Answer(Frame),
-    /// Not decided: the library's `fixed_window_mend` is to decide it (`retake` or `settle`).
+    /// Not decided: the library's `fixed_window_mend` is to decide it (`retake`, `settle`, or
+    /// `decide` after a read).
     Mend(&'static str),
+}
+
+/// What a connection last saw of a key: charged in the window starting at `start`, and
+/// whether that left it at its limit (`full`: its next takes are read, not counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Seen {
+    start: Micros,
+    full: bool,
 }
 
 /// A connection's knowledge for plain takes: Redis' clock as last seen, and the keys seen
@@ -97,8 +116,8 @@ pub(super) struct Plain {
     clock: Option<(Micros, std::time::Instant)>,
     /// The `TIME` that began the write whose replies are being read.
     written_at: Option<Micros>,
-    /// A key's fingerprint -> the window start it was charged in.
-    charged: HashMap<u64, Micros, BuildHasherDefault<DefaultHasher>>,
+    /// A key's fingerprint -> the window it was charged in, and whether it was full.
+    charged: HashMap<u64, Seen, BuildHasherDefault<DefaultHasher>>,
 }
 
 impl Plain {
@@ -130,21 +149,30 @@ impl Plain {
         BuildHasherDefault::<DefaultHasher>::default().hash_one(key)
     }
 
-    /// The key was charged in the window starting at `start`.
-    pub(super) fn charged(&mut self, fingerprint: u64, start: Micros) {
+    /// The key was charged in the window starting at `start`; `full`: up to its limit.
+    pub(super) fn charged(&mut self, fingerprint: u64, start: Micros, full: bool) {
         if self.charged.len() >= REMEMBERED && !self.charged.contains_key(&fingerprint) {
             self.charged.clear();
         }
-        self.charged.insert(fingerprint, start);
+        self.charged.insert(fingerprint, Seen { start, full });
     }
 
-    /// A script's answer for a fixed_window take charged the key at `now`, in the window
-    /// ending `reset` later. Only a charge in the window of `now` counts: one in a later
-    /// window (the key holds one) must not send takes to the window of `now`.
-    pub(super) fn learn(&mut self, fingerprint: u64, window: i64, now: Micros, reset: Micros) {
+    /// A script's answer for a one-hit fixed_window take at `now`, in the window ending
+    /// `reset` later: `charged` (the take counted), or rejected, which for one hit means the
+    /// count is at the limit; `full` when either leaves the key at its limit. Only the window
+    /// of `now` counts: a key holding a later window must not send takes to the window of
+    /// `now`.
+    pub(super) fn learn(
+        &mut self,
+        fingerprint: u64,
+        window: i64,
+        now: Micros,
+        reset: Micros,
+        full: bool,
+    ) {
         let w = Window::epoch_aligned(now, window);
         if now.saturating_add(reset) == w.window_end.min(MAX_SAFE as i64) {
-            self.charged(fingerprint, w.window_start);
+            self.charged(fingerprint, w.window_start, full);
         }
     }
 
@@ -158,11 +186,16 @@ impl Plain {
         args: Args,
     ) -> Option<Take> {
         let start = Window::epoch_aligned(now, args.window).window_start;
-        (self.charged.get(&fingerprint) == Some(&start)).then(|| Take {
+        let seen = self
+            .charged
+            .get(&fingerprint)
+            .filter(|s| s.start == start)?;
+        Some(Take {
             key: key.to_vec(),
             fingerprint,
             args,
             start,
+            peek: seen.full,
         })
     }
 
@@ -171,13 +204,20 @@ impl Plain {
         resp::encode_strs(out, &[b"TIME"]);
     }
 
-    /// `HINCRBY key <start> <hits>`.
-    pub(super) fn encode_take(out: &mut Vec<u8>, t: &Take, hits: i64) {
-        resp::command_header(out, 4);
-        resp::bulk(out, b"HINCRBY");
+    /// `HINCRBY key <start> 1`, or `HGET key <start>` for a peek.
+    pub(super) fn encode_take(out: &mut Vec<u8>, t: &Take) {
+        if t.peek {
+            resp::command_header(out, 3);
+            resp::bulk(out, b"HGET");
+        } else {
+            resp::command_header(out, 4);
+            resp::bulk(out, b"HINCRBY");
+        }
         out.extend_from_slice(&t.key);
         resp::bulk_int(out, t.start);
-        resp::bulk_int(out, hits);
+        if !t.peek {
+            resp::bulk_int(out, 1);
+        }
     }
 
     /// `FCALL <fixed_window_mend> 1 key what start limit window`.
@@ -215,9 +255,54 @@ impl Plain {
         true
     }
 
-    /// Decides a plain take from its `HINCRBY` reply (`c`: the field after it, `count + 1`),
-    /// as `fixed_window.lua`'s common case does.
-    pub(super) fn decide(&mut self, t: &Take, c: i64) -> PlainReply {
+    /// Decides a plain take from its reply, as `fixed_window.lua`'s common case does; `None`
+    /// when the reply is not one (an error: Redis refused the command, nothing ran), which is
+    /// then the caller's answer.
+    pub(super) fn decide(&mut self, t: &Take, reply: &Frame) -> Option<PlainReply> {
+        match (t.peek, reply) {
+            (false, Frame::Integer(c)) => Some(self.decide_take(t, *c)),
+            (true, Frame::Bulk(None)) => Some(self.undecided(t)),
+            (true, Frame::Bulk(Some(b))) => {
+                let c = std::str::from_utf8(b).ok()?.parse::<i64>().ok()?;
+                Some(self.decide_peek(t, c))
+            }
+            _ => None,
+        }
+    }
+
+    /// A peek that cannot reject: the script decides the take (nothing was written).
+    fn undecided(&mut self, t: &Take) -> PlainReply {
+        self.charged.remove(&t.fingerprint);
+        PlainReply::Mend("decide")
+    }
+
+    /// A peek's `HGET` reply (`c`: the field, `count + 1`): the take is rejected when one more
+    /// hit would pass the limit in the window of the write's `TIME`, as the script rejects it
+    /// (a count read, nothing written: linearised at that read). Anything else (another
+    /// window, a superseded field, a count given back below the limit) goes to the script.
+    fn decide_peek(&mut self, t: &Take, c: i64) -> PlainReply {
+        let Some(now) = self.written_at else {
+            return self.undecided(t);
+        };
+        let w = Window::epoch_aligned(now, t.args.window);
+        let count = c - 1;
+        if w.window_start != t.start || !(0..=COUNT_CAP as i64).contains(&count) {
+            return self.undecided(t);
+        }
+        if count < t.args.limit {
+            return self.undecided(t);
+        }
+        let end = w.window_end.min(MAX_SAFE as i64);
+        PlainReply::Answer(Frame::Array(Some(vec![
+            Frame::Integer(now),
+            Frame::Integer(0),
+            Frame::Integer(0),
+            Frame::Integer(end - now),
+        ])))
+    }
+
+    /// A take's `HINCRBY` reply (`c`: the field after it, `count + 1`).
+    fn decide_take(&mut self, t: &Take, c: i64) -> PlainReply {
         let Some(now) = self.written_at else {
             return PlainReply::Mend("retake");
         };
@@ -251,9 +336,9 @@ impl Plain {
         if count < t.args.limit {
             PlainReply::Answer(answer(3, t.args.limit - count))
         } else if count == t.args.limit {
-            // The last hit: the key's next takes go to the script, which rejects without
-            // writing, so no plain take needs giving back (but those already sent).
-            self.charged.remove(&t.fingerprint);
+            // The last hit: the key's next takes are peeks, which reject without writing, so
+            // no plain take needs giving back (but those already sent).
+            self.charged(t.fingerprint, t.start, true);
             PlainReply::Answer(answer(3, 0))
         } else {
             // Sent before the limit was seen reached: the script gives the hit back and
@@ -314,18 +399,18 @@ mod tests {
             Plain::fingerprint(&key)
         };
         // No clock seen yet.
-        p.charged(fp, 0);
+        p.charged(fp, 0, false);
         assert!(take(&p, 10, w).is_none());
         let now = 1_800_000_000_000_000;
         p.saw_clock(now);
         assert!(take(&p, 10, w).is_none(), "charged in another window");
         let reset = w - now % w;
-        p.learn(fp, w, now, reset + w);
+        p.learn(fp, w, now, reset + w, false);
         assert!(
             take(&p, 10, w).is_none(),
             "charged in a later window than now's"
         );
-        p.learn(fp, w, now, reset);
+        p.learn(fp, w, now, reset, false);
         let t = take(&p, 10, w).unwrap();
         assert_eq!(t.start, now - now % w);
     }
@@ -340,30 +425,104 @@ mod tests {
         let mut key = Vec::new();
         resp::bulk(&mut key, b"k");
         let fp = Plain::fingerprint(&key);
-        p.learn(fp, w, now, start + w - now);
+        p.learn(fp, w, now, start + w - now, false);
         let t = take(&p, 3, w).unwrap();
         assert!(p.saw_time(&time(now)));
         // count + 1 after the take: 2 -> the first hit counted, 2 left.
-        let PlainReply::Answer(a) = p.decide(&t, 2) else {
+        let PlainReply::Answer(a) = p.decide(&t, &Frame::Integer(2)).unwrap() else {
             panic!()
         };
         assert_eq!(ints(&a), vec![now, 3, 2, start + w - now]);
         // The last hit: answered, and the key's next takes go to the script.
-        let PlainReply::Answer(a) = p.decide(&t, 4) else {
+        let PlainReply::Answer(a) = p.decide(&t, &Frame::Integer(4)).unwrap() else {
             panic!()
         };
         assert_eq!(ints(&a)[1..3], [3, 0]);
-        assert!(take(&p, 3, w).is_none());
+        assert!(
+            take(&p, 3, w).unwrap().peek,
+            "the key's next takes are peeks"
+        );
         // One sent before that was seen: decided again by the script, nothing left to give back.
-        assert_eq!(p.decide(&t, 5), PlainReply::Mend("retake"));
+        assert_eq!(
+            p.decide(&t, &Frame::Integer(5)).unwrap(),
+            PlainReply::Mend("retake")
+        );
         // A superseded window's mark (2^53): the later window decides.
-        p.learn(fp, w, now, start + w - now);
-        assert_eq!(p.decide(&t, (1 << 53) + 1), PlainReply::Mend("retake"));
+        p.learn(fp, w, now, start + w - now, false);
+        assert_eq!(
+            p.decide(&t, &Frame::Integer((1 << 53) + 1)).unwrap(),
+            PlainReply::Mend("retake")
+        );
         assert!(take(&p, 3, w).is_none());
         // The field was absent: settle, and the key is no longer taken plain.
-        p.learn(fp, w, now, start + w - now);
-        assert_eq!(p.decide(&t, 1), PlainReply::Mend("settle"));
+        p.learn(fp, w, now, start + w - now, false);
+        assert_eq!(
+            p.decide(&t, &Frame::Integer(1)).unwrap(),
+            PlainReply::Mend("settle")
+        );
         assert!(take(&p, 3, w).is_none());
+    }
+
+    #[test]
+    fn a_key_seen_at_its_limit_is_peeked_and_rejected_from_the_count_read() {
+        let mut p = Plain::default();
+        let w = 60_000_000;
+        let now = 1_800_000_000_000_000 + 7;
+        let start = now - now % w;
+        let end = start + w;
+        p.saw_clock(now);
+        let mut key = Vec::new();
+        resp::bulk(&mut key, b"k");
+        let fp = Plain::fingerprint(&key);
+        // A script's rejection of one hit (flags 0) in the window of `now`: full.
+        p.learn(fp, w, now, end - now, true);
+        let t = take(&p, 3, w).unwrap();
+        assert!(t.peek);
+        let mut out = Vec::new();
+        Plain::encode_take(&mut out, &t);
+        assert!(
+            out.starts_with(b"*3\r\n$4\r\nHGET\r\n"),
+            "{:?}",
+            String::from_utf8_lossy(&out)
+        );
+        assert!(p.saw_time(&time(now)));
+        let bulk = |n: i64| Frame::Bulk(Some(n.to_string().into_bytes()));
+        // count + 1 = 4: the count is the limit, so the take is rejected; nothing was written.
+        let PlainReply::Answer(a) = p.decide(&t, &bulk(4)).unwrap() else {
+            panic!()
+        };
+        assert_eq!(ints(&a), vec![now, 0, 0, end - now]);
+        assert!(take(&p, 3, w).unwrap().peek, "still full");
+        // Past the limit (a plain take of another connection not yet given back): rejected.
+        assert!(matches!(
+            p.decide(&t, &bulk(9)),
+            Some(PlainReply::Answer(_))
+        ));
+        // Room again (a refund gave hits back): the script decides, and the key is forgotten.
+        assert_eq!(p.decide(&t, &bulk(3)), Some(PlainReply::Mend("decide")));
+        assert!(take(&p, 3, w).is_none());
+        // No field (deleted, evicted), a superseded window's mark, a count not of the layout:
+        // the script decides.
+        for f in [
+            Frame::Bulk(None),
+            bulk((1 << 53) + 1),
+            bulk(0),
+            Frame::Bulk(Some(b"x".to_vec())),
+        ] {
+            p.learn(fp, w, now, end - now, true);
+            let got = p.decide(&t, &f);
+            assert!(
+                got == Some(PlainReply::Mend("decide"))
+                    || (got.is_none() && f == Frame::Bulk(Some(b"x".to_vec()))),
+                "{f:?}: {got:?}"
+            );
+        }
+        // Redis refused the read: its error is the answer, nothing ran.
+        assert_eq!(p.decide(&t, &Frame::Error("READONLY".into())), None);
+        // The write's TIME in the next window: not this window's count, so the script decides.
+        p.learn(fp, w, now, end - now, true);
+        assert!(p.saw_time(&time(end + 5)));
+        assert_eq!(p.decide(&t, &bulk(4)), Some(PlainReply::Mend("decide")));
     }
 
     #[test]
@@ -381,10 +540,14 @@ mod tests {
                 window: w,
             },
             start: now - now % w,
+            peek: false,
         };
-        p.learn(t.fingerprint, w, now, w - now % w);
+        p.learn(t.fingerprint, w, now, w - now % w, false);
         assert!(p.saw_time(&time(now + 20)));
-        assert_eq!(p.decide(&t, 2), PlainReply::Mend("retake"));
+        assert_eq!(
+            p.decide(&t, &Frame::Integer(2)).unwrap(),
+            PlainReply::Mend("retake")
+        );
         assert!(!p.saw_time(&Frame::Integer(1)));
     }
 }

@@ -172,8 +172,8 @@ enum Waiter {
     Batch(Vec<Batched>),
     /// The `TIME` before a write's plain takes ([`super::plain`]).
     Time,
-    /// A plain take's `HINCRBY`; `last`: the last decision of its write (no `batch` after it),
-    /// whose reply lets the next write of decisions go.
+    /// A plain take's `HINCRBY` (or a peek's `HGET`); `last`: the last decision of its write
+    /// (no `batch` after it), whose reply lets the next write of decisions go.
     Plain {
         reply: Reply,
         take: Take,
@@ -325,6 +325,10 @@ impl Shared {
                 }
             };
             match w {
+                // A peek wrote nothing: it may be decided elsewhere.
+                Waiter::Plain {
+                    reply: mut r, take, ..
+                } if take.peek => r.send(Err(CallError::NotSent)),
                 Waiter::One(mut r)
                 | Waiter::Fcall(mut r, _)
                 | Waiter::Plain { reply: mut r, .. } => r.send(Err(e())),

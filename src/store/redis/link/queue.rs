@@ -181,7 +181,7 @@ impl Queued {
             waiting.push_back(Waiter::Time);
             let n = takes.len();
             for (i, (reply, take)) in takes.into_iter().enumerate() {
-                Plain::encode_take(out, &take, 1);
+                Plain::encode_take(out, &take);
                 waiting.push_back(Waiter::Plain {
                     reply,
                     take,

@@ -224,15 +224,18 @@ pub(super) fn unbatch(items: Vec<Frame>, ws: &[Batched]) -> Option<Vec<Frame>> {
 }
 
 /// A fixed_window script's answer (`now flags remaining reset`) for a key a plain take may
-/// decide next: Redis' clock, and the key if charged.
+/// decide next: Redis' clock, and the key if charged (full if that left nothing) or rejected
+/// (one hit rejected: the count is at the limit).
 pub(super) fn learn(plain: &mut Plain, fingerprint: u64, window: i64, answer: &Frame) {
     let Frame::Array(Some(a)) = answer else {
         return;
     };
-    if let [Frame::Integer(now), Frame::Integer(flags), _, Frame::Integer(reset)] = a[..] {
+    if let [Frame::Integer(now), Frame::Integer(flags), Frame::Integer(rem), Frame::Integer(reset)] =
+        a[..]
+    {
         plain.saw_clock(now);
-        if flags & 2 != 0 {
-            plain.learn(fingerprint, window, now, reset);
+        if flags & 2 != 0 || flags == 0 {
+            plain.learn(fingerprint, window, now, reset, flags & 2 == 0 || rem == 0);
         }
     }
 }
@@ -275,16 +278,13 @@ pub(super) fn deliver(shared: &Shared, inbox: &mut Vec<u8>) -> Result<(), String
                 if last {
                     s.fcall_in_flight = false;
                 }
-                let Frame::Integer(c) = frame else {
-                    // Refused (a replica, out of memory): nothing ran.
-                    reply.send(Ok(frame));
-                    continue;
-                };
                 let s = &mut *s;
-                match s.plain.decide(&take, c) {
-                    PlainReply::Answer(a) => reply.send(Ok(a)),
+                match s.plain.decide(&take, &frame) {
+                    // Refused (a replica, out of memory): nothing ran.
+                    None => reply.send(Ok(frame)),
+                    Some(PlainReply::Answer(a)) => reply.send(Ok(a)),
                     // Sent even when its caller has gone: the take's hit is in Redis.
-                    PlainReply::Mend(what) => {
+                    Some(PlainReply::Mend(what)) => {
                         Plain::encode_mend(&mut s.out, LIBRARY.mend(), &take, what);
                         s.waiting.push_back(Waiter::Mend(reply, take, what));
                         s.unsent += 1;

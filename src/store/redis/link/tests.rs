@@ -139,6 +139,7 @@ fn a_take_of_a_key_charged_in_this_window_goes_plain_after_one_time() {
                 60_000_000,
                 now,
                 start + 60_000_000 - now,
+                false,
             );
         }
         // `a` and `b` charged in this window; `c` not seen; `d` of two hits.

@@ -11,6 +11,8 @@
 --             set), then it is decided. 'forget':
 --             settle's housekeeping alone (a settle cut off by a dropped connection, sent on
 --             the next one so that no key is left without an expiry).
+--             'decide': a peek (an HGET of a key seen at its limit) that could not reject:
+--             nothing was written, so it is decided as fixed_window.lua would.
 --   ARGV[2]   the window start it was sent for (the field)
 --   ARGV[3]   limit      ARGV[4] window (us)
 --
@@ -26,7 +28,9 @@ local function fixed_window_mend(KEYS, ARGV)
   if what == 'forget' then
     what, decide = 'settle', false
   end
-  if what == 'retake' then
+  if what == 'decide' then
+    -- A read: nothing to undo.
+  elseif what == 'retake' then
     if redis.call('HINCRBY', key, field, -1) <= 0 then
       redis.call('HDEL', key, field)
     end

@@ -1,8 +1,9 @@
 //! Plain takes (`src/store/redis/plain.rs`): a one-hit fixed_window take on the Redis clock,
 //! of a key the thread's connection saw charged in the current window, goes as one `HINCRBY`
 //! after the write's `TIME`, with no script. The limit stays exact across window edges, a key
-//! deleted meanwhile is settled, nothing is left to give back (a key at its limit goes to the
-//! script; the count stays exact with connections killed under rejected load), and the library's
+//! deleted meanwhile is settled, nothing is left to give back (a key at its limit is read with
+//! `HGET`, not counted; the count stays exact with connections killed under rejected load), a
+//! refund reopens a full key, and the library's
 //! `fixed_window_mend` (what decides the takes a reply alone cannot) agrees with the script.
 
 use super::*;
@@ -111,39 +112,56 @@ fn a_plain_take_on_a_key_deleted_meanwhile_settles_its_window() {
     assert!(ttl > 0 && ttl <= 86_401_000, "the key expires: {ttl}");
 }
 
+/// A key at its limit is peeked: its takes are rejected from one `HGET` each, with no script
+/// and nothing written; after a refund makes room, the next take finds it and is decided (and
+/// charged) by the script, exactly.
 #[test]
-fn a_take_that_reaches_the_limit_sends_the_next_to_the_script_with_nothing_to_give_back() {
+fn a_key_at_its_limit_is_rejected_by_a_read_and_a_refund_reopens_it() {
     let redis = RedisNode::start();
     let (rt, store) =
         redis_support::on_a_serving_thread(&redis, options(&redis.url(), ClockSource::Redis));
     let limit = Limit::fixed_window(2, 86_400 * SEC).unwrap();
     let key = key_of("plain-reject:", "x", &limit);
     let checks = [take(&key, &limit, 1, 0)];
-    let decide = || {
-        rt.block_on(store.decide_checks(&checks, 0, Deadline::NONE))
+    let decide = |checks: &[Check<'_>]| {
+        rt.block_on(store.decide_checks(checks, 0, Deadline::NONE))
             .unwrap()[0]
     };
-    assert!(decide().allowed);
+    assert!(decide(&checks).allowed);
     let fcalls = redis.command_calls("fcall");
-    let v = decide();
+    let v = decide(&checks);
     assert!(v.allowed && v.remaining == 0, "{v:?}");
     assert_eq!(redis.command_calls("fcall"), fcalls, "a plain take");
-    let hincrbys = redis.command_calls("hincrby");
+    let (hincrbys, hgets) = (redis.command_calls("hincrby"), redis.command_calls("hget"));
     for _ in 0..3 {
-        let v = decide();
+        let v = decide(&checks);
         assert!(!v.allowed && !v.charged && v.remaining == 0, "{v:?}");
+        assert!(v.reset > 0 && v.reset <= 86_400 * SEC, "{v:?}");
     }
-    assert_eq!(redis.command_calls("fcall"), fcalls + 3, "the script's");
+    assert_eq!(redis.command_calls("fcall"), fcalls, "no script");
+    assert_eq!(redis.command_calls("hget"), hgets + 3, "one read each");
     assert_eq!(
         redis.command_calls("hincrby"),
-        hincrbys + 6,
-        "each the script's take and give-back, in its one call: none left behind"
+        hincrbys,
+        "nothing written, so nothing to give back"
     );
     assert_eq!(
         fields(&redis, &key)[0].1,
         "3",
         "the count at the limit (2, stored as 3)"
     );
+
+    // A refund of one hit (its own script call) makes room: the next take reads a count below
+    // the limit, so the script decides it, and charges it; then the key is full again.
+    let refund = [Check::new(&key, &limit, Ask::refund(1))];
+    assert!(decide(&refund).allowed);
+    assert_eq!(fields(&redis, &key)[0].1, "2");
+    let v = decide(&checks);
+    assert!(v.allowed && v.charged && v.remaining == 0, "{v:?}");
+    assert_eq!(fields(&redis, &key)[0].1, "3");
+    let v = decide(&checks);
+    assert!(!v.allowed && !v.charged, "{v:?}");
+    assert_eq!(fields(&redis, &key)[0].1, "3", "exactly the limit");
 }
 
 /// `fixed_window_mend`, called as sluice calls it, on states a plain take leaves.
@@ -180,7 +198,16 @@ fn mend_gives_back_or_settles_then_decides_as_the_script() {
         i64,
         Vec<(i64, &'a str)>,
     );
-    let cases: [Case<'_>; 4] = [
+    let cases: [Case<'_>; 5] = [
+        // decide: a peek that found room (nothing was written): the take, as the script.
+        (
+            "mend:decide",
+            vec![(ws, "3")],
+            "decide",
+            ws,
+            7,
+            vec![(ws, "4")],
+        ),
         // retake: a hit counted in the window before Redis' (a clock read across the edge) is
         // given back (its field, at 0, is dropped), and the take decided in Redis' window.
         (
@@ -383,8 +410,9 @@ fn mend_decides_as_the_in_memory_algorithm() {
 }
 
 /// Rejected load on one key while the serving thread's connection is killed over and over:
-/// nothing is left to give back on a connection (a key at its limit goes to the script, which
-/// rejects without writing), so the stored count stays exactly the limit.
+/// nothing is left to give back on a connection (a key at its limit is read, not counted, and
+/// a take sent before that was seen is given back by the call that decides it), so the stored
+/// count stays exactly the limit.
 #[test]
 fn the_count_stays_exact_under_rejected_load_with_connections_killed() {
     const LIMIT: u64 = 5;
