@@ -11,6 +11,17 @@ fn take(p: &Plain, limit: i64, window: i64) -> Option<Take> {
     )
 }
 
+/// A connection that has seen Redis' clock, and key `k`'s fingerprint: (the connection,
+/// fingerprint, a minute window, that clock).
+fn minute_window_seen() -> (Plain, u64, i64, Micros) {
+    let mut p = Plain::default();
+    let now = 1_800_000_000_000_000 + 7;
+    p.saw_clock(now);
+    let mut key = Vec::new();
+    resp::bulk(&mut key, b"k");
+    (p, Plain::fingerprint(&key), 60_000_000, now)
+}
+
 fn time(now: Micros) -> Frame {
     let part = |n: i64| Frame::Bulk(Some(n.to_string().into_bytes()));
     Frame::Array(Some(vec![part(now / 1_000_000), part(now % 1_000_000)]))
@@ -64,14 +75,8 @@ fn a_key_goes_plain_only_once_seen_charged_in_the_current_window() {
 
 #[test]
 fn the_reply_decides_as_the_scripts_common_case() {
-    let mut p = Plain::default();
-    let w = 60_000_000;
-    let now = 1_800_000_000_000_000 + 7;
+    let (mut p, fp, w, now) = minute_window_seen();
     let start = now - now % w;
-    p.saw_clock(now);
-    let mut key = Vec::new();
-    resp::bulk(&mut key, b"k");
-    let fp = Plain::fingerprint(&key);
     p.learn(fp, w, now, start + w - now, false);
     let t = take(&p, 3, w).unwrap();
     assert!(p.saw_time(&time(now)));
@@ -112,15 +117,8 @@ fn the_reply_decides_as_the_scripts_common_case() {
 
 #[test]
 fn a_key_seen_at_its_limit_is_peeked_and_rejected_from_the_count_read() {
-    let mut p = Plain::default();
-    let w = 60_000_000;
-    let now = 1_800_000_000_000_000 + 7;
-    let start = now - now % w;
-    let end = start + w;
-    p.saw_clock(now);
-    let mut key = Vec::new();
-    resp::bulk(&mut key, b"k");
-    let fp = Plain::fingerprint(&key);
+    let (mut p, fp, w, now) = minute_window_seen();
+    let end = now - now % w + w;
     // A script's rejection of one hit (flags 0) in the window of `now`: full.
     p.learn(fp, w, now, end - now, true);
     let t = take(&p, 3, w).unwrap();
