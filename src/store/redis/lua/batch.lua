@@ -181,8 +181,10 @@ local function take_short(keys, ko, a, ao, now, n)
   end
   for i = 1, n do
     if first[i] ~= nil then
-      local _, _, we = short_window(a[ao + i * 4 + 2], now)
-      fw_settle(keys[ko + i], ended[i], now, we)
+      local b = ao + i * 4
+      local _, field, we = short_window(a[b + 2], now)
+      -- A first take's count is its hits, stored plus one.
+      fw_settle(keys[ko + i], field, tonumber(a[b + 3]) + 1, ended[i], now, we)
     end
   end
   return out

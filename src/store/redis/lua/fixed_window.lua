@@ -70,10 +70,12 @@ end
 
 -- A take of `hits` (its text `h`) counted in place in the window whose field is `field`, by
 -- one HINCRBY: the count after it, and whether the field was absent (the window's first take,
--- which stands only once `fw_ended` allows it). A take that does not stand is given back and
--- answers nil, or 'over' when it was counted in range but over the limit (rejected on the
--- state it counted on); so is one on a key of another type (pcall: the port fails on it, before
--- anything is written).
+-- which stands only once `fw_ended` allows it; its field holds the bare count until the
+-- caller's `fw_settle`, in the same call, writes it plus one: no other take counts in it
+-- meanwhile, a request's checks being on distinct keys). A take that does not stand is given
+-- back and answers nil, or 'over' when it was counted in range but over the limit (rejected on
+-- the state it counted on); so is one on a key of another type (pcall: the port fails on it,
+-- before anything is written).
 local function fw_take(key, field, h, hits, limit)
   local v = redis.pcall('HINCRBY', key, field, h)
   if type(v) ~= 'number' then
@@ -86,10 +88,6 @@ local function fw_take(key, field, h, hits, limit)
     after, first = hits, true
   end
   if after ~= nil and after <= limit and after <= COUNT_CAP then
-    if first then
-      -- The count is stored plus one.
-      redis.call('HINCRBY', key, field, 1)
-    end
     return after, first
   end
   fw_give_back(key, field, hits, v == hits)
@@ -130,16 +128,22 @@ local function fw_ended(key, field, ws)
   return ended
 end
 
--- Settles a first take that `fw_ended` allowed (`ended`: its answer): the older marks dropped,
--- the ended window superseded, the key's expiry set to its window's end `we`.
-local function fw_settle(key, ended, now, we)
+-- Settles a first take that `fw_ended` allowed (`ended`: its answer): the key left holding our
+-- `field` at `value` (its count plus one; nil only when the key holds nothing else and the
+-- field its value already) and, after it, the ended window superseded (older marks dropped),
+-- with its expiry set to its window's end `we`. A key holding other fields is written whole
+-- (DEL, one HSET), in that order: a window's first take of a key that held the window before
+-- costs three calls, where dropping and superseding field by field took five.
+local function fw_settle(key, field, value, ended, now, we)
   if ended then
-    if ended[2] ~= nil then
-      redis.call('HDEL', key, unpack(ended, 2))
-    end
+    redis.call('DEL', key)
     if ended[1] then
-      supersede(key, ended[1])
+      redis.call('HSET', key, field, value, ended[1], SUPERSEDED)
+    else
+      redis.call('HSET', key, field, value)
     end
+  elseif value ~= nil then
+    redis.call('HSET', key, field, value)
   end
   expire(key, we - now)
 end
@@ -189,7 +193,7 @@ local function fixed_window(key, now, a2, a3, a4, a5, a6, limit, hits, mode, ws,
       end
       local ended = fw_ended(key, last_field, ws)
       if ended ~= nil then
-        fw_settle(key, ended, now, we)
+        fw_settle(key, last_field, after + 1, ended, now, we)
         return 3, limit - after, we - now
       end
       redis.call('HDEL', key, last_field)

@@ -45,7 +45,7 @@ local function fixed_window_mend(KEYS, ARGV)
     local ours, later, newest, newest_s, older = false, false, false, nil, {}
     for i = 1, #f, 2 do
       if f[i] == field then
-        ours = true
+        ours = f[i + 1]
       else
         local s = tonumber(f[i])
         if s ~= nil and s > ws then
@@ -73,7 +73,10 @@ local function fixed_window_mend(KEYS, ARGV)
         supersede(key, field)
       end
     elseif ours then
-      fw_settle(key, { newest }, now, ws + tonumber(ARGV[4]))
+      -- Our field keeps its value (takes since counted in it); rewritten only beside the
+      -- window it supersedes.
+      fw_settle(key, field, newest and ours or nil, newest and { newest } or false, now,
+        ws + tonumber(ARGV[4]))
     end
   else
     return { err = 'ERR sluice: unknown mend ' .. tostring(what) }
