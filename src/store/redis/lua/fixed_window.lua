@@ -8,6 +8,18 @@
 -- stays as a mark (SUPERSEDED, expiry.lua); the key expires GRACE_MS (expiry.lua) after its
 -- window's end.
 
+-- Writes a fixed_window key whole: the window `field` at `value` (its count plus one) and,
+-- after it, the window it replaced (`superseded`, or none) as a mark, in one HSET after a DEL.
+-- The port's write and a window's first take (`fw_settle`) leave a key alike through it.
+local function fw_write(key, field, value, superseded)
+  redis.call('DEL', key)
+  if superseded then
+    redis.call('HSET', key, field, value, superseded, SUPERSEDED)
+  else
+    redis.call('HSET', key, field, value)
+  end
+end
+
 -- The port (algorithm.lua: read, evaluate, write); state { window_start, count }.
 local function new_fixed_window()
   local fixed_window = {}
@@ -28,11 +40,7 @@ local function new_fixed_window()
       redis.call('HSET', key, st[1], st[2] + 1)
       return
     end
-    redis.call('DEL', key)
-    redis.call('HSET', key, st[1], st[2] + 1)
-    if read and read[1] < st[1] then
-      redis.call('HSET', key, int(read[1]), SUPERSEDED)
-    end
+    fw_write(key, st[1], st[2] + 1, read and read[1] < st[1] and int(read[1]) or nil)
     redis.call('PEXPIRE', key, ms)
   end
 
@@ -132,16 +140,11 @@ end
 -- `field` at `value` (its count plus one; nil only when the key holds nothing else and the
 -- field its value already) and, after it, the ended window superseded (older marks dropped),
 -- with its expiry set to its window's end `we`. A key holding other fields is written whole
--- (DEL, one HSET), in that order: a window's first take of a key that held the window before
--- costs three calls, where dropping and superseding field by field took five.
+-- (`fw_write`), as the port writes it: a window's first take of a key that held the window
+-- before costs three calls, where dropping and superseding field by field took five.
 local function fw_settle(key, field, value, ended, now, we)
   if ended then
-    redis.call('DEL', key)
-    if ended[1] then
-      redis.call('HSET', key, field, value, ended[1], SUPERSEDED)
-    else
-      redis.call('HSET', key, field, value)
-    end
+    fw_write(key, field, value, ended[1])
   elseif value ~= nil then
     redis.call('HSET', key, field, value)
   end
